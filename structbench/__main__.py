@@ -1,0 +1,3 @@
+from structbench.cli import app
+
+app(prog_name="structbench")

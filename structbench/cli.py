@@ -1,0 +1,205 @@
+"""The `structbench` command line: thin — it parses, calls library functions, and prints with rich."""
+
+from __future__ import annotations
+
+import functools
+import math
+import sys
+from collections.abc import Callable
+from pathlib import Path
+from typing import Annotated, Any, TypeVar
+
+import typer
+from rich.console import Console
+from rich.progress import (
+    BarColumn,
+    MofNCompleteColumn,
+    Progress,
+    TextColumn,
+    TimeElapsedColumn,
+    TimeRemainingColumn,
+)
+from rich.table import Table
+
+from structbench import measure, optim, spec, store
+from structbench.data.root import resolve_data_root
+from structbench.errors import UsageError
+from structbench.report import summary, terminal
+from structbench.runner import Progress as RunProgress
+from structbench.runner import execute
+
+app = typer.Typer(
+    help="Benchmark structured optimizers: run suites, record measurements to Parquet, report.",
+    no_args_is_help=True,
+    add_completion=False,
+    pretty_exceptions_enable=False,
+)
+WIDTH = None if sys.stdout.isatty() else 160
+console = Console(width=WIDTH)
+err_console = Console(stderr=True, width=WIDTH)
+
+EXIT_RUN_ERROR = 1
+EXIT_USAGE = 2
+EXIT_INTERRUPTED = 130
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+
+def usage_errors_exit_2(command: F) -> F:
+    """Report a UsageError as one line on stderr and exit 2, with no traceback."""
+
+    @functools.wraps(command)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        try:
+            return command(*args, **kwargs)
+        except UsageError as exc:
+            print(f"error: {exc}", file=sys.stderr)
+            raise typer.Exit(EXIT_USAGE) from None
+
+    return wrapper  # type: ignore[return-value]
+
+
+@app.command("list")
+@usage_errors_exit_2
+def list_cmd(
+    what: Annotated[str, typer.Argument(help="suites, optims, or all")] = "all",
+) -> None:
+    """List the registered suites and optimizers."""
+    if what not in ("suites", "optims", "all"):
+        raise UsageError(f"list takes suites, optims or all, got {what!r}.")
+    if what in ("suites", "all"):
+        table = Table(title="suites")
+        for column in ("name", "task", "optimizers", "budget", "description"):
+            table.add_column(column)
+        for name in spec.suite_names():
+            _, _, raw = spec.read_suite_file(name)
+            budget = raw.get("budget", {})
+            table.add_row(
+                name,
+                raw.get("task", "include: " + ", ".join(raw.get("include", []))),
+                ", ".join(raw.get("optims", [])) or "-",
+                f"{budget['steps']} steps" if "steps" in budget else "-",
+                raw.get("description", ""),
+            )
+        console.print(table)
+    if what in ("optims", "all"):
+        table = Table(title="optimizers")
+        for column in ("name", "reference", "description", "defaults"):
+            table.add_column(column)
+        for name in optim.names():
+            entry = optim.get(name)
+            defaults = ", ".join(f"{k}={v}" for k, v in entry.defaults.items())
+            table.add_row(name, entry.reference, entry.summary, defaults)
+        console.print(table)
+
+
+@app.command()
+@usage_errors_exit_2
+def run(
+    suite: Annotated[str, typer.Option("--suite", help="Suite name (see `structbench list suites`) or a .toml path.")],
+    optims: Annotated[list[str] | None, typer.Option("--optim", help="Optimizer (repeatable); default: the suite's list.")] = None,
+    seeds: Annotated[list[int] | None, typer.Option("--seed", help="Seed (repeatable); default: the suite's seeds.")] = None,
+    steps: Annotated[int | None, typer.Option(min=1, help="Override budget.steps.")] = None,
+    overrides: Annotated[list[str] | None, typer.Option("--set", help="Override a spec field: section.key=value.")] = None,
+    device: Annotated[str, typer.Option(help="auto, cpu or cuda.")] = "auto",
+    out: Annotated[Path, typer.Option(help="Results directory.")] = Path("results"),
+    data_dir: Annotated[Path | None, typer.Option(help="Data root (else $STRUCTBENCH_DATA, else ~/.cache/structbench/data).")] = None,
+    quiet: Annotated[bool, typer.Option("--quiet", help="No progress bars or per-run lines.")] = False,
+) -> None:
+    """Run a suite over optimizers x seeds and store every run in the results directory."""
+    all_overrides = list(overrides or []) + ([f"budget.steps={steps}"] if steps is not None else [])
+    suites, checks = spec.load_suites(suite, all_overrides, optims or [], seeds or [])
+    torch_device = measure.resolve_device(device)
+    data_root = resolve_data_root(data_dir)
+    store.prepare(out)
+    rows: list[dict[str, Any]] = []
+    interrupted = False
+    progress = Progress(
+        TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
+        TextColumn("loss {task.fields[loss]}"), TextColumn("{task.fields[rate]} steps/s"),
+        TimeElapsedColumn(), TimeRemainingColumn(), console=err_console, disable=quiet,
+    )
+    try:
+        with progress:
+            for suite_spec in suites:
+                for optim_name in suite_spec.optims:
+                    for seed in suite_spec.seeds:
+                        label = f"{suite_spec.name} {optim_name} seed={seed}"
+                        bar = progress.add_task(label, total=suite_spec.budget["steps"], loss="-", rate="-")
+
+                        def report(p: RunProgress, bar: Any = bar) -> None:
+                            progress.update(bar, completed=p.step, loss=terminal.fmt_num(p.loss),
+                                            rate=terminal.fmt_num(p.steps_per_s, 3))
+
+                        outcome = execute(suite_spec, optim_name, seed, torch_device, data_root, report)
+                        store.write_run(out, outcome.row, outcome.curves)
+                        rows.append(outcome.row)
+                        if not quiet:
+                            progress.console.print(
+                                f"{label}: {outcome.row['status']} -> {out / 'runs' / outcome.row['run_id']}.parquet"
+                            )
+                        if outcome.interrupted:
+                            raise KeyboardInterrupt
+    except KeyboardInterrupt:
+        interrupted = True
+    if rows:
+        console.print(terminal.runs_table(rows))
+    if interrupted:
+        print("interrupted: the partial run was stored with status 'interrupted'.", file=sys.stderr)
+        raise typer.Exit(EXIT_INTERRUPTED)
+    failures = check_runs(rows, checks)
+    for line in failures:
+        print(f"check failed: {line}", file=sys.stderr)
+    if failures or any(r["status"] == "error" for r in rows):
+        raise typer.Exit(EXIT_RUN_ERROR)
+
+
+def check_runs(rows: list[dict[str, Any]], checks: dict[str, Any]) -> list[str]:
+    """The suite's checks (the smoke suite: every run ok, every eval loss fell) as failure messages."""
+    failures = []
+    for row in rows:
+        name = f"{row['suite']}/{row['optim']}/seed {row['seed']}"
+        if checks["require_ok"] and row["status"] != "ok":
+            failures.append(f"{name} ended {row['status']}: {(row['error'] or '').strip().splitlines()[-1:]}")
+        elif checks["require_loss_decrease"] and row["status"] == "ok":
+            before, after = row["initial_eval_loss"], row["final_eval_loss"]
+            if not (math.isfinite(after) and after < before):
+                failures.append(f"{name}: eval loss did not fall ({before:.4g} -> {after:.4g})")
+    return failures
+
+
+@app.command()
+@usage_errors_exit_2
+def report(
+    out: Annotated[Path, typer.Option(help="Results directory.")] = Path("results"),
+    suites: Annotated[list[str] | None, typer.Option("--suite", help="Only these suites (repeatable).")] = None,
+) -> None:
+    """Summarise the results store per suite x optimizer."""
+    if not out.is_dir():
+        raise UsageError(f"results directory {out} does not exist; run `structbench run` first.")
+    wanted = [name for s in suites or [] for name in expand_suite(s)]
+    runs, problems = store.load_runs(out, summary.SUMMARY_COLUMNS)
+    for problem in problems:
+        print(f"warning: skipped unreadable file {problem.path}: {problem.reason}", file=sys.stderr)
+    table = summary.summarize(runs, wanted)
+    if table.empty:
+        console.print(f"no runs in {out}" + (f" for suite(s) {', '.join(wanted)}" if wanted else ""))
+        return
+    console.print(terminal.summary_table(table))
+
+
+def expand_suite(name: str) -> list[str]:
+    """A suite's stored names: itself, or the suites it includes."""
+    if name not in spec.suite_names():
+        return [name]
+    _, _, raw = spec.read_suite_file(name)
+    return [n for child in raw.get("include", []) for n in expand_suite(child)] or [name]
+
+
+@app.command()
+def env() -> None:
+    """Show the device, versions, CPU/GPU and the memory probe a run would use."""
+    table = Table(title="structbench environment", show_header=False)
+    for key, value in measure.environment_report().items():
+        table.add_row(key, value)
+    console.print(table)

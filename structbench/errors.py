@@ -1,0 +1,13 @@
+"""Exceptions that carry a meaning for the command line and the run record."""
+
+
+class UsageError(Exception):
+    """Bad input from the user: reported as one line on stderr, exit code 2, nothing written."""
+
+
+class MissingDataError(UsageError):
+    """A dataset a suite needs is not on disk; the message names the expected files and how to get them."""
+
+
+class SolverError(RuntimeError):
+    """A matrix solver (SVD, eigendecomposition) failed beyond recovery; the run ends `solver_error`."""

@@ -1,0 +1,231 @@
+"""Measurements: step clocks, peak-memory probes, optimizer-state bytes and environment metadata.
+
+Rules (DESIGN §5): training time excludes evaluation and includes the optimizer step; on CUDA, steps are
+timed with events that are read only when the runner synchronises anyway (at log points), never by a
+host sync every step; peak GPU memory is `torch.cuda.max_memory_allocated` after a reset, with NVML's
+device-level reading beside it when available; on CPU it is the process's peak resident set size.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import platform
+import socket
+import subprocess
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import psutil
+import torch
+
+import structbench
+
+PROC_STATUS = Path("/proc/self/status")
+PROC_CLEAR_REFS = Path("/proc/self/clear_refs")
+
+
+class StepClock:
+    """Per-step wall time and optimizer-step time.
+
+    CPU: `time.perf_counter` stamps. CUDA: three events per step, resolved lazily by `drain()`, which the
+    runner calls at log points after it has synchronised for its own reasons.
+    """
+
+    def __init__(self, device: torch.device) -> None:
+        self.cuda = device.type == "cuda"
+        self._pending: list[tuple[Any, Any, Any]] = []
+        self._stamps: list[Any] = []
+
+    def _stamp(self) -> Any:
+        if self.cuda:
+            event = torch.cuda.Event(enable_timing=True)
+            event.record()
+            return event
+        return time.perf_counter()
+
+    def step_start(self) -> None:
+        self._stamps = [self._stamp()]
+
+    def optim_start(self) -> None:
+        self._stamps.append(self._stamp())
+
+    def step_end(self) -> None:
+        self._stamps.append(self._stamp())
+        start, optim_start, end = self._stamps
+        self._pending.append((start, optim_start, end))
+
+    def drain(self) -> list[tuple[float, float]]:
+        """(step seconds, optimizer-step seconds) for every step since the last drain."""
+        if self.cuda:
+            torch.cuda.synchronize()
+            out = [(s.elapsed_time(e) / 1e3, o.elapsed_time(e) / 1e3) for s, o, e in self._pending]
+        else:
+            out = [(e - s, e - o) for s, o, e in self._pending]
+        self._pending = []
+        return out
+
+
+def synchronize(device: torch.device) -> None:
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+class MemoryProbe:
+    """Peak memory over a run: CUDA max allocated (plus NVML), or the process's peak RSS on CPU."""
+
+    def __init__(self, device: torch.device) -> None:
+        self.device = device
+        self.source = "cuda" if device.type == "cuda" else "rss"
+        self._rss_baseline_peak = 0
+
+    def reset(self) -> None:
+        if self.device.type == "cuda":
+            torch.cuda.reset_peak_memory_stats(self.device)
+            return
+        if _reset_peak_rss():
+            self._rss_baseline_peak = 0
+        else:
+            self._rss_baseline_peak = psutil.Process().memory_info().rss
+
+    def peak_bytes(self) -> int:
+        if self.device.type == "cuda":
+            return int(torch.cuda.max_memory_allocated(self.device))
+        return max(peak_rss_bytes(), self._rss_baseline_peak)
+
+    def nvml_used_bytes(self) -> int | None:
+        if self.device.type != "cuda":
+            return None
+        return nvml_used_bytes(self.device.index or 0)
+
+
+def _reset_peak_rss() -> bool:
+    """Reset the kernel's peak-RSS counter (Linux: write 5 to /proc/self/clear_refs)."""
+    try:
+        PROC_CLEAR_REFS.write_text("5")
+    except OSError:
+        return False
+    return True
+
+
+def peak_rss_bytes() -> int:
+    """The process's peak resident set size: VmHWM on Linux, else the current RSS."""
+    with contextlib.suppress(OSError):
+        for line in PROC_STATUS.read_text().splitlines():
+            if line.startswith("VmHWM:"):
+                return int(line.split()[1]) * 1024
+    return int(psutil.Process().memory_info().rss)
+
+
+def nvml_used_bytes(index: int) -> int | None:
+    try:
+        import pynvml
+
+        pynvml.nvmlInit()
+        try:
+            return int(pynvml.nvmlDeviceGetMemoryInfo(pynvml.nvmlDeviceGetHandleByIndex(index)).used)
+        finally:
+            pynvml.nvmlShutdown()
+    except Exception:
+        return None
+
+
+def _tensors(obj: Any) -> Iterator[torch.Tensor]:
+    if isinstance(obj, torch.Tensor):
+        yield obj
+    elif isinstance(obj, dict):
+        for value in obj.values():
+            yield from _tensors(value)
+    elif isinstance(obj, (list, tuple)):
+        for value in obj:
+            yield from _tensors(value)
+
+
+def state_bytes(optimizer: torch.optim.Optimizer) -> int:
+    """Exact bytes of the tensors an optimizer holds in its state, each tensor counted once, as stored."""
+    seen: set[int] = set()
+    total = 0
+    for tensor in _tensors(optimizer.state_dict()["state"]):
+        if id(tensor) not in seen:
+            seen.add(id(tensor))
+            total += tensor.numel() * tensor.element_size()
+    return total
+
+
+def resolve_device(choice: str) -> torch.device:
+    from structbench.errors import UsageError
+
+    if choice == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    if choice == "cuda" and not torch.cuda.is_available():
+        raise UsageError("--device cuda requested but torch sees no CUDA device; use --device cpu or auto.")
+    if choice not in ("cpu", "cuda"):
+        raise UsageError(f"--device must be auto, cpu or cuda, got {choice!r}.")
+    return torch.device(choice)
+
+
+def cpu_name() -> str:
+    with contextlib.suppress(OSError):
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    return platform.processor() or platform.machine()
+
+
+def device_name(device: torch.device) -> str:
+    if device.type == "cuda":
+        return torch.cuda.get_device_name(device)
+    return cpu_name()
+
+
+def git_commit() -> str | None:
+    """The commit of the structbench checkout in use, when it runs from one."""
+    root = Path(structbench.__file__).resolve().parent.parent
+    if not (root / ".git").exists():
+        return None
+    try:
+        out = subprocess.run(
+            ["git", "-C", str(root), "rev-parse", "HEAD"], capture_output=True, text=True, timeout=5, check=True
+        )
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return out.stdout.strip() or None
+
+
+def environment(device: torch.device) -> dict[str, Any]:
+    """Environment metadata stored with every run."""
+    return {
+        "device": device.type,
+        "device_name": device_name(device),
+        "torch_version": torch.__version__,
+        "structbench_version": structbench.__version__,
+        "git_commit": git_commit(),
+        "hostname": socket.gethostname(),
+        "python_version": platform.python_version(),
+    }
+
+
+def environment_report() -> dict[str, str]:
+    """What `structbench env` prints: devices, versions, and which memory probe a run would use."""
+    cuda = torch.cuda.is_available()
+    report = {
+        "default device": "cuda" if cuda else "cpu",
+        "torch": torch.__version__,
+        "CUDA (torch build)": str(torch.version.cuda),
+        "CUDA available": str(cuda),
+        "CPU": f"{cpu_name()} ({os.cpu_count()} logical cores, {torch.get_num_threads()} torch threads)",
+        "memory": f"{psutil.virtual_memory().total / 2**30:.1f} GiB",
+        "python": platform.python_version(),
+        "structbench": structbench.__version__,
+    }
+    if cuda:
+        report["GPU"] = ", ".join(torch.cuda.get_device_name(i) for i in range(torch.cuda.device_count()))
+        nvml = "available" if nvml_used_bytes(0) is not None else "unavailable"
+        report["memory probe"] = f"cuda (torch.cuda.max_memory_allocated); NVML {nvml}"
+    else:
+        report["GPU"] = "none"
+        rss = "VmHWM, reset per run" if _reset_peak_rss() else "current RSS (no resettable peak counter)"
+        report["memory probe"] = f"rss (process peak resident set: {rss})"
+    return report

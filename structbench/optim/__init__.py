@@ -1,0 +1,27 @@
+"""Optimizers: the registry, `make_optimizer`, and one module per optimizer family.
+
+Importing this package registers every optimizer.
+"""
+
+from structbench.optim import baselines as baselines
+from structbench.optim.registry import (
+    OptimizerEntry,
+    Routing,
+    build_with_routing,
+    get,
+    make_optimizer,
+    names,
+    register,
+    resolve_hparams,
+)
+
+__all__ = [
+    "OptimizerEntry",
+    "Routing",
+    "build_with_routing",
+    "get",
+    "make_optimizer",
+    "names",
+    "register",
+    "resolve_hparams",
+]

@@ -1,0 +1,52 @@
+"""First-order baselines: thin wrappers over `torch.optim.SGD` and `torch.optim.AdamW` (not rewritten)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+
+from structbench.optim.registry import NamedParams, OptimizerEntry, Routing, register
+
+
+def _build_sgd(named: NamedParams, routing: Routing, hp: dict[str, Any]) -> torch.optim.Optimizer:
+    return torch.optim.SGD(
+        [p for _, p in named],
+        lr=hp["lr"],
+        momentum=hp["momentum"],
+        nesterov=hp["nesterov"],
+        weight_decay=hp["weight_decay"],
+    )
+
+
+def _build_adamw(named: NamedParams, routing: Routing, hp: dict[str, Any]) -> torch.optim.Optimizer:
+    return torch.optim.AdamW(
+        [p for _, p in named],
+        lr=hp["lr"],
+        betas=(hp["beta1"], hp["beta2"]),
+        eps=hp["eps"],
+        weight_decay=hp["weight_decay"],
+    )
+
+
+SGD = register(
+    OptimizerEntry(
+        name="sgd",
+        summary="SGD with heavy-ball momentum (torch.optim.SGD semantics: buf = mu*buf + g)",
+        reference="Polyak 1964; Sutskever et al. 2013 (Nesterov); torch.optim.SGD",
+        defaults={"lr": 0.1, "momentum": 0.9, "nesterov": False, "weight_decay": 0.0},
+        build=_build_sgd,
+        notes="lr 0.1 and momentum 0.9 are the 4-bit Shampoo paper's SGD-M base settings.",
+    )
+)
+
+ADAMW = register(
+    OptimizerEntry(
+        name="adamw",
+        summary="AdamW with decoupled weight decay (torch.optim.AdamW)",
+        reference="Loshchilov & Hutter 2019, Algorithm 2; torch.optim.AdamW",
+        defaults={"lr": 1e-3, "beta1": 0.9, "beta2": 0.999, "eps": 1e-8, "weight_decay": 1e-2},
+        build=_build_adamw,
+        notes="Defaults are torch.optim.AdamW's.",
+    )
+)

@@ -1,0 +1,123 @@
+"""The optimizer registry: command-line name -> factory, paper defaults and reference.
+
+Every optimizer structbench benchmarks registers one `OptimizerEntry`. The entry's `defaults` are the
+hyperparameters a run starts from (the paper's values, or the reference code's where the paper is silent,
+said so in `notes`); a suite or `--set` may override any of them and nothing else.
+"""
+
+from __future__ import annotations
+
+import difflib
+import math
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+from torch import nn
+
+from structbench.errors import UsageError
+
+NamedParams = Sequence[tuple[str, nn.Parameter]]
+
+
+@dataclass(frozen=True)
+class Routing:
+    """Which parameters the structured method owns and which go to its fallback optimizer."""
+
+    structured: tuple[str, ...]
+    fallback: tuple[str, ...]
+    fallback_name: str | None = None
+
+    def as_record(self) -> dict[str, Any]:
+        return {
+            "structured": list(self.structured),
+            "fallback": list(self.fallback),
+            "fallback_optimizer": self.fallback_name,
+        }
+
+
+def route_all(named_params: NamedParams) -> Routing:
+    """Routing of a plain first-order optimizer: it owns every parameter."""
+    return Routing(structured=tuple(name for name, _ in named_params), fallback=())
+
+
+Builder = Callable[[NamedParams, Routing, dict[str, Any]], torch.optim.Optimizer]
+
+
+@dataclass(frozen=True)
+class OptimizerEntry:
+    name: str
+    summary: str
+    reference: str
+    defaults: Mapping[str, Any]
+    build: Builder
+    route: Callable[[NamedParams], Routing] = route_all
+    notes: str = ""
+    lr_keys: tuple[str, ...] = field(default=("lr",))
+
+
+_REGISTRY: dict[str, OptimizerEntry] = {}
+
+
+def register(entry: OptimizerEntry) -> OptimizerEntry:
+    if entry.name in _REGISTRY:
+        raise ValueError(f"optimizer {entry.name!r} is registered twice")
+    _REGISTRY[entry.name] = entry
+    return entry
+
+
+def names() -> list[str]:
+    return sorted(_REGISTRY)
+
+
+def get(name: str) -> OptimizerEntry:
+    try:
+        return _REGISTRY[name]
+    except KeyError:
+        raise UsageError(unknown_name_message("optimizer", name, names())) from None
+
+
+def unknown_name_message(kind: str, name: str, known: Sequence[str]) -> str:
+    close = difflib.get_close_matches(name, known, n=1)
+    hint = f" Did you mean {close[0]!r}?" if close else ""
+    return f"unknown {kind} {name!r}.{hint} Known: {', '.join(known)}."
+
+
+def resolve_hparams(name: str, overrides: Mapping[str, Any]) -> dict[str, Any]:
+    """The entry's defaults updated by `overrides`; unknown keys and bad learning rates are usage errors."""
+    entry = get(name)
+    unknown = sorted(set(overrides) - set(entry.defaults))
+    if unknown:
+        raise UsageError(
+            f"optimizer {name!r} has no hyperparameter {', '.join(map(repr, unknown))}; "
+            f"valid: {', '.join(sorted(entry.defaults))}."
+        )
+    hparams = {**entry.defaults, **overrides}
+    for key in entry.lr_keys:
+        value = hparams.get(key)
+        if not isinstance(value, (int, float)) or isinstance(value, bool) or not math.isfinite(value) or value <= 0:
+            raise UsageError(f"optimizer {name!r}: {key} must be a positive finite number, got {value!r}.")
+    return hparams
+
+
+def make_optimizer(
+    name: str, model_or_named_params: nn.Module | NamedParams, **hparams: Any
+) -> torch.optim.Optimizer:
+    """Build optimizer `name` for a model (or its named parameters) with the given hyperparameters."""
+    optimizer, _ = build_with_routing(name, model_or_named_params, hparams)
+    return optimizer
+
+
+def build_with_routing(
+    name: str, model_or_named_params: nn.Module | NamedParams, hparams: Mapping[str, Any]
+) -> tuple[torch.optim.Optimizer, Routing]:
+    """Build optimizer `name` and return it with the parameter routing it used (stored with each run)."""
+    entry = get(name)
+    if isinstance(model_or_named_params, nn.Module):
+        named = [(n, p) for n, p in model_or_named_params.named_parameters() if p.requires_grad]
+    else:
+        named = list(model_or_named_params)
+    resolved = resolve_hparams(name, hparams)
+    routing = entry.route(named)
+    return entry.build(named, routing, resolved), routing

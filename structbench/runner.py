@@ -1,0 +1,277 @@
+"""The training loop and its measurements (DESIGN §5).
+
+One call of `execute` trains one (suite, optimizer, seed) and returns the run's row and curve points;
+it never raises for what happens inside the run: a non-finite loss ends it `diverged`, an out-of-memory
+error `oom`, a solver failure `solver_error`, any other exception `error` (with the traceback), and
+Ctrl-C `interrupted` — the partial record is returned and the interrupt re-raised by the caller.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import random
+import statistics
+import time
+import traceback
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any
+from uuid import uuid4
+
+import torch
+
+from structbench import measure, store
+from structbench.errors import SolverError, UsageError
+from structbench.optim import build_with_routing
+from structbench.schedule import make_scheduler
+from structbench.spec import SuiteSpec
+from structbench.tasks import Task, TaskContext, get_task
+
+
+@dataclass
+class Progress:
+    """What the runner reports at each log point."""
+
+    step: int
+    total: int
+    loss: float
+    steps_per_s: float
+
+
+@dataclass
+class RunOutcome:
+    row: dict[str, Any]
+    curves: list[dict[str, Any]]
+    interrupted: bool = False
+
+
+@dataclass
+class _RunState:
+    """Mutable measurements accumulated while a run trains."""
+
+    steps_done: int = 0
+    status: str = "ok"
+    error: str | None = None
+    step_times: list[float] = field(default_factory=list)
+    optim_times: list[float] = field(default_factory=list)
+    compile_s: float = math.nan
+    wall_s: float = 0.0
+    eval_s: float = 0.0
+    last_train_loss: float = math.nan
+    target_step: int | None = None
+    target_s: float | None = None
+    curves: list[dict[str, Any]] = field(default_factory=list)
+
+
+def new_run_id(suite: str, optim_name: str, seed: int) -> str:
+    stamp = datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%S")
+    return f"{stamp}-{suite}-{optim_name}-s{seed}-{uuid4().hex[:6]}"
+
+
+def seed_everything(seed: int) -> None:
+    random.seed(seed)
+    torch.manual_seed(seed)
+
+
+def _reached(value: float, target: float, mode: str) -> bool:
+    return value <= target if mode == "min" else value >= target
+
+
+def execute(
+    suite: SuiteSpec,
+    optim_name: str,
+    seed: int,
+    device: torch.device,
+    data_root: Path,
+    on_progress: Callable[[Progress], None] | None = None,
+) -> RunOutcome:
+    """Train one run and measure it; see the module docstring for how failures are recorded."""
+    started = datetime.now(timezone.utc)
+    run_id = new_run_id(suite.name, optim_name, seed)
+    spec = suite.run_spec(optim_name, seed)
+    budget = suite.budget
+    probe = measure.MemoryProbe(device)
+    state = _RunState()
+    task: Task | None = None
+    optimizer: torch.optim.Optimizer | None = None
+    routing: dict[str, Any] | None = None
+    initial: Any = None
+    final: Any = None
+    interrupted = False
+
+    seed_everything(seed)
+    ctx = TaskContext(seed=seed, device=device, data_root=data_root, batch_size=budget["batch_size"])
+    task = get_task(suite.task).build(dict(suite.task_args), ctx)
+    target_metric = suite.target["metric"]
+    if target_metric and target_metric not in (task.metric_name, "loss"):
+        raise UsageError(f"target metric {target_metric!r} is not reported by task {suite.task!r}; "
+                         f"use {task.metric_name!r} or 'loss'.")
+    try:
+        probe.reset()
+        optimizer, route = build_with_routing(optim_name, task.model, suite.hparams[optim_name])
+        routing = route.as_record()
+        scheduler = make_scheduler(optimizer, budget["steps"], suite.schedule)
+        initial = _evaluate(task, device, state)
+        state.curves.append(_eval_point(0, 0.0, initial))
+        final = _train(task, optimizer, scheduler, suite, device, state, on_progress)
+    except KeyboardInterrupt:
+        state.status, interrupted = "interrupted", True
+    except torch.OutOfMemoryError as exc:
+        state.status, state.error = "oom", str(exc).splitlines()[0]
+    except SolverError as exc:
+        state.status, state.error = "solver_error", str(exc)
+    except UsageError:
+        raise
+    except Exception:
+        state.status, state.error = "error", traceback.format_exc()
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+    finished = datetime.now(timezone.utc)
+    train_times = state.step_times
+    row = {
+        "run_id": run_id,
+        "schema_version": store.SCHEMA_VERSION,
+        "suite": suite.name,
+        "task": suite.task,
+        "optim": optim_name,
+        "seed": seed,
+        "hparams": json.dumps(suite.hparams[optim_name], sort_keys=True),
+        "spec": json.dumps(spec, sort_keys=True, default=str),
+        "status": state.status,
+        "error": state.error,
+        "started_at": started,
+        "finished_at": finished,
+        "steps": state.steps_done,
+        "wall_s": state.wall_s,
+        "train_s": state.wall_s - (0.0 if math.isnan(state.compile_s) else state.compile_s),
+        "eval_s": state.eval_s,
+        "compile_s": state.compile_s,
+        "step_time_median_s": statistics.median(train_times) if train_times else math.nan,
+        "optim_time_median_s": statistics.median(state.optim_times) if state.optim_times else math.nan,
+        "peak_mem_bytes": probe.peak_bytes(),
+        "peak_mem_source": probe.source,
+        "state_bytes": measure.state_bytes(optimizer) if optimizer is not None else None,
+        "param_count": sum(p.numel() for p in task.model.parameters()),
+        "final_train_loss": state.last_train_loss,
+        "final_eval_loss": final.loss if final else None,
+        "final_eval_metric": final.metric if final else None,
+        "eval_metric_name": task.metric_name,
+        "target_step": state.target_step,
+        "target_s": state.target_s,
+        **measure.environment(device),
+        "eval_metric_mode": task.metric_mode,
+        "initial_eval_loss": initial.loss if initial else None,
+        "initial_eval_metric": initial.metric if initial else None,
+        "nvml_mem_bytes": probe.nvml_used_bytes(),
+        "solver_failures": int(getattr(optimizer, "solver_failures", 0)),
+        "routing": json.dumps(routing),
+        "data_source": task.data_source,
+    }
+    return RunOutcome(row=row, curves=state.curves, interrupted=interrupted)
+
+
+def _evaluate(task: Task, device: torch.device, state: _RunState) -> Any:
+    measure.synchronize(device)
+    start = time.perf_counter()
+    was_training = task.model.training
+    task.model.eval()
+    with torch.no_grad():
+        result = task.evaluate()
+    task.model.train(was_training)
+    state.eval_s += time.perf_counter() - start
+    return result
+
+
+def _eval_point(step: int, wall_s: float, result: Any) -> dict[str, Any]:
+    return {"step": step, "wall_s": wall_s, "split": "eval", "loss": result.loss, "metric": result.metric,
+            "lr": None, "step_time_s": None, "optim_time_s": None}
+
+
+def _train(
+    task: Task,
+    optimizer: torch.optim.Optimizer,
+    scheduler: torch.optim.lr_scheduler.LRScheduler,
+    suite: SuiteSpec,
+    device: torch.device,
+    state: _RunState,
+    on_progress: Callable[[Progress], None] | None,
+) -> Any:
+    """Run the budget's steps; return the final evaluation, or None when the run diverged."""
+    budget = suite.budget
+    total, log_every, eval_every = budget["steps"], budget["log_every"], budget["eval_every"]
+    target_metric, target_value = suite.target["metric"], suite.target["value"]
+    clock = measure.StepClock(device)
+    pending_losses: list[torch.Tensor] = []
+    pending_lrs: list[float] = []
+    task.model.train()
+    measure.synchronize(device)
+    loop_start = time.perf_counter()
+    eval_at_start = state.eval_s
+
+    def train_wall() -> float:
+        return time.perf_counter() - loop_start - (state.eval_s - eval_at_start)
+
+    for step in range(total):
+        clock.step_start()
+        optimizer.zero_grad(set_to_none=True)
+        loss = task.train_loss(step)
+        loss.backward()
+        clock.optim_start()
+        optimizer.step()
+        clock.step_end()
+        pending_lrs.append(float(optimizer.param_groups[0]["lr"]))
+        scheduler.step()
+        pending_losses.append(loss.detach())
+        done = step + 1
+        if done % log_every and done != total and (not eval_every or done % eval_every):
+            continue
+        losses = torch.stack(pending_losses).double().cpu().tolist()
+        timings = clock.drain()
+        wall = train_wall()
+        first = done - len(losses) + 1
+        for offset, (value, (step_s, optim_s), lr) in enumerate(zip(losses, timings, pending_lrs)):
+            index = first + offset
+            if not math.isfinite(value):
+                state.status, state.steps_done, state.wall_s = "diverged", index, wall
+                state.error = f"non-finite training loss ({value}) at step {index}"
+                return None
+            if index == 1:
+                state.compile_s = step_s
+            else:
+                state.step_times.append(step_s)
+                state.optim_times.append(optim_s)
+            if index % log_every == 0 or index == total:
+                state.curves.append({"step": index, "wall_s": wall, "split": "train", "loss": value,
+                                     "metric": None, "lr": lr, "step_time_s": step_s, "optim_time_s": optim_s})
+        state.last_train_loss = losses[-1]
+        state.steps_done, state.wall_s = done, wall
+        pending_losses, pending_lrs = [], []
+        if on_progress is not None:
+            on_progress(Progress(done, total, losses[-1], done / wall if wall > 0 else math.nan))
+        if eval_every and done % eval_every == 0 and done != total:
+            result = _evaluate(task, device, state)
+            state.curves.append(_eval_point(done, wall, result))
+            _check_target(state, done, wall, result, task, target_metric, target_value)
+    measure.synchronize(device)
+    state.wall_s = train_wall()
+    final = _evaluate(task, device, state)
+    state.curves.append(_eval_point(total, state.wall_s, final))
+    _check_target(state, total, state.wall_s, final, task, target_metric, target_value)
+    return final
+
+
+def _check_target(
+    state: _RunState, step: int, wall: float, result: Any, task: Task, metric: str, value: float
+) -> None:
+    if not metric or state.target_step is not None:
+        return
+    if metric == "loss":
+        reached = _reached(result.loss, value, "min")
+    else:
+        reached = _reached(result.metric, value, task.metric_mode)
+    if reached:
+        state.target_step, state.target_s = step, wall

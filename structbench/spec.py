@@ -1,0 +1,240 @@
+"""Suites: declarative TOML files resolved into effective, fully-typed run specifications.
+
+A suite file names a task and its arguments, a budget, an optional schedule and target, the optimizers
+and seeds to run, and per-optimizer hyperparameters. A suite may instead `include` other suites (the
+smoke suite does): it then runs each of them in turn. `--set section.key=value` overrides any field of
+the effective spec; the value is parsed as TOML and must match the type of the field it replaces.
+"""
+
+from __future__ import annotations
+
+import copy
+import math
+import sys
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+from structbench import optim
+from structbench.errors import UsageError
+from structbench.optim.registry import unknown_name_message
+from structbench.tasks import get_task
+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:
+    import tomli as tomllib
+
+BUDGET_DEFAULTS: dict[str, Any] = {"steps": 100, "batch_size": 64, "eval_every": 0, "log_every": 1}
+SCHEDULE_DEFAULTS: dict[str, Any] = {"kind": "constant", "warmup_steps": 0, "min_lr_ratio": 0.0}
+TARGET_DEFAULTS: dict[str, Any] = {"metric": "", "value": math.nan}
+CHECK_DEFAULTS: dict[str, Any] = {"require_ok": False, "require_loss_decrease": False}
+SCHEDULES = ("constant", "cosine", "linear")
+SUITE_KEYS = {"description", "task", "task_args", "budget", "schedule", "target", "optims", "seeds",
+              "hparams", "checks", "include"}
+
+
+@dataclass(frozen=True)
+class SuiteSpec:
+    """One runnable suite with every field resolved: defaults filled in, overrides applied, validated."""
+
+    name: str
+    description: str
+    source: str
+    task: str
+    task_args: dict[str, Any]
+    budget: dict[str, Any]
+    schedule: dict[str, Any]
+    target: dict[str, Any]
+    optims: list[str]
+    seeds: list[int]
+    hparams: dict[str, dict[str, Any]]
+    checks: dict[str, Any]
+
+    def run_spec(self, optim_name: str, seed: int) -> dict[str, Any]:
+        """The effective spec of one run, as stored in its `spec` column."""
+        return {
+            "suite": self.name,
+            "source": self.source,
+            "task": self.task,
+            "task_args": self.task_args,
+            "budget": self.budget,
+            "schedule": self.schedule,
+            "target": self.target if self.target["metric"] else None,
+            "optim": optim_name,
+            "hparams": self.hparams[optim_name],
+            "seed": seed,
+        }
+
+
+def builtin_suite_dir() -> Path:
+    return Path(str(resources.files("structbench") / "suites"))
+
+
+def suite_names() -> list[str]:
+    return sorted(p.stem for p in builtin_suite_dir().glob("*.toml"))
+
+
+def read_suite_file(name_or_path: str) -> tuple[str, Path, dict[str, Any]]:
+    """Find a suite by built-in name or by path to a .toml file; return (name, path, raw table)."""
+    path = Path(name_or_path)
+    if not (name_or_path.endswith(".toml") and path.is_file()):
+        path = builtin_suite_dir() / f"{name_or_path}.toml"
+        if not path.is_file():
+            raise UsageError(unknown_name_message("suite", name_or_path, suite_names()))
+    try:
+        raw = tomllib.loads(path.read_text())
+    except tomllib.TOMLDecodeError as exc:
+        raise UsageError(f"suite file {path} is not valid TOML: {exc}") from None
+    unknown = set(raw) - SUITE_KEYS
+    if unknown:
+        raise UsageError(f"suite file {path}: unknown field(s) {', '.join(sorted(unknown))}; "
+                         f"valid: {', '.join(sorted(SUITE_KEYS))}.")
+    return path.stem, path, raw
+
+
+def load_suites(
+    name_or_path: str,
+    overrides: Sequence[str] = (),
+    optims: Sequence[str] = (),
+    seeds: Sequence[int] = (),
+) -> tuple[list[SuiteSpec], dict[str, Any]]:
+    """Resolve a suite (expanding `include`) into runnable specs; return them and the suite's checks."""
+    name, path, raw = read_suite_file(name_or_path)
+    checks = _merge("checks", CHECK_DEFAULTS, raw.get("checks", {}))
+    if "include" in raw:
+        specs = [s for child in raw["include"] for s in load_suites(child, overrides, optims, seeds)[0]]
+        return specs, checks
+    return [resolve_suite(name, path, raw, overrides, optims, seeds, checks)], checks
+
+
+def resolve_suite(
+    name: str,
+    path: Path,
+    raw: Mapping[str, Any],
+    overrides: Sequence[str],
+    optims: Sequence[str],
+    seeds: Sequence[int],
+    checks: dict[str, Any],
+) -> SuiteSpec:
+    if "task" not in raw:
+        raise UsageError(f"suite file {path} names no task.")
+    task_def = get_task(raw["task"])
+    chosen = list(optims) or list(raw.get("optims", ["*"]))
+    if chosen == ["*"]:
+        chosen = optim.names()
+    for optim_name in chosen:
+        optim.get(optim_name)
+    suite_hparams = raw.get("hparams", {})
+    for optim_name in suite_hparams:
+        optim.get(optim_name)
+    effective: dict[str, Any] = {
+        "task_args": _merge("task_args", task_def.defaults, raw.get("task_args", {})),
+        "budget": _merge("budget", BUDGET_DEFAULTS, raw.get("budget", {})),
+        "schedule": _merge("schedule", SCHEDULE_DEFAULTS, raw.get("schedule", {})),
+        "target": _merge("target", TARGET_DEFAULTS, raw.get("target", {})),
+        "seeds": list(seeds) or list(raw.get("seeds", [0])),
+        "hparams": {o: {**optim.get(o).defaults, **suite_hparams.get(o, {})} for o in chosen},
+    }
+    for assignment in overrides:
+        apply_override(effective, assignment)
+    hparams = {o: optim.resolve_hparams(o, effective["hparams"][o]) for o in chosen}
+    _validate_budget(effective["budget"], effective["schedule"])
+    return SuiteSpec(
+        name=name,
+        description=str(raw.get("description", "")),
+        source=str(path),
+        task=task_def.name,
+        task_args=effective["task_args"],
+        budget=effective["budget"],
+        schedule=effective["schedule"],
+        target=effective["target"],
+        optims=chosen,
+        seeds=[int(s) for s in effective["seeds"]],
+        hparams=hparams,
+        checks=checks,
+    )
+
+
+def _merge(section: str, defaults: Mapping[str, Any], given: Mapping[str, Any]) -> dict[str, Any]:
+    unknown = sorted(set(given) - set(defaults))
+    if unknown:
+        raise UsageError(f"unknown {section} field(s) {', '.join(unknown)}; valid: {', '.join(sorted(defaults))}.")
+    merged = copy.deepcopy(dict(defaults))
+    for key, value in given.items():
+        merged[key] = coerce(f"{section}.{key}", value, defaults[key])
+    return merged
+
+
+def coerce(key: str, value: Any, like: Any) -> Any:
+    """`value` converted to the type of `like` where that is lossless; a usage error otherwise."""
+    if isinstance(like, bool):
+        if isinstance(value, bool):
+            return value
+    elif isinstance(like, int):
+        if isinstance(value, int) and not isinstance(value, bool):
+            return value
+    elif isinstance(like, float):
+        if isinstance(value, (int, float)) and not isinstance(value, bool):
+            return float(value)
+    elif isinstance(like, str):
+        if isinstance(value, str):
+            return value
+    elif isinstance(like, list):
+        if isinstance(value, list):
+            return value
+    elif like is None:
+        return value
+    raise UsageError(f"{key} must be of type {type(like).__name__}, got {value!r}.")
+
+
+def parse_value(text: str) -> Any:
+    """A --set value as TOML (numbers, booleans, lists, quoted strings), else the bare text."""
+    try:
+        return tomllib.loads(f"v = {text}")["v"]
+    except tomllib.TOMLDecodeError:
+        return text
+
+
+def apply_override(effective: dict[str, Any], assignment: str) -> None:
+    """Apply one `section.key=value` (or `hparams.<optim>.key=value`, or `seeds=[...]`) to `effective`."""
+    key, sep, text = assignment.partition("=")
+    if not sep or not key:
+        raise UsageError(f"--set expects key=value, got {assignment!r}.")
+    parts = key.strip().split(".")
+    value = parse_value(text.strip())
+    if parts == ["seeds"]:
+        values = value if isinstance(value, list) else [value]
+        if not all(isinstance(v, int) and not isinstance(v, bool) for v in values):
+            raise UsageError(f"seeds must be integers, got {text!r}.")
+        effective["seeds"] = values
+        return
+    node: Any = effective
+    for depth, part in enumerate(parts[:-1]):
+        if not isinstance(node, dict) or part not in node:
+            raise UsageError(_bad_key_message(key, parts[:depth], node))
+        node = node[part]
+    leaf = parts[-1]
+    if not isinstance(node, dict) or leaf not in node or isinstance(node[leaf], dict):
+        raise UsageError(_bad_key_message(key, parts[:-1], node))
+    node[leaf] = coerce(key, value, node[leaf])
+
+
+def _bad_key_message(key: str, prefix: Iterable[str], node: Any) -> str:
+    base = ".".join(prefix)
+    valid = [f"{base}.{k}" if base else k for k in node] if isinstance(node, dict) else []
+    return f"--set: unknown key {key!r}; valid here: {', '.join(sorted(valid))}."
+
+
+def _validate_budget(budget: dict[str, Any], schedule: dict[str, Any]) -> None:
+    for key in ("steps", "batch_size", "log_every"):
+        if budget[key] < 1:
+            raise UsageError(f"budget.{key} must be >= 1, got {budget[key]}.")
+    if budget["eval_every"] < 0:
+        raise UsageError(f"budget.eval_every must be >= 0, got {budget['eval_every']}.")
+    if schedule["kind"] not in SCHEDULES:
+        raise UsageError(f"unknown schedule.kind {schedule['kind']!r}; valid: {', '.join(SCHEDULES)}.")
+    if schedule["warmup_steps"] < 0 or not 0.0 <= schedule["min_lr_ratio"] <= 1.0:
+        raise UsageError("schedule.warmup_steps must be >= 0 and schedule.min_lr_ratio in [0, 1].")

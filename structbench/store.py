@@ -1,0 +1,181 @@
+"""The Parquet results store (DESIGN §4): the only code that writes results.
+
+    <out>/runs/<run_id>.parquet     one row per run
+    <out>/curves/<run_id>.parquet   one row per logged point
+
+Each file is written to a hidden temporary name in the same directory and renamed into place, so a
+crash never leaves a half-written file where readers look (pyarrow ignores names starting with '.').
+Curves are written before the run row: a run row implies its curve file exists.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from structbench.errors import UsageError
+
+SCHEMA_VERSION = 1
+STATUSES = ("ok", "diverged", "oom", "solver_error", "error", "interrupted")
+
+RUN_SCHEMA = pa.schema(
+    [
+        ("run_id", pa.string()),
+        ("schema_version", pa.int32()),
+        ("suite", pa.string()),
+        ("task", pa.string()),
+        ("optim", pa.string()),
+        ("seed", pa.int64()),
+        ("hparams", pa.string()),
+        ("spec", pa.string()),
+        ("status", pa.string()),
+        ("error", pa.string()),
+        ("started_at", pa.timestamp("us", tz="UTC")),
+        ("finished_at", pa.timestamp("us", tz="UTC")),
+        ("steps", pa.int64()),
+        ("wall_s", pa.float64()),
+        ("train_s", pa.float64()),
+        ("eval_s", pa.float64()),
+        ("compile_s", pa.float64()),
+        ("step_time_median_s", pa.float64()),
+        ("optim_time_median_s", pa.float64()),
+        ("peak_mem_bytes", pa.int64()),
+        ("peak_mem_source", pa.string()),
+        ("state_bytes", pa.int64()),
+        ("param_count", pa.int64()),
+        ("final_train_loss", pa.float64()),
+        ("final_eval_loss", pa.float64()),
+        ("final_eval_metric", pa.float64()),
+        ("eval_metric_name", pa.string()),
+        ("target_step", pa.int64()),
+        ("target_s", pa.float64()),
+        ("device", pa.string()),
+        ("device_name", pa.string()),
+        ("torch_version", pa.string()),
+        ("structbench_version", pa.string()),
+        ("git_commit", pa.string()),
+        ("hostname", pa.string()),
+        ("python_version", pa.string()),
+        # Added beyond the contract's minimum (schema version 1):
+        ("eval_metric_mode", pa.string()),
+        ("initial_eval_loss", pa.float64()),
+        ("initial_eval_metric", pa.float64()),
+        ("nvml_mem_bytes", pa.int64()),
+        ("solver_failures", pa.int64()),
+        ("routing", pa.string()),
+        ("data_source", pa.string()),
+    ]
+)
+
+CURVE_SCHEMA = pa.schema(
+    [
+        ("run_id", pa.string()),
+        ("step", pa.int64()),
+        ("wall_s", pa.float64()),
+        ("split", pa.string()),
+        ("loss", pa.float64()),
+        ("metric", pa.float64()),
+        ("lr", pa.float64()),
+        ("step_time_s", pa.float64()),
+        ("optim_time_s", pa.float64()),
+    ]
+)
+
+
+def runs_dir(out: Path) -> Path:
+    return out / "runs"
+
+
+def curves_dir(out: Path) -> Path:
+    return out / "curves"
+
+
+def prepare(out: Path) -> None:
+    """Create the store's directories and prove they are writable, before any run starts."""
+    try:
+        for directory in (runs_dir(out), curves_dir(out)):
+            directory.mkdir(parents=True, exist_ok=True)
+            probe = directory / f".write-test-{os.getpid()}"
+            probe.write_bytes(b"")
+            probe.unlink()
+    except OSError as exc:
+        raise UsageError(f"results directory {out} is not writable: {exc.strerror or exc}.") from None
+
+
+def _write_atomic(table: pa.Table, path: Path, writer: Callable[[pa.Table, Path], None]) -> None:
+    tmp = path.with_name(f".{path.name}.tmp")
+    try:
+        writer(table, tmp)
+        os.replace(tmp, path)
+    finally:
+        tmp.unlink(missing_ok=True)
+
+
+def _write_parquet(table: pa.Table, path: Path) -> None:
+    pq.write_table(table, path)
+
+
+def write_run(
+    out: Path,
+    row: Mapping[str, Any],
+    curves: Sequence[Mapping[str, Any]],
+    writer: Callable[[pa.Table, Path], None] = _write_parquet,
+) -> Path:
+    """Store one run (its curve file first, then its row); return the run file's path."""
+    missing = [f.name for f in RUN_SCHEMA if f.name not in row]
+    if missing:
+        raise ValueError(f"run row lacks contract columns: {missing}")
+    if row["status"] not in STATUSES:
+        raise ValueError(f"invalid status {row['status']!r}")
+    run_id = row["run_id"]
+    curve_table = pa.Table.from_pylist([dict(c, run_id=run_id) for c in curves], schema=CURVE_SCHEMA)
+    _write_atomic(curve_table, curves_dir(out) / f"{run_id}.parquet", writer)
+    run_table = pa.Table.from_pylist([{f.name: row[f.name] for f in RUN_SCHEMA}], schema=RUN_SCHEMA)
+    path = runs_dir(out) / f"{run_id}.parquet"
+    _write_atomic(run_table, path, writer)
+    return path
+
+
+@dataclass(frozen=True)
+class Problem:
+    path: Path
+    reason: str
+
+
+def _read_dir(directory: Path, columns: Sequence[str] | None) -> tuple[pd.DataFrame, list[Problem]]:
+    tables: list[pa.Table] = []
+    problems: list[Problem] = []
+    if not directory.is_dir():
+        return pd.DataFrame(columns=list(columns or [])), problems
+    for path in sorted(directory.iterdir()):
+        if path.name.startswith((".", "_")) or not path.is_file():
+            continue
+        try:
+            tables.append(pq.read_table(path, columns=list(columns) if columns else None))
+        except (pa.ArrowException, OSError, KeyError) as exc:
+            problems.append(Problem(path, str(exc).splitlines()[0] if str(exc) else type(exc).__name__))
+    if not tables:
+        return pd.DataFrame(columns=list(columns or [])), problems
+    return pa.concat_tables(tables, promote_options="default").to_pandas(), problems
+
+
+def load_runs(out: Path, columns: Sequence[str] | None = None) -> tuple[pd.DataFrame, list[Problem]]:
+    """Every readable run row (only `columns`, if given) and the files that could not be read."""
+    return _read_dir(runs_dir(out), columns)
+
+
+def load_curves(out: Path, run_ids: Sequence[str] | None = None) -> pd.DataFrame:
+    """Curve rows of the given runs (all runs when None)."""
+    directory = curves_dir(out)
+    if run_ids is None:
+        frame, _ = _read_dir(directory, None)
+        return frame
+    frames = [pq.read_table(directory / f"{r}.parquet").to_pandas() for r in run_ids]
+    return pd.concat(frames, ignore_index=True) if frames else pd.DataFrame(columns=CURVE_SCHEMA.names)

@@ -1,0 +1,21 @@
+"""Tasks a suite can train: name -> definition (defaults and builder)."""
+
+from __future__ import annotations
+
+from structbench.errors import UsageError
+from structbench.optim.registry import unknown_name_message
+from structbench.tasks.base import EvalResult, Task, TaskContext, TaskDef
+from structbench.tasks.quadratic import QUADRATIC
+from structbench.tasks.synthetic_classification import SYNTHETIC_CLASSIFICATION
+
+TASKS: dict[str, TaskDef] = {t.name: t for t in (QUADRATIC, SYNTHETIC_CLASSIFICATION)}
+
+
+def get_task(name: str) -> TaskDef:
+    try:
+        return TASKS[name]
+    except KeyError:
+        raise UsageError(unknown_name_message("task", name, sorted(TASKS))) from None
+
+
+__all__ = ["TASKS", "EvalResult", "Task", "TaskContext", "TaskDef", "get_task"]

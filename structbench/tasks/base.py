@@ -1,0 +1,50 @@
+"""What a task gives the runner: a model, a training loss per step, and an untimed evaluation."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Literal, Protocol
+
+import torch
+from torch import nn
+
+
+@dataclass(frozen=True)
+class EvalResult:
+    loss: float
+    metric: float
+
+
+@dataclass(frozen=True)
+class TaskContext:
+    """Everything a task builder may use besides its own arguments."""
+
+    seed: int
+    device: torch.device
+    data_root: Path
+    batch_size: int
+
+
+class Task(Protocol):
+    model: nn.Module
+    metric_name: str
+    metric_mode: Literal["min", "max"]
+    data_source: str
+
+    def train_loss(self, step: int) -> torch.Tensor:
+        """The training loss of step `step` (0-based), with its graph attached."""
+        ...
+
+    def evaluate(self) -> EvalResult:
+        """Loss and metric on the held-out data (or the exact objective); called under no_grad."""
+        ...
+
+
+@dataclass(frozen=True)
+class TaskDef:
+    name: str
+    summary: str
+    defaults: Mapping[str, Any]
+    build: Callable[[dict[str, Any], TaskContext], Task]
