@@ -97,13 +97,21 @@ def list_cmd(
 @usage_errors_exit_2
 def run(
     suite: Annotated[str, typer.Option("--suite", help="Suite name (see `structbench list suites`) or a .toml path.")],
-    optims: Annotated[list[str] | None, typer.Option("--optim", help="Optimizer (repeatable); default: the suite's list.")] = None,
-    seeds: Annotated[list[int] | None, typer.Option("--seed", help="Seed (repeatable); default: the suite's seeds.")] = None,
+    optims: Annotated[
+        list[str] | None, typer.Option("--optim", help="Optimizer (repeatable); default: the suite's list.")
+    ] = None,
+    seeds: Annotated[
+        list[int] | None, typer.Option("--seed", help="Seed (repeatable); default: the suite's seeds.")
+    ] = None,
     steps: Annotated[int | None, typer.Option(min=1, help="Override budget.steps.")] = None,
-    overrides: Annotated[list[str] | None, typer.Option("--set", help="Override a spec field: section.key=value.")] = None,
+    overrides: Annotated[
+        list[str] | None, typer.Option("--set", help="Override a spec field: section.key=value.")
+    ] = None,
     device: Annotated[str, typer.Option(help="auto, cpu or cuda.")] = "auto",
     out: Annotated[Path, typer.Option(help="Results directory.")] = Path("results"),
-    data_dir: Annotated[Path | None, typer.Option(help="Data root (else $STRUCTBENCH_DATA, else ~/.cache/structbench/data).")] = None,
+    data_dir: Annotated[
+        Path | None, typer.Option(help="Data root (else $STRUCTBENCH_DATA, else ~/.cache/structbench/data).")
+    ] = None,
     quiet: Annotated[bool, typer.Option("--quiet", help="No progress bars or per-run lines.")] = False,
 ) -> None:
     """Run a suite over optimizers x seeds and store every run in the results directory."""
@@ -115,9 +123,15 @@ def run(
     rows: list[dict[str, Any]] = []
     interrupted = False
     progress = Progress(
-        TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
-        TextColumn("loss {task.fields[loss]}"), TextColumn("{task.fields[rate]} steps/s"),
-        TimeElapsedColumn(), TimeRemainingColumn(), console=err_console, disable=quiet,
+        TextColumn("{task.description}"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TextColumn("loss {task.fields[loss]}"),
+        TextColumn("{task.fields[rate]} steps/s"),
+        TimeElapsedColumn(),
+        TimeRemainingColumn(),
+        console=err_console,
+        disable=quiet,
     )
     try:
         with progress:
@@ -128,8 +142,12 @@ def run(
                         bar = progress.add_task(label, total=suite_spec.budget["steps"], loss="-", rate="-")
 
                         def report(p: RunProgress, bar: Any = bar) -> None:
-                            progress.update(bar, completed=p.step, loss=terminal.fmt_num(p.loss),
-                                            rate=terminal.fmt_num(p.steps_per_s, 3))
+                            progress.update(
+                                bar,
+                                completed=p.step,
+                                loss=terminal.fmt_num(p.loss),
+                                rate=terminal.fmt_num(p.steps_per_s, 3),
+                            )
 
                         outcome = execute(suite_spec, optim_name, seed, torch_device, data_root, report)
                         store.write_run(out, outcome.row, outcome.curves)

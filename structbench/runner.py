@@ -107,8 +107,10 @@ def execute(
     task = get_task(suite.task).build(dict(suite.task_args), ctx)
     target_metric = suite.target["metric"]
     if target_metric and target_metric not in (task.metric_name, "loss"):
-        raise UsageError(f"target metric {target_metric!r} is not reported by task {suite.task!r}; "
-                         f"use {task.metric_name!r} or 'loss'.")
+        raise UsageError(
+            f"target metric {target_metric!r} is not reported by task {suite.task!r}; "
+            f"use {task.metric_name!r} or 'loss'."
+        )
     try:
         probe.reset()
         optimizer, route = build_with_routing(optim_name, task.model, suite.hparams[optim_name])
@@ -187,8 +189,16 @@ def _evaluate(task: Task, device: torch.device, state: _RunState) -> Any:
 
 
 def _eval_point(step: int, wall_s: float, result: Any) -> dict[str, Any]:
-    return {"step": step, "wall_s": wall_s, "split": "eval", "loss": result.loss, "metric": result.metric,
-            "lr": None, "step_time_s": None, "optim_time_s": None}
+    return {
+        "step": step,
+        "wall_s": wall_s,
+        "split": "eval",
+        "loss": result.loss,
+        "metric": result.metric,
+        "lr": None,
+        "step_time_s": None,
+        "optim_time_s": None,
+    }
 
 
 def _train(
@@ -233,7 +243,7 @@ def _train(
         timings = clock.drain()
         wall = train_wall()
         first = done - len(losses) + 1
-        for offset, (value, (step_s, optim_s), lr) in enumerate(zip(losses, timings, pending_lrs)):
+        for offset, (value, (step_s, optim_s), lr) in enumerate(zip(losses, timings, pending_lrs, strict=True)):
             index = first + offset
             if not math.isfinite(value):
                 state.status, state.steps_done, state.wall_s = "diverged", index, wall
@@ -245,8 +255,18 @@ def _train(
                 state.step_times.append(step_s)
                 state.optim_times.append(optim_s)
             if index % log_every == 0 or index == total:
-                state.curves.append({"step": index, "wall_s": wall, "split": "train", "loss": value,
-                                     "metric": None, "lr": lr, "step_time_s": step_s, "optim_time_s": optim_s})
+                state.curves.append(
+                    {
+                        "step": index,
+                        "wall_s": wall,
+                        "split": "train",
+                        "loss": value,
+                        "metric": None,
+                        "lr": lr,
+                        "step_time_s": step_s,
+                        "optim_time_s": optim_s,
+                    }
+                )
         state.last_train_loss = losses[-1]
         state.steps_done, state.wall_s = done, wall
         pending_losses, pending_lrs = [], []
@@ -264,9 +284,7 @@ def _train(
     return final
 
 
-def _check_target(
-    state: _RunState, step: int, wall: float, result: Any, task: Task, metric: str, value: float
-) -> None:
+def _check_target(state: _RunState, step: int, wall: float, result: Any, task: Task, metric: str, value: float) -> None:
     if not metric or state.target_step is not None:
         return
     if metric == "loss":

@@ -32,8 +32,19 @@ SCHEDULE_DEFAULTS: dict[str, Any] = {"kind": "constant", "warmup_steps": 0, "min
 TARGET_DEFAULTS: dict[str, Any] = {"metric": "", "value": math.nan}
 CHECK_DEFAULTS: dict[str, Any] = {"require_ok": False, "require_loss_decrease": False}
 SCHEDULES = ("constant", "cosine", "linear")
-SUITE_KEYS = {"description", "task", "task_args", "budget", "schedule", "target", "optims", "seeds",
-              "hparams", "checks", "include"}
+SUITE_KEYS = {
+    "description",
+    "task",
+    "task_args",
+    "budget",
+    "schedule",
+    "target",
+    "optims",
+    "seeds",
+    "hparams",
+    "checks",
+    "include",
+}
 
 
 @dataclass(frozen=True)
@@ -90,8 +101,9 @@ def read_suite_file(name_or_path: str) -> tuple[str, Path, dict[str, Any]]:
         raise UsageError(f"suite file {path} is not valid TOML: {exc}") from None
     unknown = set(raw) - SUITE_KEYS
     if unknown:
-        raise UsageError(f"suite file {path}: unknown field(s) {', '.join(sorted(unknown))}; "
-                         f"valid: {', '.join(sorted(SUITE_KEYS))}.")
+        raise UsageError(
+            f"suite file {path}: unknown field(s) {', '.join(sorted(unknown))}; valid: {', '.join(sorted(SUITE_KEYS))}."
+        )
     return path.stem, path, raw
 
 

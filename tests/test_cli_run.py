@@ -21,17 +21,49 @@ QUICK = ("--suite", "quadratic", "--steps", "30", "--quiet")
 
 
 def test_run_writes_every_contract_column_with_its_type(cli, tmp_path):
-    result = cli("run", *QUICK, "--optim", "sgd", "--optim", "adamw", "--seed", "0", "--seed", "1",
-                 "--out", tmp_path)
+    result = cli("run", *QUICK, "--optim", "sgd", "--optim", "adamw", "--seed", "0", "--seed", "1", "--out", tmp_path)
     assert result.exit_code == 0, result.output
     runs = read_runs(tmp_path)
     assert len(runs) == 4
-    assert sorted(zip(runs.optim, runs.seed)) == [("adamw", 0), ("adamw", 1), ("sgd", 0), ("sgd", 1)]
-    contract = ("run_id schema_version suite task optim seed hparams spec status error started_at finished_at "
-                "steps wall_s train_s eval_s compile_s step_time_median_s optim_time_median_s peak_mem_bytes "
-                "peak_mem_source state_bytes param_count final_train_loss final_eval_loss final_eval_metric "
-                "eval_metric_name target_step target_s device device_name torch_version structbench_version "
-                "git_commit hostname python_version").split()
+    assert sorted(zip(runs.optim, runs.seed, strict=True)) == [("adamw", 0), ("adamw", 1), ("sgd", 0), ("sgd", 1)]
+    contract = [
+        "run_id",
+        "schema_version",
+        "suite",
+        "task",
+        "optim",
+        "seed",
+        "hparams",
+        "spec",
+        "status",
+        "error",
+        "started_at",
+        "finished_at",
+        "steps",
+        "wall_s",
+        "train_s",
+        "eval_s",
+        "compile_s",
+        "step_time_median_s",
+        "optim_time_median_s",
+        "peak_mem_bytes",
+        "peak_mem_source",
+        "state_bytes",
+        "param_count",
+        "final_train_loss",
+        "final_eval_loss",
+        "final_eval_metric",
+        "eval_metric_name",
+        "target_step",
+        "target_s",
+        "device",
+        "device_name",
+        "torch_version",
+        "structbench_version",
+        "git_commit",
+        "hostname",
+        "python_version",
+    ]
     assert set(contract) <= set(runs.columns)
     arrow = pq.read_schema(next((tmp_path / "runs").glob("*.parquet")))
     assert str(arrow.field("started_at").type) == "timestamp[us, tz=UTC]"
@@ -55,27 +87,57 @@ def test_run_writes_every_contract_column_with_its_type(cli, tmp_path):
     curves = read_curves(tmp_path)
     assert set(curves.run_id) == set(runs.run_id)
     assert set(curves.split) == {"train", "eval"}
-    assert list(curves.columns[:9]) == ["run_id", "step", "wall_s", "split", "loss", "metric", "lr",
-                                        "step_time_s", "optim_time_s"]
+    assert list(curves.columns[:9]) == [
+        "run_id",
+        "step",
+        "wall_s",
+        "split",
+        "loss",
+        "metric",
+        "lr",
+        "step_time_s",
+        "optim_time_s",
+    ]
 
 
 def test_same_seed_gives_the_same_curve_bit_for_bit(cli, tmp_path):
     for out in ("a", "b"):
-        assert cli("run", *QUICK, "--optim", "adamw", "--seed", "3", "--set", "budget.log_every=1",
-                   "--out", tmp_path / out).exit_code == 0
-    losses = [read_curves(tmp_path / out).query("split == 'train'").sort_values("step").loss.to_numpy()
-              for out in ("a", "b")]
+        assert (
+            cli(
+                "run", *QUICK, "--optim", "adamw", "--seed", "3", "--set", "budget.log_every=1", "--out", tmp_path / out
+            ).exit_code
+            == 0
+        )
+    losses = [
+        read_curves(tmp_path / out).query("split == 'train'").sort_values("step").loss.to_numpy() for out in ("a", "b")
+    ]
     assert len(losses[0]) == 30
     assert np.array_equal(losses[0], losses[1])
-    assert cli("run", *QUICK, "--optim", "adamw", "--seed", "4", "--set", "budget.log_every=1",
-               "--out", tmp_path / "c").exit_code == 0
+    assert (
+        cli(
+            "run", *QUICK, "--optim", "adamw", "--seed", "4", "--set", "budget.log_every=1", "--out", tmp_path / "c"
+        ).exit_code
+        == 0
+    )
     other = read_curves(tmp_path / "c").query("split == 'train'").sort_values("step").loss.to_numpy()
     assert not np.array_equal(losses[0], other)
 
 
 def test_absurd_learning_rate_is_recorded_as_diverged(cli, tmp_path):
-    result = cli("run", *QUICK, "--optim", "sgd", "--seed", "0", "--set", "hparams.sgd.lr=1e6",
-                 "--set", "budget.log_every=1", "--out", tmp_path)
+    result = cli(
+        "run",
+        *QUICK,
+        "--optim",
+        "sgd",
+        "--seed",
+        "0",
+        "--set",
+        "hparams.sgd.lr=1e6",
+        "--set",
+        "budget.log_every=1",
+        "--out",
+        tmp_path,
+    )
     assert result.exit_code == 0, result.output  # diverged is a result, not an error
     run = read_runs(tmp_path).iloc[0]
     assert run.status == "diverged"
@@ -136,8 +198,20 @@ def test_keyboard_interrupt_stores_the_partial_run_as_interrupted(cli, tmp_path,
         return original(self, step)
 
     monkeypatch.setattr(QuadraticTask, "train_loss", interrupting)
-    result = cli("run", *QUICK, "--optim", "sgd", "--optim", "adamw", "--set", "budget.log_every=5",
-                 "--seed", "0", "--out", tmp_path)
+    result = cli(
+        "run",
+        *QUICK,
+        "--optim",
+        "sgd",
+        "--optim",
+        "adamw",
+        "--set",
+        "budget.log_every=5",
+        "--seed",
+        "0",
+        "--out",
+        tmp_path,
+    )
     assert result.exit_code == 130
     runs = read_runs(tmp_path)
     assert len(runs) == 1  # the grid stopped: adamw never started
@@ -146,8 +220,22 @@ def test_keyboard_interrupt_stores_the_partial_run_as_interrupted(cli, tmp_path,
 
 
 def test_sigint_to_a_real_process_exits_130_and_keeps_the_partial_run(tmp_path):
-    cmd = [sys.executable, "-m", "structbench", "run", "--suite", "quadratic", "--optim", "sgd", "--seed", "0",
-           "--steps", "100000000", "--out", str(tmp_path)]
+    cmd = [
+        sys.executable,
+        "-m",
+        "structbench",
+        "run",
+        "--suite",
+        "quadratic",
+        "--optim",
+        "sgd",
+        "--seed",
+        "0",
+        "--steps",
+        "100000000",
+        "--out",
+        str(tmp_path),
+    ]
     env = {**os.environ, "PYTHONUNBUFFERED": "1"}
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, env=env)
     curves_seen = threading.Event()
@@ -218,8 +306,10 @@ def test_report_aggregates_and_skips_a_corrupt_file(cli, tmp_path):
 
 
 def test_report_numbers_are_the_medians_of_the_store(tmp_path, cli):
-    assert cli("run", *QUICK, "--optim", "sgd", "--seed", "0", "--seed", "1", "--seed", "2",
-               "--out", tmp_path).exit_code == 0
+    assert (
+        cli("run", *QUICK, "--optim", "sgd", "--seed", "0", "--seed", "1", "--seed", "2", "--out", tmp_path).exit_code
+        == 0
+    )
     from structbench.report.summary import summarize
 
     runs = read_runs(tmp_path)
@@ -247,8 +337,9 @@ def test_smoke_suite_runs_every_optimizer_and_checks_losses(cli, tmp_path):
 
 
 def test_smoke_check_fails_when_a_loss_does_not_fall(cli, tmp_path):
-    result = cli("run", "--suite", "smoke", "--optim", "sgd", "--set", "hparams.sgd.lr=1e-12", "--quiet",
-                 "--out", tmp_path)
+    result = cli(
+        "run", "--suite", "smoke", "--optim", "sgd", "--set", "hparams.sgd.lr=1e-12", "--quiet", "--out", tmp_path
+    )
     assert result.exit_code == 1
     assert "did not fall" in result.stderr
 
@@ -256,8 +347,21 @@ def test_smoke_check_fails_when_a_loss_does_not_fall(cli, tmp_path):
 def test_effective_spec_is_stored_with_the_run(cli, tmp_path):
     import json
 
-    assert cli("run", *QUICK, "--optim", "adamw", "--set", "hparams.adamw.beta2=0.95",
-               "--set", "task_args.m=8", "--out", tmp_path).exit_code == 0
+    assert (
+        cli(
+            "run",
+            *QUICK,
+            "--optim",
+            "adamw",
+            "--set",
+            "hparams.adamw.beta2=0.95",
+            "--set",
+            "task_args.m=8",
+            "--out",
+            tmp_path,
+        ).exit_code
+        == 0
+    )
     run = read_runs(tmp_path).iloc[0]
     spec = json.loads(run.spec)
     assert spec["hparams"]["beta2"] == 0.95 and json.loads(run.hparams)["beta2"] == 0.95

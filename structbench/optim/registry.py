@@ -101,9 +101,7 @@ def resolve_hparams(name: str, overrides: Mapping[str, Any]) -> dict[str, Any]:
     return hparams
 
 
-def make_optimizer(
-    name: str, model_or_named_params: nn.Module | NamedParams, **hparams: Any
-) -> torch.optim.Optimizer:
+def make_optimizer(name: str, model_or_named_params: nn.Module | NamedParams, **hparams: Any) -> torch.optim.Optimizer:
     """Build optimizer `name` for a model (or its named parameters) with the given hyperparameters."""
     optimizer, _ = build_with_routing(name, model_or_named_params, hparams)
     return optimizer

@@ -9,8 +9,17 @@ import pandas as pd
 from structbench.store import STATUSES
 
 SUMMARY_COLUMNS = [
-    "suite", "optim", "status", "final_eval_loss", "final_eval_metric", "eval_metric_name",
-    "wall_s", "step_time_median_s", "peak_mem_bytes", "peak_mem_source", "state_bytes",
+    "suite",
+    "optim",
+    "status",
+    "final_eval_loss",
+    "final_eval_metric",
+    "eval_metric_name",
+    "wall_s",
+    "step_time_median_s",
+    "peak_mem_bytes",
+    "peak_mem_source",
+    "state_bytes",
 ]
 
 

@@ -45,32 +45,65 @@ def status_counts(row: Mapping[str, Any]) -> str:
 
 def summary_table(summary: pd.DataFrame) -> Table:
     table = Table(title="structbench report (medians over runs that ended ok)")
-    for name in ("suite", "optim", "runs", "status", "final eval loss", "final metric", "wall",
-                 "step time", "peak mem", "state"):
+    for name in (
+        "suite",
+        "optim",
+        "runs",
+        "status",
+        "final eval loss",
+        "final metric",
+        "wall",
+        "step time",
+        "peak mem",
+        "state",
+    ):
         table.add_column(name, justify="left" if name in ("suite", "optim", "status") else "right")
     for _, row in summary.iterrows():
         table.add_row(
-            row["suite"], row["optim"], str(row["runs"]), status_counts(row),
+            row["suite"],
+            row["optim"],
+            str(row["runs"]),
+            status_counts(row),
             fmt_num(row["final_eval_loss"]),
             f"{fmt_num(row['final_eval_metric'])} {row['eval_metric_name']}",
-            fmt_seconds(row["wall_s"]), fmt_seconds(row["step_time_median_s"]),
-            f"{fmt_bytes(row['peak_mem_bytes'])} ({row['peak_mem_source']})", fmt_bytes(row["state_bytes"]),
+            fmt_seconds(row["wall_s"]),
+            fmt_seconds(row["step_time_median_s"]),
+            f"{fmt_bytes(row['peak_mem_bytes'])} ({row['peak_mem_source']})",
+            fmt_bytes(row["state_bytes"]),
         )
     return table
 
 
 def runs_table(rows: Iterable[Mapping[str, Any]]) -> Table:
     table = Table(title="runs")
-    for name in ("suite", "optim", "seed", "status", "steps", "final eval loss", "metric", "wall",
-                 "step time", "peak mem", "state"):
+    for name in (
+        "suite",
+        "optim",
+        "seed",
+        "status",
+        "steps",
+        "final eval loss",
+        "metric",
+        "wall",
+        "step time",
+        "peak mem",
+        "state",
+    ):
         table.add_column(name, justify="left" if name in ("suite", "optim", "status") else "right")
     for row in rows:
         style = None if row["status"] == "ok" else "red"
         table.add_row(
-            row["suite"], row["optim"], str(row["seed"]), row["status"], str(row["steps"]),
+            row["suite"],
+            row["optim"],
+            str(row["seed"]),
+            row["status"],
+            str(row["steps"]),
             fmt_num(row["final_eval_loss"]),
             f"{fmt_num(row['final_eval_metric'])} {row['eval_metric_name']}",
-            fmt_seconds(row["wall_s"]), fmt_seconds(row["step_time_median_s"]),
-            fmt_bytes(row["peak_mem_bytes"]), fmt_bytes(row["state_bytes"]), style=style,
+            fmt_seconds(row["wall_s"]),
+            fmt_seconds(row["step_time_median_s"]),
+            fmt_bytes(row["peak_mem_bytes"]),
+            fmt_bytes(row["state_bytes"]),
+            style=style,
         )
     return table

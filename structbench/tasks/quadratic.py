@@ -29,7 +29,7 @@ from torch import nn
 
 from structbench.errors import UsageError
 from structbench.tasks.base import EvalResult, TaskContext, TaskDef
-from structbench.tasks.spectra import random_orthogonal, random_spd
+from structbench.tasks.spectra import eigenvalues, random_orthogonal, random_spd
 
 PROBLEMS = ("kronecker", "block-diagonal", "linear-regression")
 
@@ -78,7 +78,7 @@ class QuadraticTask:
         self.left = random_spd(m, float(args["cond_left"]), spectrum, gen)
         self.right = random_spd(n, float(args["cond_right"]), spectrum, gen)
         if problem == "block-diagonal":
-            column_scales = torch.logspace(0.0, -torch.log10(torch.tensor(float(args["cond_right"]))).item(), n)
+            column_scales = eigenvalues(n, float(args["cond_right"]), "geometric")
             self.blocks = torch.stack(
                 [random_spd(m, float(args["cond_left"]), spectrum, gen) * s for s in column_scales.tolist()]
             )

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import math
+
 import torch
 
 from structbench.errors import UsageError
@@ -20,13 +22,12 @@ def eigenvalues(size: int, cond: float, spectrum: str, dtype: torch.dtype = torc
     if size == 1:
         return torch.ones(1, dtype=dtype)
     if spectrum == "geometric":
-        return torch.logspace(0.0, -torch.log10(torch.tensor(cond)).item(), size, dtype=dtype)
+        return torch.logspace(0.0, -math.log10(cond), size, dtype=dtype)
     if spectrum == "linear":
         return torch.linspace(1.0, 1.0 / cond, size, dtype=dtype)
     if spectrum == "power":
         index = torch.arange(1, size + 1, dtype=dtype)
-        exponent = torch.log(torch.tensor(cond, dtype=dtype)) / torch.log(torch.tensor(float(size), dtype=dtype))
-        return index.pow(-exponent)
+        return index.pow(-math.log(cond) / math.log(size))
     raise UsageError(f"unknown spectrum {spectrum!r}; valid: {', '.join(SPECTRA)}.")
 
 

@@ -1,0 +1,68 @@
+"""Measurement primitives against exact byte counts and the kernel's own counters."""
+
+from __future__ import annotations
+
+import torch
+
+from structbench import measure
+from structbench.schedule import lr_factor
+
+
+def test_state_bytes_of_adamw_and_sgd_are_exact():
+    params = [torch.nn.Parameter(torch.randn(7, 5)), torch.nn.Parameter(torch.randn(3))]
+    adamw = torch.optim.AdamW(params, lr=1e-3)
+    sgd = torch.optim.SGD(params, lr=0.1, momentum=0.9)
+    assert measure.state_bytes(adamw) == 0
+    for p in params:
+        p.grad = torch.ones_like(p)
+    adamw.step()
+    sgd.step()
+    # exp_avg and exp_avg_sq (float32) per element, plus a float32 step scalar per parameter.
+    assert measure.state_bytes(adamw) == 2 * 4 * (35 + 3) + 2 * 4
+    assert measure.state_bytes(sgd) == 4 * (35 + 3)
+
+
+def test_state_bytes_counts_low_precision_tensors_as_stored():
+    p = torch.nn.Parameter(torch.randn(4, 4))
+    opt = torch.optim.SGD([p], lr=0.1)
+    opt.state[p]["codes"] = torch.zeros(8, dtype=torch.uint8)
+    opt.state[p]["scales"] = torch.zeros(2, dtype=torch.float32)
+    assert measure.state_bytes(opt) == 8 + 2 * 4
+
+
+def test_peak_rss_probe_sees_an_allocation_and_resets():
+    probe = measure.MemoryProbe(torch.device("cpu"))
+    probe.reset()
+    before = probe.peak_bytes()
+    block = torch.ones(64 * 2**20 // 4)  # 64 MiB, touched
+    block += 1
+    peak = probe.peak_bytes()
+    assert peak - before >= 60 * 2**20
+    del block
+    probe.reset()
+    assert probe.peak_bytes() < peak
+
+
+def test_cpu_step_clock_measures_a_sleep():
+    import time
+
+    clock = measure.StepClock(torch.device("cpu"))
+    clock.step_start()
+    time.sleep(0.02)
+    clock.optim_start()
+    time.sleep(0.01)
+    clock.step_end()
+    ((step_s, optim_s),) = clock.drain()
+    assert step_s >= 0.03 and 0.01 <= optim_s < step_s
+    assert clock.drain() == []
+
+
+def test_lr_schedules():
+    constant = {"kind": "constant", "warmup_steps": 4, "min_lr_ratio": 0.0}
+    assert [lr_factor(s, 10, constant) for s in range(6)] == [0.25, 0.5, 0.75, 1.0, 1.0, 1.0]
+    cosine = {"kind": "cosine", "warmup_steps": 0, "min_lr_ratio": 0.1}
+    assert lr_factor(0, 100, cosine) == 1.0
+    assert abs(lr_factor(50, 100, cosine) - 0.55) < 1e-12
+    assert abs(lr_factor(100, 100, cosine) - 0.1) < 1e-12
+    linear = {"kind": "linear", "warmup_steps": 0, "min_lr_ratio": 0.0}
+    assert lr_factor(25, 100, linear) == 0.75

@@ -1,0 +1,118 @@
+"""The results store: atomic writes, schema, tolerant reading."""
+
+from __future__ import annotations
+
+import math
+from datetime import datetime, timezone
+
+import pandas as pd
+import pyarrow.parquet as pq
+import pytest
+
+from structbench import store
+
+
+def make_row(run_id: str, **changes):
+    row = {field.name: None for field in store.RUN_SCHEMA}
+    now = datetime.now(timezone.utc)
+    row.update(
+        run_id=run_id,
+        schema_version=store.SCHEMA_VERSION,
+        suite="s",
+        task="quadratic",
+        optim="sgd",
+        seed=0,
+        hparams="{}",
+        spec="{}",
+        status="ok",
+        started_at=now,
+        finished_at=now,
+        steps=3,
+        wall_s=1.0,
+        final_eval_loss=0.5,
+    )
+    row.update(changes)
+    return row
+
+
+CURVE = [
+    {
+        "step": 1,
+        "wall_s": 0.1,
+        "split": "train",
+        "loss": 1.0,
+        "metric": None,
+        "lr": 0.1,
+        "step_time_s": 0.1,
+        "optim_time_s": 0.01,
+    }
+]
+
+
+def test_written_run_reads_back_with_pandas(tmp_path):
+    store.prepare(tmp_path)
+    store.write_run(tmp_path, make_row("r1"), CURVE)
+    runs = pd.read_parquet(tmp_path / "runs")
+    assert runs.run_id.tolist() == ["r1"] and runs.schema_version.tolist() == [1]
+    curves = pd.read_parquet(tmp_path / "curves")
+    assert curves.run_id.tolist() == ["r1"] and curves.loss.tolist() == [1.0]
+    assert math.isnan(curves.metric.iloc[0])
+
+
+def test_a_write_that_fails_midway_leaves_no_file(tmp_path):
+    store.prepare(tmp_path)
+
+    def half_write(table, path):
+        path.write_bytes(b"PAR1 partial")
+        raise OSError("disk full")
+
+    with pytest.raises(OSError, match="disk full"):
+        store.write_run(tmp_path, make_row("r2"), CURVE, writer=half_write)
+    assert sorted(p.name for p in tmp_path.rglob("*")) == ["curves", "runs"]
+
+
+def test_run_row_write_failure_keeps_the_curve_but_no_run(tmp_path):
+    store.prepare(tmp_path)
+    calls = {"n": 0}
+
+    def fail_second(table, path):
+        calls["n"] += 1
+        if calls["n"] == 2:
+            path.write_bytes(b"partial")
+            raise OSError("crash")
+        pq.write_table(table, path)
+
+    with pytest.raises(OSError):
+        store.write_run(tmp_path, make_row("r3"), CURVE, writer=fail_second)
+    assert [p.name for p in (tmp_path / "runs").iterdir()] == []
+    assert [p.name for p in (tmp_path / "curves").iterdir()] == ["r3.parquet"]
+
+
+def test_rows_missing_contract_columns_or_with_bad_status_are_refused(tmp_path):
+    store.prepare(tmp_path)
+    row = make_row("r4")
+    del row["wall_s"]
+    with pytest.raises(ValueError, match="wall_s"):
+        store.write_run(tmp_path, row, CURVE)
+    with pytest.raises(ValueError, match="status"):
+        store.write_run(tmp_path, make_row("r5", status="fine"), CURVE)
+    assert not list(tmp_path.rglob("*.parquet"))
+
+
+def test_load_runs_skips_corrupt_files_and_reports_them(tmp_path):
+    store.prepare(tmp_path)
+    store.write_run(tmp_path, make_row("good"), CURVE)
+    (tmp_path / "runs" / "bad.parquet").write_bytes(b"garbage")
+    (tmp_path / "runs" / ".hidden.parquet.tmp").write_bytes(b"garbage")
+    runs, problems = store.load_runs(tmp_path, ["run_id", "status"])
+    assert runs.run_id.tolist() == ["good"]
+    assert list(runs.columns) == ["run_id", "status"]
+    assert [p.path.name for p in problems] == ["bad.parquet"]
+
+
+def test_prepare_rejects_an_unwritable_directory(tmp_path):
+    from structbench.errors import UsageError
+
+    (tmp_path / "file").write_text("x")
+    with pytest.raises(UsageError, match="not writable"):
+        store.prepare(tmp_path / "file" / "out")
