@@ -215,6 +215,54 @@ def expand_suite(name: str) -> list[str]:
 
 
 @app.command()
+@usage_errors_exit_2
+def check(
+    optims: Annotated[list[str] | None, typer.Option("--optim", help="Optimizer (repeatable); default: all.")] = None,
+) -> None:
+    """Run the conformance kit and print a pass/fail table; exit 1 if any check fails."""
+    from structbench.optim import conformance
+
+    names = optims or optim.names()
+    for name in names:
+        optim.get(name)
+    table = Table(title="conformance")
+    for column in ("optimizer", "check", "result", "detail"):
+        table.add_column(column)
+    failed = 0
+    for name in names:
+        for result in conformance.run_checks(name):
+            failed += not result.passed
+            verdict = "[green]pass[/green]" if result.passed else "[red]FAIL[/red]"
+            table.add_row(name, result.check, verdict, result.message)
+    console.print(table)
+    if failed:
+        print(f"{failed} check(s) failed.", file=sys.stderr)
+        raise typer.Exit(EXIT_RUN_ERROR)
+
+
+data_app = typer.Typer(help="Datasets: where structbench looks and what it finds.", no_args_is_help=True)
+app.add_typer(data_app, name="data")
+
+
+@data_app.command("status")
+@usage_errors_exit_2
+def data_status(
+    data_dir: Annotated[Path | None, typer.Option(help="Data root (else $STRUCTBENCH_DATA, else default).")] = None,
+) -> None:
+    """List which datasets are present under the data root, and where."""
+    from structbench.data import dataset_status
+
+    root = resolve_data_root(data_dir)
+    table = Table(title=f"datasets under {root}")
+    for column in ("dataset", "present", "where", "note"):
+        table.add_column(column)
+    for row in dataset_status(root):
+        present = "[green]yes[/green]" if row["present"] else "[red]no[/red]"
+        table.add_row(str(row["name"]), present, str(row["where"] or "-"), str(row["note"] or ""))
+    console.print(table)
+
+
+@app.command()
 def env() -> None:
     """Show the device, versions, CPU/GPU and the memory probe a run would use."""
     table = Table(title="structbench environment", show_header=False)

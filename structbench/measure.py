@@ -145,6 +145,9 @@ def _tensors(obj: Any) -> Iterator[torch.Tensor]:
 
 def state_bytes(optimizer: torch.optim.Optimizer) -> int:
     """Exact bytes of the tensors an optimizer holds in its state, each tensor counted once, as stored."""
+    parts = getattr(optimizer, "parts", None)
+    if parts is not None:
+        return sum(state_bytes(part) for part in parts.values())
     seen: set[int] = set()
     total = 0
     for tensor in _tensors(optimizer.state_dict()["state"]):

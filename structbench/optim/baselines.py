@@ -6,6 +6,7 @@ from typing import Any
 
 import torch
 
+from structbench.optim.hybrid import adamw_state_bytes
 from structbench.optim.registry import NamedParams, OptimizerEntry, Routing, register
 
 
@@ -29,6 +30,13 @@ def _build_adamw(named: NamedParams, routing: Routing, hp: dict[str, Any]) -> to
     )
 
 
+def _numel(shape: tuple[int, ...]) -> int:
+    count = 1
+    for size in shape:
+        count *= size
+    return count
+
+
 SGD = register(
     OptimizerEntry(
         name="sgd",
@@ -36,6 +44,7 @@ SGD = register(
         reference="Polyak 1964; Sutskever et al. 2013 (Nesterov); torch.optim.SGD",
         defaults={"lr": 0.1, "momentum": 0.9, "nesterov": False, "weight_decay": 0.0},
         build=_build_sgd,
+        state_bytes=lambda structured, fallback, hp: 4 * sum(_numel(s) for s in structured) if hp["momentum"] else 0,
         notes="lr 0.1 and momentum 0.9 are the 4-bit Shampoo paper's SGD-M base settings.",
     )
 )
@@ -47,6 +56,7 @@ ADAMW = register(
         reference="Loshchilov & Hutter 2019, Algorithm 2; torch.optim.AdamW",
         defaults={"lr": 1e-3, "beta1": 0.9, "beta2": 0.999, "eps": 1e-8, "weight_decay": 1e-2},
         build=_build_adamw,
+        state_bytes=lambda structured, fallback, hp: adamw_state_bytes(structured),
         notes="Defaults are torch.optim.AdamW's.",
     )
 )

@@ -37,7 +37,7 @@ class Routing:
         }
 
 
-def route_all(named_params: NamedParams) -> Routing:
+def route_all(model: nn.Module | None, named_params: NamedParams, hp: Mapping[str, Any]) -> Routing:
     """Routing of a plain first-order optimizer: it owns every parameter."""
     return Routing(structured=tuple(name for name, _ in named_params), fallback=())
 
@@ -52,9 +52,14 @@ class OptimizerEntry:
     reference: str
     defaults: Mapping[str, Any]
     build: Builder
-    route: Callable[[NamedParams], Routing] = route_all
+    route: Callable[[nn.Module | None, NamedParams, Mapping[str, Any]], Routing] = route_all
     notes: str = ""
     lr_keys: tuple[str, ...] = field(default=("lr",))
+    state_bytes: Callable[[list[tuple[int, ...]], list[tuple[int, ...]], Mapping[str, Any]], int] | None = None
+    """Analytic state size for float32 parameters: (structured shapes, fallback shapes, hparams) -> bytes."""
+    compile_supported: bool = True
+    check_hparams: Mapping[str, Any] = field(default_factory=dict)
+    """Overrides the conformance kit uses so every code path (refreshes, root updates) runs within a few steps."""
 
 
 _REGISTRY: dict[str, OptimizerEntry] = {}
@@ -112,10 +117,11 @@ def build_with_routing(
 ) -> tuple[torch.optim.Optimizer, Routing]:
     """Build optimizer `name` and return it with the parameter routing it used (stored with each run)."""
     entry = get(name)
-    if isinstance(model_or_named_params, nn.Module):
-        named = [(n, p) for n, p in model_or_named_params.named_parameters() if p.requires_grad]
+    model = model_or_named_params if isinstance(model_or_named_params, nn.Module) else None
+    if model is not None:
+        named = [(n, p) for n, p in model.named_parameters() if p.requires_grad]
     else:
         named = list(model_or_named_params)
     resolved = resolve_hparams(name, hparams)
-    routing = entry.route(named)
+    routing = entry.route(model, named, resolved)
     return entry.build(named, routing, resolved), routing

@@ -1,0 +1,200 @@
+"""The dataset registry: what each dataset needs on disk, how to get it, and loading by name.
+
+Data never download (DESIGN.md §3). A dataset that is not on disk raises
+:class:`~structbench.errors.MissingDataError` naming every path looked at and how to get the
+files; it is never replaced by synthetic data.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Protocol
+
+from structbench.data.checksums import Verdict, notes_of
+from structbench.data.cifar import CIFAR10, CIFAR100, CifarReader
+from structbench.data.digits import DIGITS_FILE, DigitsReader
+from structbench.data.mnist import DEBIAN_FASHION_MNIST_DIR, FASHION_MNIST, IDX_FILES, MNIST, IdxReader
+from structbench.data.root import DATA_ROOT_ENV
+from structbench.data.splits import ArraySplit, DatasetMeta, Found, Search
+from structbench.errors import MissingDataError, UsageError
+
+ROOT_PLACEHOLDER = "<data root>"
+
+
+class DatasetReader(Protocol):
+    """What the registry needs from a reader.
+
+    ``read(found, **options) -> (train, test, meta)`` accepts exactly the keyword names in
+    ``options``; ``locate`` never raises for absent data; ``check`` checksums without parsing.
+    """
+
+    options: frozenset[str]
+
+    @property
+    def read(self) -> Callable[..., tuple[ArraySplit, ArraySplit, DatasetMeta]]: ...
+
+    def locate(self, data_root: Path) -> Search: ...
+
+    def check(self, found: Found) -> list[Verdict]: ...
+
+
+@dataclass(frozen=True)
+class DatasetInfo:
+    """One registered dataset.
+
+    ``expected_files`` is the primary layout, relative to the data root (``[.gz]``: the file may
+    be gzipped); ``also_accepted`` lists the other places and forms that are recognised;
+    ``how_to_get`` says how to obtain the files by hand (``<data root>`` stands for the root).
+    """
+
+    name: str
+    description: str
+    num_classes: int
+    expected_files: tuple[str, ...]
+    also_accepted: tuple[str, ...]
+    how_to_get: str
+    reader: DatasetReader
+
+
+def _idx_files(directory: str) -> tuple[str, ...]:
+    return tuple(f"{directory}/{base}[.gz]" for base in IDX_FILES.values())
+
+
+DATASETS: dict[str, DatasetInfo] = {
+    info.name: info
+    for info in (
+        DatasetInfo(
+            name="cifar10",
+            description="CIFAR-10: 50,000 train / 10,000 test 32x32 colour images, 10 classes",
+            num_classes=10,
+            expected_files=tuple(f"{CIFAR10.folder}/{name}" for name in CIFAR10.member_files),
+            also_accepted=(CIFAR10.archive,),
+            how_to_get=(
+                "Download https://www.cs.toronto.edu/~kriz/cifar-10-python.tar.gz by hand and put it in "
+                "<data root>/ as is (it is read in place) or extracted there as cifar-10-batches-py/."
+            ),
+            reader=CifarReader(CIFAR10),
+        ),
+        DatasetInfo(
+            name="cifar100",
+            description="CIFAR-100: 50,000 train / 10,000 test 32x32 colour images, 100 (20 coarse) classes",
+            num_classes=100,
+            expected_files=tuple(f"{CIFAR100.folder}/{name}" for name in CIFAR100.member_files),
+            also_accepted=(CIFAR100.archive,),
+            how_to_get=(
+                "Download https://www.cs.toronto.edu/~kriz/cifar-100-python.tar.gz by hand and put it in "
+                "<data root>/ as is (it is read in place) or extracted there as cifar-100-python/."
+            ),
+            reader=CifarReader(CIFAR100),
+        ),
+        DatasetInfo(
+            name="mnist",
+            description="MNIST: 60,000 train / 10,000 test 28x28 grey handwritten digits, 10 classes",
+            num_classes=10,
+            expected_files=_idx_files("mnist"),
+            also_accepted=_idx_files("MNIST/raw"),
+            how_to_get=(
+                "Download the four files train-images-idx3-ubyte.gz, train-labels-idx1-ubyte.gz, "
+                "t10k-images-idx3-ubyte.gz and t10k-labels-idx1-ubyte.gz by hand from "
+                "https://ossci-datasets.s3.amazonaws.com/mnist/ (torchvision's mirror of "
+                "http://yann.lecun.com/exdb/mnist/) and put them, gzipped or not, in <data root>/mnist/."
+            ),
+            reader=IdxReader(MNIST),
+        ),
+        DatasetInfo(
+            name="fashion-mnist",
+            description="Fashion-MNIST: 60,000 train / 10,000 test 28x28 grey clothing images, 10 classes",
+            num_classes=10,
+            expected_files=_idx_files("fashion-mnist"),
+            also_accepted=(
+                *_idx_files("FashionMNIST/raw"),
+                *(f"{DEBIAN_FASHION_MNIST_DIR}/{b}.gz" for b in IDX_FILES.values()),
+            ),
+            how_to_get=(
+                "Install Debian's package (apt-get install dataset-fashion-mnist, found automatically in "
+                f"{DEBIAN_FASHION_MNIST_DIR}/), or download the four .gz files by hand from "
+                "https://github.com/zalandoresearch/fashion-mnist/tree/master/data/fashion and put them in "
+                "<data root>/fashion-mnist/."
+            ),
+            reader=IdxReader(FASHION_MNIST),
+        ),
+        DatasetInfo(
+            name="digits",
+            description="scikit-learn digits: 1,797 8x8 grey digits (0..16), 10 classes, seeded 80/20 split",
+            num_classes=10,
+            expected_files=(DIGITS_FILE,),
+            also_accepted=("sklearn/datasets/data/digits.csv.gz inside an installed scikit-learn",),
+            how_to_get=(
+                "pip install scikit-learn (its bundled sklearn/datasets/data/digits.csv.gz is found "
+                "automatically), or copy that file to <data root>/digits/digits.csv.gz."
+            ),
+            reader=DigitsReader(),
+        ),
+    )
+}
+"""Every dataset structbench can read, by the name suites use."""
+
+
+def dataset_info(name: str) -> DatasetInfo:
+    """The registry entry for ``name``; an unknown name is a :class:`UsageError` listing the known ones."""
+    try:
+        return DATASETS[name]
+    except KeyError:
+        raise UsageError(f"unknown dataset {name!r}; known: {', '.join(sorted(DATASETS))}") from None
+
+
+def missing_data_message(info: DatasetInfo, data_root: Path, search: Search) -> str:
+    """One paragraph: that the data are missing, every path looked at, and how to get the files."""
+    incomplete = f" Incomplete copies: {'; '.join(search.partial)}." if search.partial else ""
+    return (
+        f"Dataset {info.name!r} is not on disk (structbench never downloads data). "
+        f"Looked for: {', '.join(search.looked_at)}.{incomplete} "
+        f"To get it: {info.how_to_get.replace(ROOT_PLACEHOLDER, str(data_root))} "
+        f"The data root is {data_root} (--data-dir, else ${DATA_ROOT_ENV}, else ~/.cache/structbench/data)."
+    )
+
+
+def load(name: str, data_root: Path, **options: object) -> tuple[ArraySplit, ArraySplit, DatasetMeta]:
+    """Load dataset ``name`` from ``data_root`` (or its other known places) as (train, test, meta).
+
+    ``options`` go to the reader: ``verify`` (all; default True), ``labels`` (cifar100: ``"fine"``
+    or ``"coarse"``), ``seed`` and ``test_fraction`` (digits). Raises :class:`MissingDataError`
+    when the files are absent, :class:`~structbench.data.errors.DataFormatError` when present but
+    unreadable, and warns :class:`~structbench.data.checksums.ChecksumWarning` on an md5 mismatch.
+    """
+    info = dataset_info(name)
+    unknown = sorted(set(options) - info.reader.options)
+    if unknown:
+        accepted = ", ".join(sorted(info.reader.options))
+        raise UsageError(f"dataset {name!r} takes no option {', '.join(unknown)} (accepted: {accepted})")
+    search = info.reader.locate(data_root)
+    if search.found is None:
+        raise MissingDataError(missing_data_message(info, data_root, search))
+    return info.reader.read(search.found, **options)
+
+
+def dataset_status(data_root: Path, verify: bool = True) -> list[dict[str, object]]:
+    """One row per registered dataset: ``name``, ``present``, ``where`` (Path or None) and ``note``.
+
+    With ``verify``, present files are checksummed (not parsed) and any finding is the note; for
+    an absent dataset the note names incomplete copies, if any.
+    """
+    rows: list[dict[str, object]] = []
+    for info in DATASETS.values():
+        search = info.reader.locate(data_root)
+        found = search.found
+        if found is None:
+            notes: tuple[str, ...] = search.partial
+        else:
+            notes = notes_of(info.reader.check(found)) if verify else ()
+        rows.append(
+            {
+                "name": info.name,
+                "present": found is not None,
+                "where": found.where if found is not None else None,
+                "note": "; ".join(notes) or None,
+            }
+        )
+    return rows

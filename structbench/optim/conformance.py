@@ -1,0 +1,271 @@
+"""The conformance kit: behaviour every registered optimizer must show, checked on a small model.
+
+Run by pytest for every registered optimizer (`tests/test_conformance.py`) and by
+`structbench check --optim NAME`. The toy model has a 4-D convolution filter, a wide and a tall
+matrix, 1-D biases and a classifier head, so routing, reshaping and the fallback are all exercised.
+"""
+
+from __future__ import annotations
+
+import io
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from structbench import measure
+from structbench.optim import registry
+
+STEPS = 3
+
+
+class ToyNet(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.conv = nn.Conv2d(2, 4, 3)
+        self.wide = nn.Linear(64, 12)
+        self.tall = nn.Linear(12, 20)
+        self.head = nn.Linear(20, 3)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        h = F.relu(self.conv(x)).flatten(1)
+        return self.head(F.relu(self.tall(F.relu(self.wide(h)))))
+
+
+def toy_batch(step: int, dtype: torch.dtype = torch.float32) -> tuple[torch.Tensor, torch.Tensor]:
+    gen = torch.Generator().manual_seed(1000 + step)
+    return torch.randn(8, 2, 6, 6, generator=gen).to(dtype), torch.randint(3, (8,), generator=gen)
+
+
+def toy_model(dtype: torch.dtype = torch.float32, seed: int = 0) -> ToyNet:
+    torch.manual_seed(seed)
+    return ToyNet().to(dtype)
+
+
+def build(name: str, model: nn.Module) -> torch.optim.Optimizer:
+    entry = registry.get(name)
+    return registry.make_optimizer(name, model, **entry.check_hparams)
+
+
+def loss_of(model: nn.Module, step: int) -> torch.Tensor:
+    dtype = next(model.parameters()).dtype
+    x, y = toy_batch(step, dtype)
+    return F.cross_entropy(model(x).float(), y)
+
+
+def train(model: nn.Module, optimizer: torch.optim.Optimizer, steps: range) -> None:
+    for step in steps:
+        optimizer.zero_grad(set_to_none=True)
+        loss_of(model, step).backward()
+        optimizer.step()
+
+
+def params_of(model: nn.Module) -> dict[str, torch.Tensor]:
+    return {n: p.detach().clone() for n, p in model.named_parameters()}
+
+
+def identical(a: dict[str, torch.Tensor], b: dict[str, torch.Tensor]) -> list[str]:
+    return [n for n in a if not torch.equal(a[n], b[n])]
+
+
+class CheckFailed(AssertionError):
+    pass
+
+
+def expect(condition: bool, message: str) -> None:
+    if not condition:
+        raise CheckFailed(message)
+
+
+def check_roundtrip(name: str, dtype: torch.dtype) -> None:
+    model = toy_model(dtype)
+    optimizer = build(name, model)
+    train(model, optimizer, range(STEPS))
+    buffer = io.BytesIO()
+    torch.save({"model": model.state_dict(), "optim": optimizer.state_dict()}, buffer)
+    train(model, optimizer, range(STEPS, 2 * STEPS))
+    continued = params_of(model)
+
+    buffer.seek(0)
+    saved = torch.load(buffer, weights_only=False)
+    resumed = toy_model(dtype, seed=1)
+    resumed.load_state_dict(saved["model"])
+    optimizer2 = build(name, resumed)
+    optimizer2.load_state_dict(saved["optim"])
+    train(resumed, optimizer2, range(STEPS, 2 * STEPS))
+    differing = identical(continued, params_of(resumed))
+    expect(
+        not differing,
+        f"resume from state_dict is not bit-identical ({dtype}) for {differing}; structbench optimizers should "
+        "subclass structbench.optim.base.StructuredOptimizer, whose load_state_dict keeps saved state dtypes",
+    )
+
+
+def check_roundtrip_float32(name: str) -> None:
+    check_roundtrip(name, torch.float32)
+
+
+def check_roundtrip_bfloat16(name: str) -> None:
+    check_roundtrip(name, torch.bfloat16)
+
+
+def check_closure(name: str) -> None:
+    model = toy_model()
+    optimizer = build(name, model)
+    before = params_of(model)
+    calls = []
+
+    def closure() -> torch.Tensor:
+        optimizer.zero_grad(set_to_none=True)
+        loss = loss_of(model, len(calls))
+        loss.backward()
+        calls.append(float(loss.detach()))
+        return loss
+
+    returned = [optimizer.step(closure) for _ in range(STEPS)]
+    expect(len(calls) == STEPS, f"closure called {len(calls)} times in {STEPS} steps")
+    expect(
+        all(r is not None and float(r.detach()) == c for r, c in zip(returned, calls, strict=True)),
+        "step(closure) must return the closure's loss",
+    )
+    expect(bool(identical(before, params_of(model))), "step(closure) changed no parameter")
+
+
+def check_none_grads(name: str) -> None:
+    model = toy_model()
+    optimizer = build(name, model)
+    frozen = {"tall.weight", "conv.bias"}
+    before = params_of(model)
+    for step in range(STEPS):
+        optimizer.zero_grad(set_to_none=True)
+        loss_of(model, step).backward()
+        for n, p in model.named_parameters():
+            if n in frozen:
+                p.grad = None
+        optimizer.step()
+    after = params_of(model)
+    changed = set(identical(before, after))
+    expect(not (changed & frozen), f"parameters without gradients changed: {sorted(changed & frozen)}")
+    expect(
+        changed == set(before) - frozen,
+        f"parameters with gradients left unchanged: {sorted(set(before) - frozen - changed)}",
+    )
+
+
+def check_shapes_and_dtypes(name: str) -> None:
+    for dtype in (torch.float32, torch.bfloat16):
+        model = toy_model(dtype)
+        optimizer = build(name, model)
+        before = params_of(model)
+        train(model, optimizer, range(STEPS))
+        after = params_of(model)
+        expect(all(torch.isfinite(p.float()).all() for p in after.values()), f"non-finite parameter ({dtype})")
+        expect(all(after[n].dtype == dtype for n in after), f"parameter dtype changed ({dtype})")
+        unchanged = sorted(set(before) - set(identical(before, after)))
+        expect(not unchanged, f"1-D/2-D/4-D parameters left unchanged ({dtype}): {unchanged}")
+
+
+def check_determinism(name: str) -> None:
+    runs = []
+    for _ in range(2):
+        model = toy_model()
+        train(model, build(name, model), range(2 * STEPS))
+        runs.append(params_of(model))
+    differing = identical(*runs)
+    expect(not differing, f"two identical CPU runs differ in {differing}")
+
+
+def check_routing(name: str) -> None:
+    model = toy_model()
+    named = list(model.named_parameters())
+    entry = registry.get(name)
+    hparams = registry.resolve_hparams(name, entry.check_hparams)
+    routing = entry.route(model, named, hparams)
+    owned = list(routing.structured) + list(routing.fallback)
+    expect(sorted(owned) == sorted(n for n, _ in named), f"routing does not cover every parameter once: {owned}")
+
+
+def check_state_bytes(name: str) -> None:
+    entry = registry.get(name)
+    expect(entry.state_bytes is not None, "the registry entry gives no analytic state_bytes formula")
+    model = toy_model()
+    optimizer, routing = registry.build_with_routing(name, model, entry.check_hparams)
+    train(model, optimizer, range(STEPS))
+    shapes = {n: tuple(p.shape) for n, p in model.named_parameters()}
+    hparams = registry.resolve_hparams(name, entry.check_hparams)
+    analytic = entry.state_bytes(
+        [shapes[n] for n in routing.structured], [shapes[n] for n in routing.fallback], hparams
+    )
+    measured = measure.state_bytes(optimizer)
+    expect(measured == analytic, f"measured state {measured} B != analytic {analytic} B")
+
+
+def check_compile(name: str, backend: str = "eager") -> None:
+    entry = registry.get(name)
+    if not entry.compile_supported:
+        return
+    model = toy_model()
+    optimizer = build(name, model)
+
+    @torch.compile(backend=backend)
+    def step_fn(x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+        optimizer.zero_grad(set_to_none=True)
+        loss = F.cross_entropy(model(x), y)
+        loss.backward()
+        optimizer.step()
+        return loss
+
+    for step in range(STEPS):
+        step_fn(*toy_batch(step))
+    eager = toy_model()
+    train(eager, build(name, eager), range(STEPS))
+    compiled, expected = params_of(model), params_of(eager)
+    far = [n for n in expected if not torch.allclose(compiled[n], expected[n], rtol=1e-4, atol=1e-6)]
+    expect(not far, f"compiled training step ({backend}) departs from eager in {far}")
+
+
+@dataclass(frozen=True)
+class Check:
+    name: str
+    run: Callable[[str], Any]
+    description: str
+
+
+CHECKS = (
+    Check("routing", check_routing, "every parameter routed exactly once"),
+    Check("shapes-dtypes", check_shapes_and_dtypes, "1-D, 2-D and 4-D parameters train in float32 and bfloat16"),
+    Check("none-grads", check_none_grads, "parameters without gradients are skipped"),
+    Check("closure", check_closure, "step(closure) calls it once and returns its loss"),
+    Check("determinism", check_determinism, "identical CPU runs are bit-identical"),
+    Check("roundtrip-fp32", check_roundtrip_float32, "state_dict resume continues bit-identically (float32)"),
+    Check("roundtrip-bf16", check_roundtrip_bfloat16, "state_dict resume continues bit-identically (bfloat16)"),
+    Check("state-bytes", check_state_bytes, "measured state bytes equal the analytic formula"),
+    Check("compile", check_compile, "torch.compile of a training step runs (or is declared unsupported)"),
+)
+
+
+@dataclass(frozen=True)
+class CheckResult:
+    optim: str
+    check: str
+    passed: bool
+    message: str
+
+
+def run_checks(name: str) -> list[CheckResult]:
+    """Every check for optimizer `name`; a failure's message says what went wrong."""
+    registry.get(name)
+    results = []
+    for check in CHECKS:
+        try:
+            check.run(name)
+        except Exception as exc:  # a check reports any failure, including crashes of the optimizer
+            message = str(exc) if isinstance(exc, CheckFailed) else f"{type(exc).__name__}: {exc}"
+            results.append(CheckResult(name, check.name, False, message.splitlines()[0] if message else ""))
+        else:
+            skipped = check.name == "compile" and not registry.get(name).compile_supported
+            results.append(CheckResult(name, check.name, True, "declared unsupported" if skipped else ""))
+    return results
