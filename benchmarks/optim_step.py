@@ -1,0 +1,188 @@
+"""Optimizer-step time of every registered optimizer, as ratios measured side by side in one process.
+
+For each shape set (GPT-2-small-like layers; a ResNet-18's conv and linear weights) it times
+`optimizer.step()` alone — gradients are fixed, so the backward pass is not measured — and prints:
+
+- each optimizer's median and mean step time and its ratio to `torch.optim.AdamW(foreach=True)`;
+- for optimizers with an independent implementation of the same algorithm (torch.optim.Muon,
+  pytorch-optimizer's SOAP, Shampoo and GaLore), our time over theirs under settings that match.
+
+Means include the amortised refreshes (roots, eigenbases, projections) that fall inside the timed
+window; `--steps` should cover the interval being compared. Usage:
+
+    python benchmarks/optim_step.py --shapes gpt2-small --layers 2 --steps 12
+    python benchmarks/optim_step.py --device cuda --layers 12 --steps 50      # on a GPU
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+
+from structbench import optim
+from structbench.optim.partition import matrix_shape
+
+Shapes = list[tuple[int, ...]]
+
+
+def gpt2_small(layers: int) -> Shapes:
+    """Per layer: attention in/out (768x768 each), MLP up (3072x768) and down (768x3072)."""
+    return [s for _ in range(layers) for s in ((768, 768), (768, 768), (3072, 768), (768, 3072))]
+
+
+def resnet18(layers: int) -> Shapes:
+    """The conv filters and classifier of a CIFAR ResNet-18 (`layers` is ignored)."""
+    shapes: Shapes = [(64, 3, 3, 3)]
+    widths = [64, 128, 256, 512]
+    previous = 64
+    for stage, width in enumerate(widths):
+        for block in range(2):
+            stride_block = stage > 0 and block == 0
+            shapes.append((width, previous if block == 0 else width, 3, 3))
+            shapes.append((width, width, 3, 3))
+            if stride_block:
+                shapes.append((width, previous, 1, 1))
+        previous = width
+    shapes.append((10, 512))
+    return shapes
+
+
+SHAPE_SETS: dict[str, Callable[[int], Shapes]] = {"gpt2-small": gpt2_small, "resnet18": resnet18}
+
+
+@dataclass
+class Oracle:
+    """An independent implementation of one of our optimizers, and the settings under which they match."""
+
+    label: str
+    ours: dict[str, Any]
+    build: Callable[[list[torch.nn.Parameter]], torch.optim.Optimizer]
+    matrices_only: bool = False
+
+
+def oracles() -> dict[str, Oracle]:
+    found: dict[str, Oracle] = {}
+    found["muon"] = Oracle(
+        "torch.optim.Muon",
+        {"weight_decay": 0.0},
+        lambda ps: torch.optim.Muon(ps, lr=0.02, momentum=0.95, weight_decay=0.0, adjust_lr_fn="original"),
+        matrices_only=True,
+    )
+    try:
+        import pytorch_optimizer as po
+    except ImportError:
+        return found
+    found["soap"] = Oracle(
+        "pytorch_optimizer.SOAP",
+        {"precondition_frequency": 10},
+        lambda ps: po.SOAP(ps, lr=3e-3, betas=(0.95, 0.95), weight_decay=0.01, precondition_frequency=10),
+        matrices_only=True,
+    )
+    found["shampoo"] = Oracle(
+        "pytorch_optimizer.Shampoo",
+        {"stat_interval": 1, "root_interval": 1},
+        lambda ps: po.Shampoo(ps, lr=0.1, momentum=0.9, preconditioning_compute_steps=1),
+        matrices_only=True,
+    )
+    found["galore"] = Oracle(
+        "pytorch_optimizer.GaLore",
+        {},
+        lambda ps: po.GaLore(
+            [{"params": ps, "rank": 128, "update_proj_gap": 200, "scale": 0.25, "projection_type": "std"}],
+            lr=0.01,
+        ),
+        matrices_only=True,
+    )
+    return found
+
+
+def make_params(shapes: Sequence[tuple[int, ...]], device: torch.device, matrices: bool) -> list[torch.nn.Parameter]:
+    gen = torch.Generator().manual_seed(0)
+    params = []
+    for shape in shapes:
+        shape = matrix_shape(shape) if matrices else shape
+        p = torch.nn.Parameter((torch.randn(shape, generator=gen) * 0.02).to(device))
+        p.grad = (torch.randn(shape, generator=gen) * 1e-3).to(device)
+        params.append(p)
+    return params
+
+
+def time_steps(optimizer: torch.optim.Optimizer, device: torch.device, warmup: int, steps: int) -> list[float]:
+    def sync() -> None:
+        if device.type == "cuda":
+            torch.cuda.synchronize(device)
+
+    for _ in range(warmup):
+        optimizer.step()
+    times = []
+    for _ in range(steps):
+        sync()
+        start = time.perf_counter()
+        optimizer.step()
+        sync()
+        times.append(time.perf_counter() - start)
+    return times
+
+
+def ours(name: str, params: list[torch.nn.Parameter], overrides: dict[str, Any]) -> torch.optim.Optimizer:
+    return optim.make_optimizer(name, [(f"p{i}", p) for i, p in enumerate(params)], **overrides)
+
+
+def main(argv: Sequence[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--optim", action="append", help="optimizer (repeatable); default: all registered")
+    parser.add_argument("--shapes", choices=[*SHAPE_SETS, "all"], default="all")
+    parser.add_argument("--layers", type=int, default=12, help="transformer layers in the GPT-2 shape set")
+    parser.add_argument("--steps", type=int, default=20)
+    parser.add_argument("--warmup", type=int, default=2)
+    parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
+    args = parser.parse_args(argv)
+    device = torch.device(args.device)
+    names = args.optim or optim.names()
+    sets = list(SHAPE_SETS) if args.shapes == "all" else [args.shapes]
+    print(
+        f"device: {device} ({torch.cuda.get_device_name(device) if device.type == 'cuda' else 'cpu'}), "
+        f"torch {torch.__version__}, {torch.get_num_threads()} threads, steps {args.steps} after {args.warmup} warm-up"
+    )
+    for set_name in sets:
+        shapes = SHAPE_SETS[set_name](args.layers)
+        numel = sum(torch.Size(s).numel() for s in shapes)
+        print(f"\n## {set_name}: {len(shapes)} tensors, {numel / 1e6:.1f}M parameters")
+        baseline = time_steps(
+            torch.optim.AdamW(make_params(shapes, device, False), foreach=True), device, args.warmup, args.steps
+        )
+        base_median = statistics.median(baseline)
+        print(f"{'optimizer':<14}{'median ms':>11}{'mean ms':>10}{'/ AdamW':>9}   independent implementation")
+        print(f"{'adamw-foreach':<14}{base_median * 1e3:>11.2f}{statistics.mean(baseline) * 1e3:>10.2f}{1.0:>9.2f}")
+        found = oracles()
+        for name in names:
+            times = time_steps(ours(name, make_params(shapes, device, False), {}), device, args.warmup, args.steps)
+            median = statistics.median(times)
+            line = f"{name:<14}{median * 1e3:>11.2f}{statistics.mean(times) * 1e3:>10.2f}{median / base_median:>9.2f}"
+            oracle = found.get(name)
+            if oracle is not None:
+                mine = time_steps(
+                    ours(name, make_params(shapes, device, oracle.matrices_only), oracle.ours),
+                    device,
+                    args.warmup,
+                    args.steps,
+                )
+                theirs = time_steps(
+                    oracle.build(make_params(shapes, device, oracle.matrices_only)), device, args.warmup, args.steps
+                )
+                ratio = statistics.mean(mine) / statistics.mean(theirs)
+                line += (
+                    f"   ours/{oracle.label} = {ratio:.2f} (mean {statistics.mean(mine) * 1e3:.1f} vs "
+                    f"{statistics.mean(theirs) * 1e3:.1f} ms, ours with {oracle.ours or 'defaults'})"
+                )
+            print(line, flush=True)
+
+
+if __name__ == "__main__":
+    main()
