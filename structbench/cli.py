@@ -27,6 +27,7 @@ from structbench.errors import UsageError
 from structbench.report import summary, terminal
 from structbench.runner import Progress as RunProgress
 from structbench.runner import execute
+from structbench.tasks import get_task
 
 app = typer.Typer(
     help="Benchmark structured optimizers: run suites, record measurements to Parquet, report.",
@@ -119,6 +120,10 @@ def run(
     suites, checks = spec.load_suites(suite, all_overrides, optims or [], seeds or [])
     torch_device = measure.resolve_device(device)
     data_root = resolve_data_root(data_dir)
+    for suite_spec in suites:
+        task_def = get_task(suite_spec.task)
+        if task_def.preflight is not None:
+            task_def.preflight(suite_spec.task_args, data_root)
     store.prepare(out)
     rows: list[dict[str, Any]] = []
     interrupted = False

@@ -384,3 +384,43 @@ def test_list_and_env(cli):
     assert cli("list", "nonsense").exit_code == 2
     env = cli("env")
     assert env.exit_code == 0 and "memory probe" in env.stdout and "rss" in env.stdout
+
+
+def test_missing_data_is_one_line_exit_2_naming_the_expected_path(cli, tmp_path, monkeypatch):
+    from structbench.data import digits
+
+    monkeypatch.setattr(digits, "sklearn_digits_file", lambda: None)  # an installed scikit-learn would supply it
+    out = tmp_path / "out"
+    result = cli("run", "--suite", "digits", "--data-dir", tmp_path / "empty", "--out", out)
+    assert result.exit_code == 2
+    assert len(result.stderr.strip().splitlines()) == 1
+    assert str(tmp_path / "empty" / "digits" / "digits.csv.gz") in result.stderr
+    assert "never downloads" in result.stderr and "Traceback" not in result.output
+    assert not out.exists()
+
+
+def test_a_real_format_dataset_trains_through_the_cli(cli, tmp_path):
+    from tests.test_data import write_digits_csv
+
+    write_digits_csv(tmp_path / "data" / "digits" / "digits.csv.gz", n_per_class=20)
+    result = cli(
+        "run",
+        "--suite",
+        "digits",
+        "--optim",
+        "adamw",
+        "--seed",
+        "0",
+        "--steps",
+        "20",
+        "--quiet",
+        "--data-dir",
+        tmp_path / "data",
+        "--out",
+        tmp_path / "out",
+    )
+    assert result.exit_code == 0, result.output
+    run = read_runs(tmp_path / "out").iloc[0]
+    assert run.status == "ok" and run.eval_metric_name == "accuracy"
+    assert str(tmp_path / "data" / "digits") in run.data_source
+    assert run.param_count == 64 * 128 + 128 + 128 * 128 + 128 + 128 * 10 + 10

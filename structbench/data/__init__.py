@@ -7,7 +7,7 @@ get each dataset.
 
 from structbench.data.checksums import ChecksumWarning
 from structbench.data.errors import DataFormatError
-from structbench.data.registry import DATASETS, DatasetInfo, dataset_info, dataset_status, load
+from structbench.data.registry import DATASETS, DatasetInfo, dataset_info, dataset_status, load, require
 from structbench.data.root import resolve_data_root
 from structbench.data.splits import IMAGE_LAYOUT, ArraySplit, DatasetMeta
 
@@ -22,5 +22,6 @@ __all__ = [
     "dataset_info",
     "dataset_status",
     "load",
+    "require",
     "resolve_data_root",
 ]

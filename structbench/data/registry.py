@@ -156,6 +156,14 @@ def missing_data_message(info: DatasetInfo, data_root: Path, search: Search) -> 
     )
 
 
+def require(name: str, data_root: Path) -> None:
+    """Raise :class:`MissingDataError` (naming every path looked at) unless dataset ``name`` is on disk."""
+    info = dataset_info(name)
+    search = info.reader.locate(data_root)
+    if search.found is None:
+        raise MissingDataError(missing_data_message(info, data_root, search))
+
+
 def load(name: str, data_root: Path, **options: object) -> tuple[ArraySplit, ArraySplit, DatasetMeta]:
     """Load dataset ``name`` from ``data_root`` (or its other known places) as (train, test, meta).
 

@@ -48,3 +48,5 @@ class TaskDef:
     summary: str
     defaults: Mapping[str, Any]
     build: Callable[[dict[str, Any], TaskContext], Task]
+    preflight: Callable[[dict[str, Any], Path], None] | None = None
+    """Checks that must pass before any run starts (e.g. the dataset is on disk); raises UsageError."""
