@@ -23,9 +23,9 @@ from uuid import uuid4
 
 import torch
 
-from structbench import measure, store
+from structbench import measure, optim, store
 from structbench.errors import SolverError, UsageError
-from structbench.optim import build_with_routing
+from structbench.optim import Routing, build_with_routing
 from structbench.schedule import make_scheduler
 from structbench.spec import SuiteSpec
 from structbench.tasks import Task, TaskContext, get_task
@@ -98,6 +98,7 @@ def execute(
     task: Task | None = None
     optimizer: torch.optim.Optimizer | None = None
     routing: dict[str, Any] | None = None
+    analytic_bytes: int | None = None
     initial: Any = None
     final: Any = None
     interrupted = False
@@ -115,6 +116,7 @@ def execute(
         probe.reset()
         optimizer, route = build_with_routing(optim_name, task.model, suite.hparams[optim_name])
         routing = route.as_record()
+        analytic_bytes = analytic_state_bytes(optim_name, task.model, route, suite.hparams[optim_name])
         scheduler = make_scheduler(optimizer, budget["steps"], suite.schedule)
         initial = _evaluate(task, device, state)
         state.curves.append(_eval_point(0, 0.0, initial))
@@ -172,8 +174,21 @@ def execute(
         "solver_failures": int(getattr(optimizer, "solver_failures", 0)),
         "routing": json.dumps(routing),
         "data_source": task.data_source,
+        "analytic_state_bytes": analytic_bytes,
     }
     return RunOutcome(row=row, curves=state.curves, interrupted=interrupted)
+
+
+def analytic_state_bytes(
+    optim_name: str, model: torch.nn.Module, routing: Routing, hparams: dict[str, Any]
+) -> int | None:
+    """The registry's analytic state size for this model, when it gives one; formulas assume float32 parameters."""
+    formula = optim.get(optim_name).state_bytes
+    params = dict(model.named_parameters())
+    if formula is None or any(p.dtype != torch.float32 for p in params.values()):
+        return None
+    shapes = {name: tuple(p.shape) for name, p in params.items()}
+    return int(formula([shapes[n] for n in routing.structured], [shapes[n] for n in routing.fallback], hparams))
 
 
 def _evaluate(task: Task, device: torch.device, state: _RunState) -> Any:

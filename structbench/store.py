@@ -71,6 +71,7 @@ RUN_SCHEMA = pa.schema(
         ("solver_failures", pa.int64()),
         ("routing", pa.string()),
         ("data_source", pa.string()),
+        ("analytic_state_bytes", pa.int64()),
     ]
 )
 

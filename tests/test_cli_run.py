@@ -77,6 +77,7 @@ def test_run_writes_every_contract_column_with_its_type(cli, tmp_path):
     assert runs.set_index("optim").loc["sgd", "state_bytes"].tolist() == [32 * 16 * 4] * 2
     assert runs.set_index("optim").loc["adamw", "state_bytes"].tolist() == [2 * 32 * 16 * 4 + 4] * 2
     assert (runs.param_count == 32 * 16).all()
+    assert (runs.analytic_state_bytes == runs.state_bytes).all()
     # Training time is the warm-up step plus the rest, and excludes evaluation.
     assert np.allclose(runs.wall_s, runs.train_s + runs.compile_s)
     assert (runs.eval_s > 0).all()
