@@ -26,7 +26,7 @@ from structbench.data.root import resolve_data_root
 from structbench.errors import UsageError
 from structbench.report import summary, terminal
 from structbench.runner import Progress as RunProgress
-from structbench.runner import execute
+from structbench.runner import RunOutcome, execute, execute_experiment
 from structbench.tasks import get_task
 
 app = typer.Typer(
@@ -77,7 +77,12 @@ def list_cmd(
             budget = raw.get("budget", {})
             table.add_row(
                 name,
-                raw.get("task", "include: " + ", ".join(raw.get("include", []))),
+                raw.get("task")
+                or (
+                    f"experiment: {raw['experiment']}"
+                    if "experiment" in raw
+                    else "include: " + ", ".join(raw.get("include", []))
+                ),
                 ", ".join(raw.get("optims", [])) or "-",
                 f"{budget['steps']} steps" if "steps" in budget else "-",
                 raw.get("description", ""),
@@ -121,6 +126,8 @@ def run(
     torch_device = measure.resolve_device(device)
     data_root = resolve_data_root(data_dir)
     for suite_spec in suites:
+        if suite_spec.experiment is not None:
+            continue
         task_def = get_task(suite_spec.task)
         if task_def.preflight is not None:
             task_def.preflight(suite_spec.task_args, data_root)
@@ -141,6 +148,15 @@ def run(
     try:
         with progress:
             for suite_spec in suites:
+                if suite_spec.experiment is not None:
+                    for seed in suite_spec.seeds:
+                        outcome = execute_experiment(suite_spec, seed, torch_device)
+                        store.write_run(out, outcome.row, outcome.curves, table=outcome.table)
+                        rows.append(outcome.row)
+                        show_experiment(suite_spec.name, seed, outcome)
+                        if outcome.interrupted:
+                            raise KeyboardInterrupt
+                    continue
                 for optim_name in suite_spec.optims:
                     for seed in suite_spec.seeds:
                         label = f"{suite_spec.name} {optim_name} seed={seed}"
@@ -165,8 +181,9 @@ def run(
                             raise KeyboardInterrupt
     except KeyboardInterrupt:
         interrupted = True
-    if rows:
-        console.print(terminal.runs_table(rows))
+    training = [r for r in rows if not r["task"].startswith("experiment:")]
+    if training:
+        console.print(terminal.runs_table(training))
     if interrupted:
         print("interrupted: the partial run was stored with status 'interrupted'.", file=sys.stderr)
         raise typer.Exit(EXIT_INTERRUPTED)
@@ -175,6 +192,22 @@ def run(
         print(f"check failed: {line}", file=sys.stderr)
     if failures or any(r["status"] == "error" for r in rows):
         raise typer.Exit(EXIT_RUN_ERROR)
+
+
+def show_experiment(suite: str, seed: int, outcome: RunOutcome) -> None:
+    """Print an experiment's table and its verdict on each claim."""
+    if outcome.table is not None:
+        table = Table(title=f"{suite} (seed {seed}) — run {outcome.row['run_id']}")
+        for column in outcome.table.columns:
+            table.add_column(str(column))
+        for values in outcome.table.itertuples(index=False):
+            table.add_row(*(terminal.fmt_num(v) if isinstance(v, float) else str(v) for v in values))
+        console.print(table)
+    for claim in outcome.claims:
+        mark = "[green]holds[/green]" if claim.holds else "[red]does not hold[/red]"
+        console.print(f"{mark}: {claim.statement} [{claim.source}] — {claim.evidence}")
+    if outcome.row["status"] != "ok":
+        print(f"{suite}: experiment ended {outcome.row['status']}: {outcome.row['error']}", file=sys.stderr)
 
 
 def check_runs(rows: list[dict[str, Any]], checks: dict[str, Any]) -> list[str]:

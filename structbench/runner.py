@@ -21,10 +21,12 @@ from pathlib import Path
 from typing import Any
 from uuid import uuid4
 
+import pandas as pd
 import torch
 
 from structbench import measure, optim, store
 from structbench.errors import SolverError, UsageError
+from structbench.experiments import Claim, get_experiment
 from structbench.optim import Routing, build_with_routing
 from structbench.schedule import make_scheduler
 from structbench.spec import SuiteSpec
@@ -46,6 +48,8 @@ class RunOutcome:
     row: dict[str, Any]
     curves: list[dict[str, Any]]
     interrupted: bool = False
+    table: pd.DataFrame | None = None
+    claims: list[Claim] = field(default_factory=list)
 
 
 @dataclass
@@ -177,6 +181,53 @@ def execute(
         "analytic_state_bytes": analytic_bytes,
     }
     return RunOutcome(row=row, curves=state.curves, interrupted=interrupted)
+
+
+def execute_experiment(suite: SuiteSpec, seed: int, device: torch.device) -> RunOutcome:
+    """Run a numerical experiment once; its table and claims come back beside the run row."""
+    started = datetime.now(timezone.utc)
+    definition = get_experiment(suite.experiment or "")
+    seed_everything(seed)
+    status, error, result, interrupted = "ok", None, None, False
+    clock = time.perf_counter()
+    try:
+        result = definition.run(dict(suite.task_args), seed, device)
+    except KeyboardInterrupt:
+        status, interrupted = "interrupted", True
+    except UsageError:
+        raise
+    except Exception:
+        status, error = "error", traceback.format_exc()
+    elapsed = time.perf_counter() - clock
+    row = {column.name: None for column in store.RUN_SCHEMA}
+    row.update(
+        run_id=new_run_id(suite.name, "experiment", seed),
+        schema_version=store.SCHEMA_VERSION,
+        suite=suite.name,
+        task=suite.task,
+        optim="-",
+        seed=seed,
+        hparams="{}",
+        spec=json.dumps({**suite.run_spec_base(), "seed": seed}, sort_keys=True, default=str),
+        status=status,
+        error=error,
+        started_at=started,
+        finished_at=datetime.now(timezone.utc),
+        steps=0,
+        wall_s=elapsed,
+        train_s=elapsed,
+        eval_s=0.0,
+        claims=json.dumps([{**vars(c), "holds": bool(c.holds)} for c in result.claims]) if result else None,
+        data_source="computed (numerical experiment)",
+        **measure.environment(device),
+    )
+    return RunOutcome(
+        row=row,
+        curves=[],
+        interrupted=interrupted,
+        table=result.table if result else None,
+        claims=result.claims if result else [],
+    )
 
 
 def analytic_state_bytes(

@@ -33,6 +33,7 @@ TARGET_DEFAULTS: dict[str, Any] = {"metric": "", "value": math.nan}
 CHECK_DEFAULTS: dict[str, Any] = {"require_ok": False, "require_loss_decrease": False}
 SCHEDULES = ("constant", "cosine", "linear")
 SUITE_KEYS = {
+    "experiment",
     "description",
     "task",
     "task_args",
@@ -63,9 +64,10 @@ class SuiteSpec:
     seeds: list[int]
     hparams: dict[str, dict[str, Any]]
     checks: dict[str, Any]
+    experiment: str | None = None
 
-    def run_spec(self, optim_name: str, seed: int) -> dict[str, Any]:
-        """The effective spec of one run, as stored in its `spec` column."""
+    def run_spec_base(self) -> dict[str, Any]:
+        """The fields of the effective spec every run of this suite shares."""
         return {
             "suite": self.name,
             "source": self.source,
@@ -74,10 +76,11 @@ class SuiteSpec:
             "budget": self.budget,
             "schedule": self.schedule,
             "target": self.target if self.target["metric"] else None,
-            "optim": optim_name,
-            "hparams": self.hparams[optim_name],
-            "seed": seed,
         }
+
+    def run_spec(self, optim_name: str, seed: int) -> dict[str, Any]:
+        """The effective spec of one run, as stored in its `spec` column."""
+        return {**self.run_spec_base(), "optim": optim_name, "hparams": self.hparams[optim_name], "seed": seed}
 
 
 def builtin_suite_dir() -> Path:
@@ -131,8 +134,10 @@ def resolve_suite(
     seeds: Sequence[int],
     checks: dict[str, Any],
 ) -> SuiteSpec:
+    if "experiment" in raw:
+        return resolve_experiment_suite(name, path, raw, overrides, seeds, checks)
     if "task" not in raw:
-        raise UsageError(f"suite file {path} names no task.")
+        raise UsageError(f"suite file {path} names neither a task nor an experiment.")
     task_def = get_task(raw["task"])
     chosen = list(optims) or list(raw.get("optims", ["*"]))
     if chosen == ["*"]:
@@ -167,6 +172,41 @@ def resolve_suite(
         seeds=[int(s) for s in effective["seeds"]],
         hparams=hparams,
         checks=checks,
+    )
+
+
+def resolve_experiment_suite(
+    name: str,
+    path: Path,
+    raw: Mapping[str, Any],
+    overrides: Sequence[str],
+    seeds: Sequence[int],
+    checks: dict[str, Any],
+) -> SuiteSpec:
+    """A suite that runs a numerical experiment (no optimizer grid): its arguments live in `task_args`."""
+    from structbench.experiments import get_experiment
+
+    definition = get_experiment(raw["experiment"])
+    effective: dict[str, Any] = {
+        "task_args": _merge("task_args", definition.defaults, raw.get("task_args", {})),
+        "seeds": list(seeds) or list(raw.get("seeds", [0])),
+    }
+    for assignment in overrides:
+        apply_override(effective, assignment)
+    return SuiteSpec(
+        name=name,
+        description=str(raw.get("description", "")),
+        source=str(path),
+        task=f"experiment:{definition.name}",
+        task_args=effective["task_args"],
+        budget={},
+        schedule={},
+        target=dict(TARGET_DEFAULTS),
+        optims=[],
+        seeds=[int(s) for s in effective["seeds"]],
+        hparams={},
+        checks=checks,
+        experiment=definition.name,
     )
 
 

@@ -2,6 +2,7 @@
 
     <out>/runs/<run_id>.parquet     one row per run
     <out>/curves/<run_id>.parquet   one row per logged point
+    <out>/tables/<run_id>.parquet   a numerical experiment's result table (experiment suites only)
 
 Each file is written to a hidden temporary name in the same directory and renamed into place, so a
 crash never leaves a half-written file where readers look (pyarrow ignores names starting with '.').
@@ -72,6 +73,7 @@ RUN_SCHEMA = pa.schema(
         ("routing", pa.string()),
         ("data_source", pa.string()),
         ("analytic_state_bytes", pa.int64()),
+        ("claims", pa.string()),
     ]
 )
 
@@ -98,10 +100,15 @@ def curves_dir(out: Path) -> Path:
     return out / "curves"
 
 
+def tables_dir(out: Path) -> Path:
+    """Numerical experiments' result tables, one file per run (a third dataset beside runs and curves)."""
+    return out / "tables"
+
+
 def prepare(out: Path) -> None:
     """Create the store's directories and prove they are writable, before any run starts."""
     try:
-        for directory in (runs_dir(out), curves_dir(out)):
+        for directory in (runs_dir(out), curves_dir(out), tables_dir(out)):
             directory.mkdir(parents=True, exist_ok=True)
             probe = directory / f".write-test-{os.getpid()}"
             probe.write_bytes(b"")
@@ -128,14 +135,18 @@ def write_run(
     row: Mapping[str, Any],
     curves: Sequence[Mapping[str, Any]],
     writer: Callable[[pa.Table, Path], None] = _write_parquet,
+    table: pd.DataFrame | None = None,
 ) -> Path:
-    """Store one run (its curve file first, then its row); return the run file's path."""
+    """Store one run (its experiment table and curve file first, then its row); return the run file's path."""
     missing = [f.name for f in RUN_SCHEMA if f.name not in row]
     if missing:
         raise ValueError(f"run row lacks contract columns: {missing}")
     if row["status"] not in STATUSES:
         raise ValueError(f"invalid status {row['status']!r}")
     run_id = row["run_id"]
+    if table is not None:
+        result = pa.Table.from_pandas(table.assign(run_id=run_id), preserve_index=False)
+        _write_atomic(result, tables_dir(out) / f"{run_id}.parquet", writer)
     curve_table = pa.Table.from_pylist([dict(c, run_id=run_id) for c in curves], schema=CURVE_SCHEMA)
     _write_atomic(curve_table, curves_dir(out) / f"{run_id}.parquet", writer)
     run_table = pa.Table.from_pylist([{f.name: row[f.name] for f in RUN_SCHEMA}], schema=RUN_SCHEMA)
@@ -170,6 +181,11 @@ def _read_dir(directory: Path, columns: Sequence[str] | None) -> tuple[pd.DataFr
 def load_runs(out: Path, columns: Sequence[str] | None = None) -> tuple[pd.DataFrame, list[Problem]]:
     """Every readable run row (only `columns`, if given) and the files that could not be read."""
     return _read_dir(runs_dir(out), columns)
+
+
+def load_table(out: Path, run_id: str) -> pd.DataFrame:
+    """The result table of one experiment run."""
+    return pq.read_table(tables_dir(out) / f"{run_id}.parquet").to_pandas()
 
 
 def load_curves(out: Path, run_ids: Sequence[str] | None = None) -> pd.DataFrame:
