@@ -179,6 +179,7 @@ def execute(
         "routing": json.dumps(routing),
         "data_source": task.data_source,
         "analytic_state_bytes": analytic_bytes,
+        "claims": None,
     }
     return RunOutcome(row=row, curves=state.curves, interrupted=interrupted)
 

@@ -425,3 +425,34 @@ def test_a_real_format_dataset_trains_through_the_cli(cli, tmp_path):
     assert run.status == "ok" and run.eval_metric_name == "accuracy"
     assert str(tmp_path / "data" / "digits") in run.data_source
     assert run.param_count == 64 * 128 + 128 + 128 * 128 + 128 + 128 * 10 + 10
+
+
+def test_a_solver_failure_ends_the_run_solver_error_and_the_grid_goes_on(cli, tmp_path, monkeypatch):
+    import torch
+
+    from structbench.errors import SolverError
+    from structbench.optim import registry
+
+    class FailingSolver(torch.optim.SGD):
+        solver_failures = 0
+
+        def step(self, closure=None):
+            self.solver_failures += 1
+            if self.solver_failures > 3:
+                raise SolverError("eigh failed in float32 and float64 three times running")
+            return super().step(closure)
+
+    entry = registry.OptimizerEntry(
+        name="failing-solver",
+        summary="test double",
+        reference="-",
+        defaults={"lr": 0.1},
+        build=lambda named, routing, hp: FailingSolver([p for _, p in named], lr=hp["lr"]),
+    )
+    monkeypatch.setitem(registry._REGISTRY, "failing-solver", entry)
+    result = cli("run", *QUICK, "--optim", "failing-solver", "--optim", "sgd", "--seed", "0", "--out", tmp_path)
+    assert result.exit_code == 0, result.output  # solver_error is a result, not a crash
+    runs = read_runs(tmp_path).set_index("optim")
+    assert runs.loc["failing-solver", "status"] == "solver_error"
+    assert "three times running" in runs.loc["failing-solver", "error"]
+    assert runs.loc["sgd", "status"] == "ok"

@@ -68,7 +68,7 @@ def test_a_write_that_fails_midway_leaves_no_file(tmp_path):
 
     with pytest.raises(OSError, match="disk full"):
         store.write_run(tmp_path, make_row("r2"), CURVE, writer=half_write)
-    assert sorted(p.name for p in tmp_path.rglob("*")) == ["curves", "runs"]
+    assert sorted(p.name for p in tmp_path.rglob("*")) == ["curves", "runs", "tables"]
 
 
 def test_run_row_write_failure_keeps_the_curve_but_no_run(tmp_path):
