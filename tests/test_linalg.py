@@ -679,3 +679,13 @@ def test_symmetrize() -> None:
     s = symmetrize(a)
     assert torch.equal(s, s.mT)
     _close(s + (a - a.mT) / 2, a, atol=1e-6)
+
+
+def test_float64_input_is_solved_in_float64() -> None:
+    """An ill-conditioned float64 matrix keeps float64 accuracy (no float32 round trip)."""
+    gen = torch.Generator().manual_seed(3)
+    u, _ = torch.linalg.qr(torch.randn(12, 12, generator=gen, dtype=torch.float64))
+    v, _ = torch.linalg.qr(torch.randn(30, 12, generator=gen, dtype=torch.float64))
+    s = torch.logspace(0, -6, 12, dtype=torch.float64)
+    a = (u * s) @ v.T
+    assert torch.allclose(polar_svd(a), u @ v.T, atol=1e-8)

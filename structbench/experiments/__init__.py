@@ -21,4 +21,13 @@ def get_experiment(name: str) -> ExperimentDef:
         raise UsageError(unknown_name_message("experiment", name, sorted(EXPERIMENTS))) from None
 
 
+def _register_builtin() -> None:
+    from structbench.experiments.orth_error import ORTH_ERROR
+
+    for definition in (ORTH_ERROR,):
+        register_experiment(definition)
+
+
+_register_builtin()
+
 __all__ = ["EXPERIMENTS", "Claim", "ExperimentDef", "ExperimentResult", "get_experiment", "register_experiment"]

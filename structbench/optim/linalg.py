@@ -57,12 +57,13 @@ def _solve_with_retry(
     x: Tensor,
     what: str,
 ) -> tuple[Tensor, ...]:
-    """Run `solve` on x in float32; retry in float64 if it raises or returns non-finite values.
+    """Run `solve` on x in float32 (float64 input: in float64); retry in float64 if it raises or returns
+    non-finite values.
 
     Out-of-memory errors propagate unchanged (the runner records them as `oom`).
     """
     cause: RuntimeError | None = None
-    for dtype in (torch.float32, torch.float64):
+    for dtype in dict.fromkeys((_compute_dtype(x.dtype), torch.float64)):
         try:
             out = solve(x.to(dtype))
         except torch.OutOfMemoryError:
