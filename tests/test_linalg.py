@@ -689,3 +689,14 @@ def test_float64_input_is_solved_in_float64() -> None:
     s = torch.logspace(0, -6, 12, dtype=torch.float64)
     a = (u * s) @ v.T
     assert torch.allclose(polar_svd(a), u @ v.T, atol=1e-8)
+
+
+def test_polar_svd_of_a_rank_deficient_matrix_is_the_compact_factor() -> None:
+    """Rank 2 in 6x9: U_2 V_2^T, whose singular values are 1, 1 and then exactly 0."""
+    gen = torch.Generator().manual_seed(5)
+    a = torch.randn(6, 2, generator=gen, dtype=torch.float64) @ torch.randn(2, 9, generator=gen, dtype=torch.float64)
+    u, _, vh = torch.linalg.svd(a, full_matrices=False)
+    p = polar_svd(a)
+    assert torch.allclose(p, u[:, :2] @ vh[:2], atol=1e-10)
+    assert torch.allclose(torch.linalg.svdvals(p), torch.tensor([1.0, 1, 0, 0, 0, 0], dtype=torch.float64), atol=1e-10)
+    assert torch.equal(polar_svd(torch.zeros(3, 4)), torch.zeros(3, 4))

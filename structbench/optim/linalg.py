@@ -93,16 +93,19 @@ def symmetrize(a: Tensor) -> Tensor:
 
 
 def polar_svd(g: Tensor) -> Tensor:
-    """Orthogonal polar factor U V^T of G = U S V^T (reduced SVD), e.g. SUMO's Orthogonalization_SVD.
+    """Polar factor U_r V_r^T of G = U S V^T (reduced SVD), e.g. SUMO's Orthogonalization_SVD.
 
-    Computed in float32 with a float64 retry; returned in the input dtype. For rank-deficient G the
-    columns belonging to zero singular values are whatever the SVD returns.
+    For rank-deficient G only the r singular directions with s > max(m, n) * eps * s_max are kept (the
+    compact polar factor, ASGO eq. 11): a zero singular value maps to zero, as it does under Newton–Schulz,
+    instead of to an arbitrary unit direction. Computed in float32 (float64 for float64 input) with a float64
+    retry; returned in the input dtype.
     """
     _check_matrix(g, "g")
 
     def orth(x: Tensor) -> tuple[Tensor, ...]:
-        u, _, vh = torch.linalg.svd(x, full_matrices=False)
-        return (u @ vh,)
+        u, s, vh = torch.linalg.svd(x, full_matrices=False)
+        tol = max(x.shape[-2:]) * torch.finfo(x.dtype).eps * s[..., :1]
+        return ((u * (s > tol).to(x.dtype).unsqueeze(-2)) @ vh,)
 
     (o,) = _solve_with_retry(orth, g, "SVD")
     return o.to(g.dtype)
@@ -120,7 +123,10 @@ def newton_schulz(
     """Newton–Schulz approximation of the polar factor U V^T (Muon's NS5, Jordan et al. 2024).
 
     X0 = G / (||G|| + eps) per matrix; then `steps` times A = X X^T, B = b A + c A^2, X = a X + B X
-    with (a, b, c) = `coefficients`. Tall inputs are transposed so that A is the smaller Gram matrix.
+    with (a, b, c) = `coefficients`; B and X are each one fused addmm / baddbmm, rounded once, as in
+    torch.optim.Muon and pytorch_optimizer (bfloat16 results match theirs bit for bit; Jordan's reference
+    rounds b A, (c A) A and their sum separately, so it differs in the last bits). Tall inputs are transposed
+    so that A is the smaller Gram matrix.
     `NS_QUINTIC` is Muon's iteration (singular values end near [0.7, 1.2]); `NS_CUBIC` is the classic
     iteration (Higham 2008), which converges to U V^T when the normalized singular values lie in (0, sqrt 3).
 
@@ -144,10 +150,15 @@ def newton_schulz(
     else:
         norm = torch.linalg.matrix_norm(x.to(norm_dtype), ord=2, keepdim=True)
     x = x / (norm + eps).to(dtype)
+    batch_shape = x.shape[:-2]
+    if x.dim() > 3:
+        x = x.reshape(-1, *x.shape[-2:])
+    fused = torch.baddbmm if x.dim() == 3 else torch.addmm
     for _ in range(steps):
         gram = x @ x.mT
-        poly = b * gram + c * (gram @ gram) if c != 0.0 else b * gram
-        x = a * x + poly @ x
+        poly = fused(gram, gram, gram, beta=b, alpha=c) if c != 0.0 else b * gram
+        x = fused(x, poly, x, beta=a)
+    x = x.reshape(*batch_shape, *x.shape[-2:])
     return (x.mT if transpose else x).to(g.dtype)
 
 

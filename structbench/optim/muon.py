@@ -1,0 +1,269 @@
+"""Muon: MomentUm Orthogonalized by Newton–Schulz (Jordan et al. 2024).
+
+Paper: K. Jordan, Y. Jin, V. Boza, J. You, F. Cesista, L. Newhouse, J. Bernstein, "Muon: An optimizer for
+hidden layers in neural networks" (2024, kellerjordan.github.io/posts/muon), Algorithm 1; reference code
+KellerJordan/Muon `muon.py` (`muon_update`, `SingleDeviceMuon`) and `torch.optim.Muon`
+(reference-implementations.md §7). For each matrix W (a conv filter viewed as (out, in*kh*kw)) with
+gradient G_t, this module implements the reference code's form of Algorithm 1:
+
+    B_t = B_{t-1}.lerp(G_t, 1 - mu)             EMA momentum (`momentum_form="sum"`: B_t = mu B_{t-1} + G_t)
+    U_t = G_t.lerp(B_t, mu) if nesterov else B_t (`"sum"`: U_t = G_t + mu B_t)
+    O_t = NS_k(U_t)                             k quintic Newton–Schulz steps (`polar="svd"`: exact U V^T)
+    W_t = (1 - lr wd) W_{t-1} - lr s(m, n) O_t  decoupled weight decay, then the scaled update
+
+with s = max(1, m/n)^0.5 (`scale="shape"`, the reference code), 0.2 sqrt(max(m, n)) (`"rms"`, Moonlight's
+AdamW RMS matching, torch's adjust_lr_fn="match_rms_adamw") or 1 (`"none"`, Algorithm 1 as written).
+Because NS and the SVD polar factor are invariant to the scale of U_t (up to the normalisation eps), the
+"ema" and "sum" momentum forms give the same update; they differ only in the stored buffer.
+m and n are the rows and columns of the matrix view. The reference code instead takes the ratio from the
+original tensor's last two dims, which for a 4-D conv filter is kh/kw (reference-implementations.md §7);
+here a conv filter is scaled like the (out, in*kh*kw) matrix it is orthogonalized as.
+
+Same-shape matrices of a param group are stacked and orthogonalized in one batched call. The caller's
+`p.grad` is never modified (the reference code's Nesterov path overwrites it). The momentum buffer has
+the parameter's dtype; the Newton–Schulz iteration runs in `ns_dtype` ("auto": bfloat16 on CUDA, float32
+elsewhere).
+"""
+
+from __future__ import annotations
+
+import math
+from collections import defaultdict
+from collections.abc import Callable, Iterable, Mapping
+from typing import Any
+
+import torch
+from torch import Tensor
+
+from structbench.errors import SolverError
+from structbench.optim.base import StructuredOptimizer
+from structbench.optim.hybrid import FALLBACK_ADAMW_DEFAULTS, adamw_state_bytes, build_hybrid
+from structbench.optim.linalg import NS_CUBIC, NS_QUINTIC, newton_schulz, polar_svd
+from structbench.optim.partition import matrix_shape, matrix_view, split
+from structbench.optim.registry import NamedParams, OptimizerEntry, Routing, register
+
+NS_COEFFICIENTS: dict[str, tuple[float, float, float]] = {"quintic": NS_QUINTIC, "cubic": NS_CUBIC}
+NS_DTYPES: dict[str, torch.dtype | None] = {"auto": None, "bfloat16": torch.bfloat16, "float32": torch.float32}
+MOMENTUM_FORMS = ("ema", "sum")
+POLAR_METHODS = ("ns", "svd")
+SCALES = ("shape", "rms", "none")
+RMS_MATCH = 0.2
+"""Moonlight's target update RMS (AdamW's typical RMS): s = 0.2 sqrt(max(m, n))."""
+MAX_CONSECUTIVE_SOLVER_FAILURES = 3
+
+
+def update_scale(rows: int, cols: int, scale: str) -> float:
+    """The factor s(m, n) that multiplies the orthogonalized update of an m x n matrix."""
+    if scale == "shape":
+        return math.sqrt(max(1.0, rows / cols))
+    if scale == "rms":
+        return RMS_MATCH * math.sqrt(max(rows, cols))
+    if scale == "none":
+        return 1.0
+    raise ValueError(f"unknown scale {scale!r}; valid: {', '.join(SCALES)}")
+
+
+def _choice(name: str, value: Any, valid: Iterable[str]) -> None:
+    options = tuple(valid)
+    if value not in options:
+        raise ValueError(f"unknown {name} {value!r}; valid: {', '.join(options)}")
+
+
+class Muon(StructuredOptimizer):
+    """Muon over matrix parameters (2-D, or conv filters through their (out, in*kh*kw) view).
+
+    `solver_failures` counts exact-SVD failures (`polar="svd"` only): that step falls back to Newton–Schulz
+    for the affected matrices, and SolverError is raised after 3 consecutive failures of one parameter.
+    """
+
+    def __init__(
+        self,
+        params: Iterable[Tensor] | Iterable[dict[str, Any]],
+        lr: float = 0.02,
+        momentum: float = 0.95,
+        nesterov: bool = True,
+        momentum_form: str = "ema",
+        ns_steps: int = 5,
+        ns_coefficients: str = "quintic",
+        ns_eps: float = 1e-7,
+        ns_dtype: str = "auto",
+        polar: str = "ns",
+        scale: str = "shape",
+        weight_decay: float = 0.0,
+    ) -> None:
+        defaults = {
+            "lr": lr,
+            "momentum": momentum,
+            "nesterov": nesterov,
+            "momentum_form": momentum_form,
+            "ns_steps": ns_steps,
+            "ns_coefficients": ns_coefficients,
+            "ns_eps": ns_eps,
+            "ns_dtype": ns_dtype,
+            "polar": polar,
+            "scale": scale,
+            "weight_decay": weight_decay,
+        }
+        super().__init__(params, defaults)
+        for group in self.param_groups:
+            self._check_group(group)
+        self.solver_failures = 0
+
+    @staticmethod
+    def _check_group(group: Mapping[str, Any]) -> None:
+        if not group["lr"] >= 0.0:
+            raise ValueError(f"lr must be >= 0; got {group['lr']}")
+        if not 0.0 <= group["momentum"] < 1.0:
+            raise ValueError(f"momentum must be in [0, 1); got {group['momentum']}")
+        if not group["weight_decay"] >= 0.0:
+            raise ValueError(f"weight_decay must be >= 0; got {group['weight_decay']}")
+        if isinstance(group["ns_steps"], bool) or not isinstance(group["ns_steps"], int) or group["ns_steps"] < 1:
+            raise ValueError(f"ns_steps must be a positive int; got {group['ns_steps']!r}")
+        if not group["ns_eps"] >= 0.0:
+            raise ValueError(f"ns_eps must be >= 0; got {group['ns_eps']}")
+        _choice("momentum_form", group["momentum_form"], MOMENTUM_FORMS)
+        _choice("ns_coefficients", group["ns_coefficients"], NS_COEFFICIENTS)
+        _choice("ns_dtype", group["ns_dtype"], NS_DTYPES)
+        _choice("polar", group["polar"], POLAR_METHODS)
+        _choice("scale", group["scale"], SCALES)
+        for p in group["params"]:
+            if p.dim() < 2:
+                raise ValueError(
+                    f"Muon optimizes matrices only; got a parameter of shape {tuple(p.shape)}. "
+                    "Give 1-D parameters to the fallback optimizer (make_optimizer does this)."
+                )
+
+    @torch.no_grad()
+    def step(self, closure: Callable[[], Tensor] | None = None) -> Tensor | None:
+        loss = None
+        if closure is not None:
+            with torch.enable_grad():
+                loss = closure()
+        for group in self.param_groups:
+            params = [p for p in group["params"] if p.grad is not None]
+            if params:
+                self._step_group(group, params)
+        return loss
+
+    def _step_group(self, group: dict[str, Any], params: list[Tensor]) -> None:
+        grads = [p.grad for p in params]
+        for grad in grads:
+            if grad.is_sparse or grad.is_complex():
+                raise RuntimeError("Muon supports dense real gradients only")
+        buffers = [self._momentum_buffer(p) for p in params]
+        beta = group["momentum"]
+        if group["momentum_form"] == "ema":
+            torch._foreach_lerp_(buffers, grads, 1.0 - beta)
+            updates = torch._foreach_lerp(grads, buffers, beta) if group["nesterov"] else buffers
+        else:
+            torch._foreach_mul_(buffers, beta)
+            torch._foreach_add_(buffers, grads)
+            updates = torch._foreach_add(grads, buffers, alpha=beta) if group["nesterov"] else buffers
+
+        buckets: dict[tuple[tuple[int, int], torch.dtype, torch.device], list[int]] = defaultdict(list)
+        for index, p in enumerate(params):
+            buckets[(matrix_shape(p.shape), p.dtype, p.device)].append(index)
+        lr, decay = group["lr"], 1.0 - group["lr"] * group["weight_decay"]
+        for (shape, _, _), indices in buckets.items():
+            owned = [params[i] for i in indices]
+            stacked = torch.stack([matrix_view(updates[i]) for i in indices])
+            ortho = self._orthogonalize(stacked, owned, group)
+            if decay != 1.0:
+                torch._foreach_mul_(owned, decay)
+            step = -lr * update_scale(*shape, group["scale"])
+            torch._foreach_add_(owned, [o.view_as(p) for o, p in zip(ortho.unbind(0), owned, strict=True)], alpha=step)
+
+    def _momentum_buffer(self, p: Tensor) -> Tensor:
+        state = self.state[p]
+        if "momentum_buffer" not in state:
+            state["momentum_buffer"] = torch.zeros_like(p, memory_format=torch.preserve_format)
+        return state["momentum_buffer"]
+
+    def _orthogonalize(self, stacked: Tensor, owned: list[Tensor], group: Mapping[str, Any]) -> Tensor:
+        """The polar factor (or its NS approximation) of each matrix of the (k, m, n) stack."""
+        if group["polar"] == "svd":
+            try:
+                ortho = polar_svd(stacked)
+            except SolverError:
+                self._count_failure(owned)
+            else:
+                for p in owned:
+                    self.state[p].pop("consecutive_solver_failures", None)
+                return ortho
+        return newton_schulz(
+            stacked,
+            steps=group["ns_steps"],
+            coefficients=NS_COEFFICIENTS[group["ns_coefficients"]],
+            eps=group["ns_eps"],
+            dtype=NS_DTYPES[group["ns_dtype"]],
+        )
+
+    def _count_failure(self, owned: list[Tensor]) -> None:
+        self.solver_failures += 1
+        for p in owned:
+            state = self.state[p]
+            state["consecutive_solver_failures"] = state.get("consecutive_solver_failures", 0) + 1
+            if state["consecutive_solver_failures"] >= MAX_CONSECUTIVE_SOLVER_FAILURES:
+                raise SolverError(
+                    f"Muon: the SVD polar factor of a {tuple(p.shape)} parameter failed "
+                    f"{state['consecutive_solver_failures']} steps in a row"
+                )
+
+
+MUON_DEFAULTS: dict[str, Any] = {
+    "lr": 0.02,
+    "momentum": 0.95,
+    "nesterov": True,
+    "momentum_form": "ema",
+    "ns_steps": 5,
+    "ns_coefficients": "quintic",
+    "ns_eps": 1e-7,
+    "ns_dtype": "auto",
+    "polar": "ns",
+    "scale": "shape",
+    "weight_decay": 0.0,
+}
+
+
+def _route(model: torch.nn.Module | None, named: NamedParams, hp: Mapping[str, Any]) -> Routing:
+    return split(model, named, fallback_name="adamw", head_to_fallback=True)
+
+
+def _make_muon(params: list[torch.nn.Parameter], hp: Mapping[str, Any]) -> Muon:
+    return Muon(params, **{key: hp[key] for key in MUON_DEFAULTS})
+
+
+def _build(named: NamedParams, routing: Routing, hp: dict[str, Any]) -> torch.optim.Optimizer:
+    return build_hybrid(named, routing, hp, _make_muon)
+
+
+def _state_bytes(structured: list[tuple[int, ...]], fallback: list[tuple[int, ...]], hp: Mapping[str, Any]) -> int:
+    """One float32 momentum buffer per owned matrix, plus torch AdamW's state for the fallback."""
+    return sum(4 * math.prod(shape) for shape in structured) + adamw_state_bytes(fallback)
+
+
+MUON = register(
+    OptimizerEntry(
+        name="muon",
+        summary="Muon: EMA/Nesterov momentum orthogonalized by quintic Newton–Schulz; AdamW for the rest",
+        reference=(
+            "Jordan et al. 2024, 'Muon: An optimizer for hidden layers in neural networks', Algorithm 1; "
+            "KellerJordan/Muon muon.py; torch.optim.Muon"
+        ),
+        defaults={**MUON_DEFAULTS, **FALLBACK_ADAMW_DEFAULTS},
+        build=_build,
+        route=_route,
+        notes=(
+            "Defaults are the reference code's (KellerJordan/Muon): lr 0.02, momentum 0.95, Nesterov, EMA "
+            "momentum, 5 quintic NS steps (3.4445, -4.7750, 2.0315) with eps 1e-7, scale max(1, m/n)^0.5, "
+            "weight decay 0; the blog's Algorithm 1 box is the form momentum_form='sum', nesterov=False, "
+            "scale='none'. ns_dtype 'auto' (bf16 on CUDA, fp32 on CPU) follows the harness rule, not the "
+            "reference (always bf16). scale='rms' is Moonlight's 0.2 sqrt(max(m, n)); polar='svd' is the exact "
+            "U V^T (ASGO Prop. 1, FISMO's ideal Muon). Conv filters are scaled by their (out, in*kh*kw) view; "
+            "the reference uses kh/kw. Fallback: AdamW with the reference's aux-Adam settings (lr 3e-4, "
+            "betas (0.9, 0.95), eps 1e-10, wd 0) for 1-D params, embeddings and the head."
+        ),
+        lr_keys=("lr", "adamw_lr"),
+        state_bytes=_state_bytes,
+    )
+)
