@@ -4,6 +4,7 @@ Importing this package registers every optimizer.
 """
 
 from structbench.optim import baselines as baselines
+from structbench.optim import galore as galore
 from structbench.optim import muon as muon
 from structbench.optim import sumo as sumo
 from structbench.optim.registry import (
