@@ -3,6 +3,8 @@
 Importing this package registers every optimizer.
 """
 
+from structbench.optim import adagrad_norm as adagrad_norm
+from structbench.optim import asgo as asgo
 from structbench.optim import baselines as baselines
 from structbench.optim import galore as galore
 from structbench.optim import muon as muon

@@ -1,0 +1,523 @@
+"""ASGO and DASGO: one-sided full-matrix and diagonal adaptive preconditioning of weight matrices.
+
+Paper: K. An, Y. Liu, R. Pan, Y. Ren, S. Ma, D. Goldfarb, T. Zhang, "ASGO: Adaptive Structured Gradient
+Optimization", NeurIPS 2025 (arXiv 2503.20762). `ASGO` implements Algorithm 2 ("A Practical Implementation
+of ASGO", App. B); `DASGO` implements Algorithm 3 (App. B). For W in R^{m x n} (rows = output neurons, as in
+nn.Linear.weight; a conv filter is viewed as (out, in*kh*kw)) with gradient G_t:
+
+ASGO, Algorithm 2:
+    M_t = beta1 M_{t-1} + (1 - beta1) G_t                        line 6, EMA momentum, no bias correction
+    V_t = beta2 V_{t-1} + (1 - beta2) G_t G_t^T   if m < n        line 8, m x m (left side)
+    V_t = beta2 V_{t-1} + (1 - beta2) G_t^T G_t   otherwise       line 10, n x n (right side; square -> right)
+    Linv_t = (V_t + eps I)^{-1/2}  if t mod tau == 0, else Linv_{t-1}   lines 12-15 (eps INSIDE the root)
+    W_{t+1} = W_t - lr Linv_t M_t  (left)  or  W_t - lr M_t Linv_t  (right)   lines 17-21
+
+V is updated every step; its inverse root is recomputed only when t mod tau == 0 (t = 0 included), so a
+fresh M_t meets a stale root in between. A 1-D parameter is a 1 x d row, so the smaller-side rule gives a
+scalar preconditioner from ||g||^2: w <- w - lr m / sqrt(v + eps), the AdaGrad-Norm form App. B (i) says
+makes a separate optimizer unnecessary. The side switch applies to matrices; vectors always take the scalar.
+
+Switches (each off, i.e. at the paper's Algorithm 2, by default):
+- `side`: "smaller" (Alg. 2 (i)), "left", "right" (Sec. 5: Hessian blocks are rows -> right side).
+- `precondition_from`: "grad" (Alg. 2) or "momentum" (App. C.3 Eq. 4: V from M_t, which with beta2 = 0 and
+  eps = 0 is Muon with momentum).
+- `accumulation` "sum" (V_t = V_{t-1} + G G^T) and `eps_placement` "outside" ((V^{1/2} + eps I)^{-1}) give
+  Algorithm 1, the theoretical ASGO (= "one-sided Shampoo" of Xie et al. 2025), with beta1 = 0, tau = 1,
+  side = "left".
+- `root`: "eigh" (exact; App. C.3 uses an SVD of V) or "newton" (coupled Newton, 50 iterations, Fig. 7c).
+- `update_rms` > 0 rescales each update to Frobenius norm update_rms * sqrt(mn), and `weight_decay` is
+  decoupled (W *= 1 - lr wd first): the released code's 0.2 and 0.1 (infinity-stars/ASGO), not the paper's.
+
+Eigenvalues of the k x k float32 statistic at or below its resolution k * float32-eps * lambda_max are
+rounding noise. With eps > 0 they are raised to that resolution before damping (without it, accumulated V
+on an ill-conditioned problem with eps 1e-8 turns noise into gains of 1e4 and diverges where float64 does
+not); eps = 0 is allowed with "eigh" and gives the pseudo-inverse root, which drops them (App. G proves
+ASGO = Muon with the compact SVD). Negative eigenvalues from rounding are clamped to 0.
+
+DASGO, Algorithm 3 (diagonal, right side, no tau):
+    M_t = beta1 M_{t-1} + (1 - beta1) G_t ;  v_t = beta2 v_{t-1} + (1 - beta2) diag(G_t^T G_t)
+    W_{t+1} = W_t - lr M_t diag(v_t + eps)^{-1/2}                 (eps inside the square root)
+`side="left"` scales rows by the squared row norms instead (not in the paper).
+
+Numerics: statistics, roots and the column norms are float32 whatever the parameter dtype; momentum has
+the parameter's dtype. The inverse roots of all matrices of a param group that share a preconditioner size
+are computed in one batched call. When a root fails (`SolverError` after linalg's float64 retry) the
+matrix keeps its previous root (zero before its first successful one, so it stays put), `solver_failures`
+counts one per matrix, and the error is re-raised after 3 consecutive failures of the same parameter.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import defaultdict
+from collections.abc import Callable, Iterable, Mapping
+from typing import Any
+
+import torch
+from torch import Tensor, nn
+
+from structbench.errors import SolverError
+from structbench.optim.base import StructuredOptimizer
+from structbench.optim.hybrid import adamw_state_bytes, build_hybrid
+from structbench.optim.linalg import eigh_with_retry, inverse_root_newton
+from structbench.optim.partition import matrix_shape, matrix_view, parameter_kinds
+from structbench.optim.registry import NamedParams, OptimizerEntry, Routing, register
+
+SIDES = ("smaller", "left", "right")
+DASGO_SIDES = ("right", "left")
+PRECONDITION_SOURCES = ("grad", "momentum")
+ACCUMULATIONS = ("ema", "sum")
+EPS_PLACEMENTS = ("inside", "outside")
+ROOTS = ("eigh", "newton")
+NEWTON_ITERS = 50
+"""Coupled Newton iterations for `root="newton"` (App. C.3, Fig. 7c: 50 iterations)."""
+MAX_CONSECUTIVE_SOLVER_FAILURES = 3
+_FLOAT32_EPS = torch.finfo(torch.float32).eps
+
+
+def _choice(name: str, value: Any, valid: Iterable[str]) -> None:
+    options = tuple(valid)
+    if value not in options:
+        raise ValueError(f"unknown {name} {value!r}; valid: {', '.join(options)}")
+
+
+def _check_unit_interval(name: str, value: float) -> None:
+    if not 0.0 <= value < 1.0:
+        raise ValueError(f"{name} must be in [0, 1); got {value}")
+
+
+def _check_nonnegative(name: str, value: float) -> None:
+    if not value >= 0.0:
+        raise ValueError(f"{name} must be >= 0; got {value}")
+
+
+def _as_matrix(t: Tensor) -> Tensor:
+    """A 1 x d row for a vector (or scalar), the (out, in*kh*kw) view of a conv filter, a matrix unchanged."""
+    return t.reshape(1, -1) if t.ndim < 2 else matrix_view(t)
+
+
+def _rows_cols(shape: tuple[int, ...]) -> tuple[int, int]:
+    return (1, math.prod(shape)) if len(shape) < 2 else matrix_shape(shape)
+
+
+def preconditions_left(shape: tuple[int, ...], side: str) -> bool:
+    """Whether ASGO's preconditioner multiplies a parameter of `shape` from the left (Alg. 2 (i))."""
+    rows, cols = _rows_cols(shape)
+    if len(shape) < 2 or side == "smaller":
+        return rows < cols
+    return side == "left"
+
+
+def preconditioner_size(shape: tuple[int, ...], side: str) -> int:
+    """k of ASGO's k x k statistic for a parameter of `shape`: 1 for vectors, else the preconditioned side."""
+    rows, cols = _rows_cols(shape)
+    return rows if preconditions_left(shape, side) else cols
+
+
+def inverse_root_from_eigenpairs(evals: Tensor, evecs: Tensor, eps: float, eps_placement: str) -> Tensor:
+    """(V + eps I)^{-1/2} ("inside", Alg. 2) or (V^{1/2} + eps I)^{-1} ("outside", Alg. 1) from V's eigenpairs.
+
+    Eigenvalues at or below the float32 resolution of V, k * float32-eps * lambda_max (k the matrix size),
+    are rounding noise: with eps = 0 they get a zero root (the pseudo-inverse), with eps > 0 they are raised
+    to that resolution before damping, so a tiny eps cannot turn noise into a gain of eps^{-1/2}.
+    """
+    lam = evals.clamp_min(0.0)
+    resolution = evals.size(-1) * _FLOAT32_EPS * lam.amax(dim=-1, keepdim=True)
+    if eps > 0.0:
+        lam = torch.maximum(lam, resolution)
+    roots = (lam + eps).rsqrt() if eps_placement == "inside" else (lam.sqrt() + eps).reciprocal()
+    if eps == 0.0:
+        roots = torch.where(lam > resolution, roots, torch.zeros_like(roots))
+    return (evecs * roots.unsqueeze(-2)) @ evecs.mT
+
+
+class _FailureCounter:
+    """Consecutive root failures per parameter; the optimizer's `solver_failures` counts every failure."""
+
+    def __init__(self, optimizer: StructuredOptimizer, what: str) -> None:
+        self.optimizer = optimizer
+        self.what = what
+        self.streaks: dict[Tensor, int] = {}
+
+    def failed(self, p: Tensor) -> None:
+        self.optimizer.solver_failures += 1
+        self.streaks[p] = self.streaks.get(p, 0) + 1
+        if self.streaks[p] >= MAX_CONSECUTIVE_SOLVER_FAILURES:
+            raise SolverError(
+                f"{self.what}: the inverse root of a {tuple(p.shape)} parameter failed {self.streaks[p]} steps in a row"
+            )
+
+    def succeeded(self, p: Tensor) -> None:
+        self.streaks.pop(p, None)
+
+
+class ASGO(StructuredOptimizer):
+    """ASGO, Algorithm 2 of An et al. (2025), over matrices, conv filters (as (out, in*kh*kw)) and vectors.
+
+    State per parameter: `step` (float32 scalar), `momentum` (parameter dtype), `precond` (the k x k
+    statistic V, float32) and `inv_root` (its damped inverse root, float32).
+    """
+
+    def __init__(
+        self,
+        params: Iterable[Tensor] | Iterable[dict[str, Any]],
+        lr: float = 0.1,
+        beta1: float = 0.9,
+        beta2: float = 0.95,
+        eps: float = 1e-6,
+        tau: int = 1,
+        side: str = "smaller",
+        precondition_from: str = "grad",
+        accumulation: str = "ema",
+        eps_placement: str = "inside",
+        root: str = "eigh",
+        update_rms: float = 0.0,
+        weight_decay: float = 0.0,
+    ) -> None:
+        defaults = {
+            "lr": lr,
+            "beta1": beta1,
+            "beta2": beta2,
+            "eps": eps,
+            "tau": tau,
+            "side": side,
+            "precondition_from": precondition_from,
+            "accumulation": accumulation,
+            "eps_placement": eps_placement,
+            "root": root,
+            "update_rms": update_rms,
+            "weight_decay": weight_decay,
+        }
+        super().__init__(params, defaults)
+        for group in self.param_groups:
+            self._check_group(group)
+        self.solver_failures = 0
+        self._failures = _FailureCounter(self, "ASGO")
+
+    @staticmethod
+    def _check_group(group: Mapping[str, Any]) -> None:
+        for key in ("lr", "eps", "update_rms", "weight_decay"):
+            _check_nonnegative(key, group[key])
+        _check_unit_interval("beta1", group["beta1"])
+        _check_unit_interval("beta2", group["beta2"])
+        tau = group["tau"]
+        if isinstance(tau, bool) or not isinstance(tau, int) or tau < 1:
+            raise ValueError(f"tau must be a positive int; got {tau!r}")
+        _choice("side", group["side"], SIDES)
+        _choice("precondition_from", group["precondition_from"], PRECONDITION_SOURCES)
+        _choice("accumulation", group["accumulation"], ACCUMULATIONS)
+        _choice("eps_placement", group["eps_placement"], EPS_PLACEMENTS)
+        _choice("root", group["root"], ROOTS)
+        if group["root"] == "newton" and (group["eps"] <= 0.0 or group["eps_placement"] != "inside"):
+            raise ValueError('root="newton" computes (V + eps I)^{-1/2}: it needs eps > 0 and eps_placement="inside"')
+
+    @torch.no_grad()
+    def step(self, closure: Callable[[], Tensor] | None = None) -> Tensor | None:
+        loss = None
+        if closure is not None:
+            with torch.enable_grad():
+                loss = closure()
+        for group in self.param_groups:
+            params = [p for p in group["params"] if p.grad is not None]
+            if params:
+                self._step_group(group, params)
+        return loss
+
+    def _step_group(self, group: dict[str, Any], params: list[Tensor]) -> None:
+        due: dict[tuple[int, torch.device], list[Tensor]] = defaultdict(list)
+        for p in params:
+            state = self._state(p, group["side"])
+            self._update_statistics(p, state, group)
+            if int(state["step"]) % group["tau"] == 0:
+                due[(state["precond"].size(-1), p.device)].append(p)
+        for owned in due.values():
+            self._refresh_inverse_roots(owned, group)
+        for p in params:
+            self._apply_update(p, self.state[p], group)
+
+    def _state(self, p: Tensor, side: str) -> dict[str, Tensor]:
+        state = self.state[p]
+        if not state:
+            k = preconditioner_size(tuple(p.shape), side)
+            state["step"] = torch.zeros((), dtype=torch.float32)
+            state["momentum"] = torch.zeros_like(p, memory_format=torch.preserve_format)
+            state["precond"] = torch.zeros(k, k, dtype=torch.float32, device=p.device)
+            state["inv_root"] = torch.zeros(k, k, dtype=torch.float32, device=p.device)
+        return state
+
+    @staticmethod
+    def _oriented(t: Tensor, left: bool) -> Tensor:
+        """The float32 matrix whose rows are the preconditioned side: M for the left side, M^T for the right."""
+        matrix = _as_matrix(t).float()
+        return matrix if left else matrix.mT
+
+    def _update_statistics(self, p: Tensor, state: dict[str, Tensor], group: Mapping[str, Any]) -> None:
+        """Alg. 2 lines 6-11: the momentum EMA, then V from G_t (or from M_t for Eq. 4)."""
+        momentum = state["momentum"]
+        momentum.lerp_(p.grad, 1.0 - group["beta1"])
+        source = p.grad if group["precondition_from"] == "grad" else momentum
+        x = self._oriented(source, preconditions_left(tuple(p.shape), group["side"]))
+        precond = state["precond"]
+        if group["accumulation"] == "ema":
+            precond.mul_(group["beta2"]).addmm_(x, x.mT, alpha=1.0 - group["beta2"])
+        else:
+            precond.addmm_(x, x.mT)
+
+    def _refresh_inverse_roots(self, owned: list[Tensor], group: Mapping[str, Any]) -> None:
+        """Alg. 2 line 13 for every matrix in `owned` (all with the same k), in one batched call."""
+        stack = torch.stack([self.state[p]["precond"] for p in owned])
+        try:
+            roots = self._inverse_roots(stack, group)
+        except SolverError:
+            for p in owned:
+                self._failures.failed(p)
+            return
+        for p, root in zip(owned, roots.unbind(0), strict=True):
+            self.state[p]["inv_root"].copy_(root)
+            self._failures.succeeded(p)
+
+    @staticmethod
+    def _inverse_roots(stack: Tensor, group: Mapping[str, Any]) -> Tensor:
+        eps, placement = group["eps"], group["eps_placement"]
+        if stack.size(-1) == 1:
+            return inverse_root_from_eigenpairs(stack[..., 0], torch.ones_like(stack), eps, placement)
+        if group["root"] == "newton":
+            return inverse_root_newton(stack, 2, eps=eps, max_iters=NEWTON_ITERS, relative_eps=False)
+        evals, evecs = eigh_with_retry(stack)
+        return inverse_root_from_eigenpairs(evals, evecs, eps, placement)
+
+    def _apply_update(self, p: Tensor, state: dict[str, Tensor], group: Mapping[str, Any]) -> None:
+        """Alg. 2 lines 17-21, after the optional decoupled weight decay; then t <- t + 1."""
+        momentum, inv_root = _as_matrix(state["momentum"]).float(), state["inv_root"]
+        left = preconditions_left(tuple(p.shape), group["side"])
+        update = inv_root @ momentum if left else momentum @ inv_root
+        if group["update_rms"] > 0.0:
+            norm = torch.linalg.matrix_norm(update).clamp_min(torch.finfo(torch.float32).tiny)
+            update = update * (group["update_rms"] * math.sqrt(update.numel()) / norm)
+        lr, decay = group["lr"], group["weight_decay"]
+        if decay != 0.0:
+            p.mul_(1.0 - lr * decay)
+        p.add_(update.view_as(p).to(p.dtype), alpha=-lr)
+        state["step"] += 1
+
+
+class DASGO(StructuredOptimizer):
+    """DASGO, Algorithm 3 of An et al. (2025), over matrices and conv filters (as (out, in*kh*kw)).
+
+    State per parameter: `momentum` (parameter dtype) and `col_sq` (the EMA of squared column norms,
+    float32; squared row norms with side="left").
+    """
+
+    def __init__(
+        self,
+        params: Iterable[Tensor] | Iterable[dict[str, Any]],
+        lr: float = 0.01,
+        beta1: float = 0.9,
+        beta2: float = 0.99,
+        eps: float = 1e-6,
+        side: str = "right",
+        update_rms: float = 0.0,
+        weight_decay: float = 0.0,
+    ) -> None:
+        defaults = {
+            "lr": lr,
+            "beta1": beta1,
+            "beta2": beta2,
+            "eps": eps,
+            "side": side,
+            "update_rms": update_rms,
+            "weight_decay": weight_decay,
+        }
+        super().__init__(params, defaults)
+        for group in self.param_groups:
+            for key in ("lr", "eps", "update_rms", "weight_decay"):
+                _check_nonnegative(key, group[key])
+            _check_unit_interval("beta1", group["beta1"])
+            _check_unit_interval("beta2", group["beta2"])
+            _choice("side", group["side"], DASGO_SIDES)
+            for p in group["params"]:
+                if p.ndim < 2:
+                    raise ValueError(
+                        f"DASGO optimizes matrices only; got a parameter of shape {tuple(p.shape)}. "
+                        "Give 1-D parameters to the fallback optimizer (make_optimizer does this)."
+                    )
+        self.solver_failures = 0
+
+    @torch.no_grad()
+    def step(self, closure: Callable[[], Tensor] | None = None) -> Tensor | None:
+        loss = None
+        if closure is not None:
+            with torch.enable_grad():
+                loss = closure()
+        for group in self.param_groups:
+            for p in group["params"]:
+                if p.grad is not None:
+                    self._step_param(p, group)
+        return loss
+
+    def _step_param(self, p: Tensor, group: Mapping[str, Any]) -> None:
+        """Alg. 3 lines 6-8, after the optional decoupled weight decay."""
+        right = group["side"] == "right"
+        state = self.state[p]
+        if not state:
+            rows, cols = matrix_shape(tuple(p.shape))
+            state["momentum"] = torch.zeros_like(p, memory_format=torch.preserve_format)
+            state["col_sq"] = torch.zeros(cols if right else rows, dtype=torch.float32, device=p.device)
+        momentum, col_sq = state["momentum"], state["col_sq"]
+        momentum.lerp_(p.grad, 1.0 - group["beta1"])
+        grad = matrix_view(p.grad).float()
+        col_sq.mul_(group["beta2"]).add_(grad.square().sum(dim=0 if right else 1), alpha=1.0 - group["beta2"])
+        damped = col_sq + group["eps"]
+        scale = torch.where(damped > 0, damped.rsqrt(), torch.zeros_like(damped))
+        matrix = matrix_view(momentum).float()
+        update = matrix * scale if right else matrix * scale.unsqueeze(1)
+        if group["update_rms"] > 0.0:
+            norm = torch.linalg.matrix_norm(update).clamp_min(torch.finfo(torch.float32).tiny)
+            update = update * (group["update_rms"] * math.sqrt(update.numel()) / norm)
+        lr, decay = group["lr"], group["weight_decay"]
+        if decay != 0.0:
+            p.mul_(1.0 - lr * decay)
+        p.add_(update.view_as(p).to(p.dtype), alpha=-lr)
+
+
+# ---- registry entries ----
+
+ROUTE_CHOICES = {"asgo": ("asgo", "adamw"), "dasgo": ("dasgo", "adamw")}
+
+CODE_ADAM: dict[str, Any] = {
+    "adamw_beta1": 0.9,
+    "adamw_beta2": 0.95,
+    "adamw_eps": 1e-8,
+    "adamw_weight_decay": 0.0,
+}
+"""infinity-stars/ASGO's Adam for 1-D params and embeddings: betas (0.9, 0.95), eps 1e-8, wd 0, the matrix lr."""
+
+ASGO_DEFAULTS: dict[str, Any] = {
+    "lr": 0.1,
+    "beta1": 0.9,
+    "beta2": 0.95,
+    "eps": 1e-6,
+    "tau": 1,
+    "side": "smaller",
+    "precondition_from": "grad",
+    "accumulation": "ema",
+    "eps_placement": "inside",
+    "root": "eigh",
+    "update_rms": 0.0,
+    "weight_decay": 0.0,
+}
+ASGO_ROUTING_DEFAULTS: dict[str, Any] = {"one_d": "asgo", "embeddings": "asgo"}
+
+DASGO_DEFAULTS: dict[str, Any] = {
+    "lr": 0.01,
+    "beta1": 0.9,
+    "beta2": 0.99,
+    "eps": 1e-6,
+    "side": "right",
+    "update_rms": 0.0,
+    "weight_decay": 0.0,
+}
+DASGO_ROUTING_DEFAULTS: dict[str, Any] = {"embeddings": "adamw"}
+
+
+def _routing(model: nn.Module | None, named: NamedParams, method: str, one_d: str, embeddings: str) -> Routing:
+    """Structured unless a switch sends 1-D parameters or embedding tables to AdamW; the head stays structured."""
+    _choice("one_d", one_d, ROUTE_CHOICES[method])
+    _choice("embeddings", embeddings, ROUTE_CHOICES[method])
+    kinds = parameter_kinds(model, named)
+
+    def to_fallback(name: str, p: Tensor) -> bool:
+        if p.ndim < 2:
+            return one_d == "adamw"
+        return kinds[name] == "embedding" and embeddings == "adamw"
+
+    fallback = tuple(name for name, p in named if to_fallback(name, p))
+    structured = tuple(name for name, _ in named if name not in fallback)
+    return Routing(structured=structured, fallback=fallback, fallback_name="adamw" if fallback else None)
+
+
+def _route_asgo(model: nn.Module | None, named: NamedParams, hp: Mapping[str, Any]) -> Routing:
+    return _routing(model, named, "asgo", hp["one_d"], hp["embeddings"])
+
+
+def _route_dasgo(model: nn.Module | None, named: NamedParams, hp: Mapping[str, Any]) -> Routing:
+    return _routing(model, named, "dasgo", "adamw", hp["embeddings"])
+
+
+def _build_asgo(named: NamedParams, routing: Routing, hp: dict[str, Any]) -> torch.optim.Optimizer:
+    return build_hybrid(named, routing, hp, lambda params, h: ASGO(params, **{k: h[k] for k in ASGO_DEFAULTS}))
+
+
+def _build_dasgo(named: NamedParams, routing: Routing, hp: dict[str, Any]) -> torch.optim.Optimizer:
+    return build_hybrid(named, routing, hp, lambda params, h: DASGO(params, **{k: h[k] for k in DASGO_DEFAULTS}))
+
+
+def asgo_state_bytes(structured: list[tuple[int, ...]], fallback: list[tuple[int, ...]], hp: Mapping[str, Any]) -> int:
+    """Per owned parameter: float32 momentum, V and its inverse root (k x k each), a float32 step; + AdamW's."""
+    total = adamw_state_bytes(fallback)
+    for shape in structured:
+        k = preconditioner_size(shape, hp["side"])
+        total += 4 * math.prod(shape) + 2 * 4 * k * k + 4
+    return total
+
+
+def dasgo_state_bytes(structured: list[tuple[int, ...]], fallback: list[tuple[int, ...]], hp: Mapping[str, Any]) -> int:
+    """Per owned matrix: float32 momentum and one float32 norm per column (row, side="left"); + AdamW's."""
+    total = adamw_state_bytes(fallback)
+    for shape in structured:
+        rows, cols = matrix_shape(shape)
+        total += 4 * math.prod(shape) + 4 * (cols if hp["side"] == "right" else rows)
+    return total
+
+
+PAPER = "An et al. 2025, 'ASGO: Adaptive Structured Gradient Optimization', NeurIPS (arXiv 2503.20762)"
+
+ASGO_ENTRY = register(
+    OptimizerEntry(
+        name="asgo",
+        summary="ASGO: one-sided full-matrix preconditioner (V + eps I)^{-1/2} from EMA G G^T on the smaller side",
+        reference=f"{PAPER}, App. B, Algorithm 2",
+        defaults={**ASGO_DEFAULTS, **ASGO_ROUTING_DEFAULTS, "adamw_lr": 0.01, **CODE_ADAM},
+        build=_build_asgo,
+        route=_route_asgo,
+        notes=(
+            "Paper defaults: lr 0.1, beta1 0.9, beta2 0.95, eps 1e-6, tau 1 (Table 4, GPT-2 pretraining; Table 3's "
+            "NanoGPT preset is lr 0.0147, beta1 0.9541, beta2 0.8487, tau 15); side 'smaller' (Alg. 2 (i)); V from "
+            "the gradient (Alg. 2); eps inside the root; 1-D params and embeddings through ASGO itself (App. B (i): "
+            "a scalar AdaGrad-Norm preconditioner for vectors); the head is ASGO's (paper and code). Table 4's eps "
+            "1e-6 contradicts App. C.3 (GPT-2 used eps 0 with an SVD); eps 0 is allowed (pseudo-inverse root). "
+            "Eigenvalues below the float32 resolution of V (k fp32-eps lambda_max) are floored there before damping "
+            "(structbench numerics, not the paper: float32 statistics cannot resolve them). "
+            "root 'eigh' is exact (the paper's SVD of V); 'newton' is the coupled Newton of Fig. 7c (50 iterations). "
+            "Switches for the released code (infinity-stars/ASGO): update_rms 0.2, weight_decay 0.1, beta2 0.8, "
+            "one_d/embeddings 'adamw' (Adam betas (0.9, 0.95), eps 1e-8, wd 0, the code's lr 1e-2: the adamw_* "
+            "keys). precondition_from 'momentum' is App. C.3 Eq. 4; accumulation 'sum' + eps_placement 'outside' "
+            "+ beta1 0 + side 'left' is Algorithm 1. Head-wise Q/K preconditioning (App. B) is not implemented."
+        ),
+        lr_keys=("lr", "adamw_lr"),
+        state_bytes=asgo_state_bytes,
+        check_hparams={"tau": 2},
+    )
+)
+
+DASGO_ENTRY = register(
+    OptimizerEntry(
+        name="dasgo",
+        summary="DASGO: diagonal ASGO, momentum scaled per column by (EMA squared column norm + eps)^{-1/2}",
+        reference=f"{PAPER}, App. B, Algorithm 3",
+        defaults={**DASGO_DEFAULTS, **DASGO_ROUTING_DEFAULTS, "adamw_lr": 0.01, **CODE_ADAM},
+        build=_build_dasgo,
+        route=_route_dasgo,
+        notes=(
+            "Paper defaults: lr 0.01, beta1 0.9, beta2 0.99, eps 1e-6 (Table 4, GPT-2 pretraining; Table 3's NanoGPT "
+            "preset is lr 0.06, beta1 0.9584, beta2 0.9435); right side, eps inside the square root (Alg. 3). The "
+            "paper does not say how DASGO treats 1-D params and embeddings: as in the released code "
+            "(infinity-stars/ASGO) they go to Adam (betas (0.9, 0.95), eps 1e-8, wd 0, lr = the matrix lr 0.01: the "
+            "adamw_* keys); embeddings='dasgo' keeps embedding tables in DASGO. The head is DASGO's (code). "
+            "Switches for the code: update_rms 0.2 (update RMS), weight_decay 0.1, beta2 0.95; side 'left' (row "
+            "norms) is not in the paper."
+        ),
+        lr_keys=("lr", "adamw_lr"),
+        state_bytes=dasgo_state_bytes,
+    )
+)
