@@ -3,7 +3,8 @@
 For each shape set (GPT-2-small-like layers; a ResNet-18's conv and linear weights) it times
 `optimizer.step()` alone — gradients are fixed, so the backward pass is not measured — and prints:
 
-- each optimizer's median and mean step time and its ratio to `torch.optim.AdamW(foreach=True)`;
+- each optimizer's median and mean step time and its ratio to `torch.optim.AdamW(foreach=True)` and to
+  our `muon`;
 - for optimizers with an independent implementation of the same algorithm (torch.optim.Muon,
   pytorch-optimizer's SOAP, Shampoo and GaLore), our time over theirs under settings that match.
 
@@ -70,7 +71,7 @@ def oracles() -> dict[str, Oracle]:
     found: dict[str, Oracle] = {}
     found["muon"] = Oracle(
         "torch.optim.Muon",
-        {"weight_decay": 0.0},
+        {"weight_decay": 0.0, "ns_dtype": "bfloat16"},  # torch.optim.Muon runs Newton-Schulz in bf16 on every device
         lambda ps: torch.optim.Muon(ps, lr=0.02, momentum=0.95, weight_decay=0.0, adjust_lr_fn="original"),
         matrices_only=True,
     )
@@ -158,13 +159,24 @@ def main(argv: Sequence[str] | None = None) -> None:
             torch.optim.AdamW(make_params(shapes, device, False), foreach=True), device, args.warmup, args.steps
         )
         base_median = statistics.median(baseline)
-        print(f"{'optimizer':<14}{'median ms':>11}{'mean ms':>10}{'/ AdamW':>9}   independent implementation")
-        print(f"{'adamw-foreach':<14}{base_median * 1e3:>11.2f}{statistics.mean(baseline) * 1e3:>10.2f}{1.0:>9.2f}")
+        muon_median = statistics.median(
+            time_steps(ours("muon", make_params(shapes, device, False), {}), device, args.warmup, args.steps)
+        )
+        print(
+            f"{'optimizer':<14}{'median ms':>11}{'mean ms':>10}{'/ AdamW':>9}{'/ Muon':>8}   independent implementation"
+        )
+        print(
+            f"{'adamw-foreach':<14}{base_median * 1e3:>11.2f}{statistics.mean(baseline) * 1e3:>10.2f}{1.0:>9.2f}"
+            f"{base_median / muon_median:>8.2f}"
+        )
         found = oracles()
         for name in names:
             times = time_steps(ours(name, make_params(shapes, device, False), {}), device, args.warmup, args.steps)
             median = statistics.median(times)
-            line = f"{name:<14}{median * 1e3:>11.2f}{statistics.mean(times) * 1e3:>10.2f}{median / base_median:>9.2f}"
+            line = (
+                f"{name:<14}{median * 1e3:>11.2f}{statistics.mean(times) * 1e3:>10.2f}{median / base_median:>9.2f}"
+                f"{median / muon_median:>8.2f}"
+            )
             oracle = found.get(name)
             if oracle is not None:
                 mine = time_steps(
