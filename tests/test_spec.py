@@ -13,7 +13,7 @@ from structbench.errors import UsageError
 def test_every_builtin_suite_resolves():
     for name in spec.suite_names():
         suites, _ = spec.load_suites(name)
-        assert suites and all(s.optims and s.seeds for s in suites)
+        assert suites and all((s.optims or s.experiment) and s.seeds for s in suites)
 
 
 def test_defaults_fill_in_and_overrides_are_typed():
