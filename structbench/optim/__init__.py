@@ -9,6 +9,7 @@ from structbench.optim import baselines as baselines
 from structbench.optim import galore as galore
 from structbench.optim import muon as muon
 from structbench.optim import shampoo as shampoo
+from structbench.optim import soap as soap
 from structbench.optim import sumo as sumo
 from structbench.optim.registry import (
     OptimizerEntry,

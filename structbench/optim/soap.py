@@ -1,0 +1,582 @@
+"""SOAP and Eigen-Adam: Adam run in the eigenbasis of Shampoo's factors (two-sided) or of one factor.
+
+SOAP — Vyas et al. (2024), "SOAP: Improving and Stabilizing Shampoo using Adam" (arXiv 2409.11321),
+Algorithm 3, as coded in the reference implementation nikhilvyas/SOAP `soap.py` (a1e5535), which
+reference-implementations.md §6 makes the authority. For a matrix G (conv filters viewed as
+(out, in*kh*kw); the reference instead keeps one factor per tensor dimension):
+
+    L <- b3 L + (1-b3) G G^T,   R <- b3 R + (1-b3) G^T G        (b3 = shampoo_beta, -1 means b2)
+    G' = Q_L^T G Q_R                                             (rotate into the eigenbasis)
+    m <- b1 m + (1-b1) G;  m' = Q_L^T m Q_R                      (first moment in the original space)
+    v <- b2 v + (1-b2) G'^2                                      (second moment in the rotated space)
+    W <- W - lr sqrt(1-b2^t)/(1-b1^t) Q_L (m' / (sqrt(v) + eps)) Q_R^T
+    W <- W - lr wd W                                             (decoupled, after the update, raw lr)
+
+Reference order (`basis_from_current_grad=False`, SOAP's default): the first step only sets L, R and
+Q = eigh (columns by descending eigenvalue) and leaves W unchanged; t counts the steps after it; L and R
+take the current gradient after the update; every `precondition_frequency` steps the basis is refreshed
+by one power iteration + QR: eigenvalues estimated as diag(Q^T L Q), sorted descending, v permuted the same
+way, Q <- qr(L Q_sorted).
+
+Eigen-Adam — Gong, Scetbon, Ma, Meeds, "Towards Efficient Optimizer Design for LLM via Structured Fisher
+Approximation with a Low-Rank Extension", Sec. 3.4, Eq. 13 and Algorithm 7 (= AdaDiag = one-sided
+SOAP): the same update with only Q_L, the eigenbasis of EMA(G G^T) on the smaller side (the paper
+assumes m <= n; a tall matrix uses G^T G). Algorithm 7's order is `basis_from_current_grad=True`: at
+step t the statistic takes G_t first, then the basis is the full EVD of it when t == 1 or t mod K == 0,
+then the Adam step, with no skipped step, no bias correction and no weight decay.
+
+Both are one class, `SOAP`; `EigenAdam` only changes its defaults. Switches:
+- `momentum_in_eigenbasis`: keep m in the rotated space and rotate it (back with the old basis, forward
+  with the new) only when the basis changes, as the optax port does; the reference's Dec. 2024 change
+  (f42d296) keeps m rotated too but re-projects it every step. In exact arithmetic it equals the paper
+  version, since between refreshes the rotation is linear and fixed; it saves one projection per step.
+- `refresh`: "qr" (power iteration + QR, SOAP) or "eigh" (full EVD, Algorithm 7).
+- `sides`: "both" (SOAP), "smaller" (Eigen-Adam), "left" or "right". A dimension above
+  `max_precond_dim` is never rotated (identity), as in the reference.
+- `correct_bias`, `eps`, `normalize_grads` (update / (1e-30 + RMS(update)), the reference's form).
+
+All state is float32 whatever the parameter dtype: per rotated side the factor statistic (`gg_left` /
+`gg_right`) and its basis (`q_left` / `q_right`), plus `exp_avg` and `exp_avg_sq` (moments in float32 too,
+not the parameter dtype, so bfloat16 runs keep their statistics), and Python ints `step` and
+`failures_in_a_row`. Same-shape matrices are stacked and run through one batched eigh / QR / matmul.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Iterable
+from typing import Any
+
+import torch
+from torch import Tensor
+
+from structbench.errors import SolverError
+from structbench.optim.base import StructuredOptimizer
+from structbench.optim.hybrid import FALLBACK_ADAMW_DEFAULTS, adamw_state_bytes, build_hybrid
+from structbench.optim.linalg import eigh_with_retry
+from structbench.optim.partition import matrix_shape, matrix_view, split
+from structbench.optim.registry import NamedParams, OptimizerEntry, Routing, register
+
+SIDES = ("both", "smaller", "left", "right")
+REFRESH_METHODS = ("qr", "eigh")
+MAX_FAILURES_IN_A_ROW = 3
+_SIDE_NAMES = ("left", "right")
+
+
+def rotated_sides(rows: int, cols: int, sides: str, max_precond_dim: int) -> tuple[bool, bool]:
+    """Which sides of a (rows, cols) matrix get an eigenbasis: (left, right)."""
+    if sides == "both":
+        left, right = True, True
+    elif sides == "smaller":
+        left, right = rows <= cols, rows > cols
+    else:
+        left, right = sides == "left", sides == "right"
+    return left and rows <= max_precond_dim, right and cols <= max_precond_dim
+
+
+def _gather(tensors: list[Tensor]) -> Tensor:
+    """A (B, ...) batch of same-shape tensors: a view for one tensor, a stacked copy otherwise."""
+    return tensors[0].unsqueeze(0) if len(tensors) == 1 else torch.stack(tensors)
+
+
+def _scatter(batch: Tensor, tensors: list[Tensor]) -> None:
+    """Write a batch made by `_gather` (and changed in place, or recomputed) back into its tensors."""
+    for target, value in zip(tensors, batch.unbind(0), strict=True):
+        if target.data_ptr() != value.data_ptr():
+            target.copy_(value)
+
+
+def _rotate(x: Tensor, q_left: Tensor | None, q_right: Tensor | None, back: bool = False) -> Tensor:
+    """Q_L^T X Q_R into the eigenbasis, or Q_L X Q_R^T back (`back`); a missing side is the identity."""
+    if q_left is not None:
+        x = torch.matmul(q_left if back else q_left.mT, x)
+    if q_right is not None:
+        x = torch.matmul(x, q_right.mT if back else q_right)
+    return x
+
+
+def _accumulate(gg: Tensor, g: Tensor, side: str, beta: float) -> None:
+    """gg <- beta gg + (1-beta) G G^T (left) or G^T G (right), in place."""
+    if side == "left":
+        gg.baddbmm_(g, g.mT, beta=beta, alpha=1.0 - beta)
+    else:
+        gg.baddbmm_(g.mT, g, beta=beta, alpha=1.0 - beta)
+
+
+def _permute(v: Tensor, order: Tensor, side: str) -> Tensor:
+    """Reorder v's rows (left) or columns (right) by `order` (B, k)."""
+    if side == "left":
+        return v.gather(-2, order.unsqueeze(-1).expand_as(v))
+    return v.gather(-1, order.unsqueeze(-2).expand_as(v))
+
+
+def _eigenbasis(gg: Tensor) -> tuple[Tensor, list[bool]]:
+    """Eigenvectors of each matrix in the batch, by descending eigenvalue, and which decompositions succeeded.
+
+    One batched `eigh_with_retry`; when it fails for a batch of several, each matrix is retried alone so that
+    only the failing ones are reported (their basis in the result is the identity, for the caller to replace).
+    """
+    try:
+        _, vectors = eigh_with_retry(gg)
+        return vectors.flip(-1), [True] * gg.size(0)
+    except SolverError:
+        if gg.size(0) == 1:
+            return torch.eye(gg.size(-1), dtype=torch.float32, device=gg.device).expand_as(gg), [False]
+        bases, ok = [], []
+        for matrix in gg.unbind(0):
+            try:
+                _, vectors = eigh_with_retry(matrix)
+                bases.append(vectors.flip(-1))
+                ok.append(True)
+            except SolverError:
+                bases.append(torch.eye(matrix.size(-1), dtype=torch.float32, device=matrix.device))
+                ok.append(False)
+        return torch.stack(bases), ok
+
+
+def _power_qr(gg: Tensor, q: Tensor) -> tuple[Tensor, Tensor, list[bool]]:
+    """SOAP's refresh: est = diag(Q^T GG Q), sort descending, Q <- qr(GG Q_sorted). Returns (Q, order, ok)."""
+    product = torch.matmul(gg, q)
+    estimates = (q * product).sum(dim=-2)
+    order = torch.argsort(estimates, dim=-1, descending=True, stable=True)
+    new_q, _ = torch.linalg.qr(product.gather(-1, order.unsqueeze(-2).expand_as(product)))
+    ok = torch.isfinite(new_q).flatten(1).all(dim=1).tolist()
+    return new_q, order, ok
+
+
+class SOAP(StructuredOptimizer):
+    """Adam in the eigenbasis of Shampoo's factors (SOAP); `sides="smaller"` gives one-sided SOAP / Eigen-Adam."""
+
+    def __init__(
+        self,
+        params: Iterable[Tensor] | Iterable[dict[str, Any]],
+        lr: float = 3e-3,
+        betas: tuple[float, float] = (0.95, 0.95),
+        shampoo_beta: float = -1.0,
+        eps: float = 1e-8,
+        weight_decay: float = 0.01,
+        precondition_frequency: int = 10,
+        max_precond_dim: int = 10000,
+        normalize_grads: bool = False,
+        correct_bias: bool = True,
+        sides: str = "both",
+        momentum_in_eigenbasis: bool = False,
+        basis_from_current_grad: bool = False,
+        refresh: str = "qr",
+    ) -> None:
+        if not lr > 0:
+            raise ValueError(f"lr must be > 0; got {lr}")
+        if not all(0.0 <= b < 1.0 for b in betas) or len(betas) != 2:
+            raise ValueError(f"betas must be two numbers in [0, 1); got {betas}")
+        if not shampoo_beta < 1.0:
+            raise ValueError(f"shampoo_beta must be < 1 (negative means beta2); got {shampoo_beta}")
+        if eps < 0 or weight_decay < 0:
+            raise ValueError(f"eps and weight_decay must be >= 0; got {eps}, {weight_decay}")
+        if int(precondition_frequency) != precondition_frequency or precondition_frequency < 1:
+            raise ValueError(f"precondition_frequency must be a positive int; got {precondition_frequency}")
+        if int(max_precond_dim) != max_precond_dim or max_precond_dim < 0:
+            raise ValueError(f"max_precond_dim must be a non-negative int; got {max_precond_dim}")
+        if sides not in SIDES:
+            raise ValueError(f"unknown sides {sides!r}; valid: {', '.join(SIDES)}")
+        if refresh not in REFRESH_METHODS:
+            raise ValueError(f"unknown refresh {refresh!r}; valid: {', '.join(REFRESH_METHODS)}")
+        defaults = {
+            "lr": lr,
+            "betas": tuple(betas),
+            "shampoo_beta": shampoo_beta,
+            "eps": eps,
+            "weight_decay": weight_decay,
+            "precondition_frequency": int(precondition_frequency),
+            "max_precond_dim": int(max_precond_dim),
+            "normalize_grads": normalize_grads,
+            "correct_bias": correct_bias,
+            "sides": sides,
+            "momentum_in_eigenbasis": momentum_in_eigenbasis,
+            "basis_from_current_grad": basis_from_current_grad,
+            "refresh": refresh,
+        }
+        super().__init__(params, defaults)
+        for group in self.param_groups:
+            for p in group["params"]:
+                if p.dim() < 2:
+                    raise ValueError(
+                        f"{type(self).__name__} preconditions matrices and conv filters only; got a parameter of "
+                        f"shape {tuple(p.shape)} (route 1-D parameters to the fallback optimizer)"
+                    )
+        self.solver_failures = 0
+
+    @torch.compiler.disable
+    @torch.no_grad()
+    def step(self, closure: Callable[[], Tensor] | None = None) -> Tensor | None:
+        """One SOAP step for every parameter with a gradient (see the module doc for the order of the parts).
+
+        Runs eagerly inside a compiled training step (`torch.compiler.disable`): its eigh / QR refreshes and
+        Python-int step counters do not trace, and the matrix products gain nothing from compilation.
+        """
+        loss = None
+        if closure is not None:
+            with torch.enable_grad():
+                loss = closure()
+        for group in self.param_groups:
+            buckets: dict[tuple[Any, ...], list[Tensor]] = {}
+            for p in group["params"]:
+                if p.grad is None:
+                    continue
+                if p.grad.is_sparse:
+                    raise RuntimeError(f"{type(self).__name__} does not support sparse gradients")
+                rows, cols = matrix_shape(p.shape)
+                state = self.state[p]
+                if state:
+                    sides = ("q_left" in state, "q_right" in state)
+                else:
+                    sides = rotated_sides(rows, cols, group["sides"], group["max_precond_dim"])
+                buckets.setdefault((rows, cols, *sides, p.device), []).append(p)
+            for (rows, cols, left, right, _), params in buckets.items():
+                self._step_bucket(group, params, rows, cols, (left, right))
+        return loss
+
+    def _step_bucket(self, group: dict[str, Any], params: list[Tensor], rows: int, cols: int,
+                     sides: tuple[bool, bool]) -> None:
+        """One step for same-shape matrices that rotate the same sides, batched."""
+        fresh = [not self.state[p] for p in params]
+        for p, new in zip(params, fresh, strict=True):
+            if new:
+                self._init_state(self.state[p], rows, cols, sides, p.device)
+        grads = _gather([matrix_view(p.grad).to(torch.float32) for p in params])
+        states = [self.state[p] for p in params]
+        beta3 = group["shampoo_beta"] if group["shampoo_beta"] >= 0 else group["betas"][1]
+        every = group["precondition_frequency"]
+        if group["basis_from_current_grad"]:
+            for state in states:
+                state["step"] += 1
+            self._accumulate_statistics(states, grads, beta3)
+            first = [i for i, state in enumerate(states) if state["step"] == 1]
+            due = [i for i, state in enumerate(states) if state["step"] > 1 and state["step"] % every == 0]
+            self._initial_basis([states[i] for i in first])
+            self._refresh_basis(group, [states[i] for i in due])
+            self._adam_step(group, params, states, grads)
+            return
+        running = [i for i, new in enumerate(fresh) if not new]
+        first = [i for i, new in enumerate(fresh) if new]
+        if first:
+            first_grads = grads[first] if running else grads
+            self._accumulate_statistics([states[i] for i in first], first_grads, beta3)
+            self._initial_basis([states[i] for i in first])
+        if not running:
+            return
+        run_params = [params[i] for i in running]
+        run_states = [states[i] for i in running]
+        run_grads = grads[running] if first else grads
+        for state in run_states:
+            state["step"] += 1
+        self._adam_step(group, run_params, run_states, run_grads)
+        self._accumulate_statistics(run_states, run_grads, beta3)
+        self._refresh_basis(group, [state for state in run_states if state["step"] % every == 0])
+
+    @staticmethod
+    def _init_state(state: dict[str, Any], rows: int, cols: int, sides: tuple[bool, bool],
+                    device: torch.device) -> None:
+        state["step"] = 0
+        state["failures_in_a_row"] = 0
+        for side, size, rotated in zip(_SIDE_NAMES, (rows, cols), sides, strict=True):
+            if rotated:
+                state[f"gg_{side}"] = torch.zeros(size, size, dtype=torch.float32, device=device)
+                state[f"q_{side}"] = torch.zeros(size, size, dtype=torch.float32, device=device)
+        state["exp_avg"] = torch.zeros(rows, cols, dtype=torch.float32, device=device)
+        state["exp_avg_sq"] = torch.zeros(rows, cols, dtype=torch.float32, device=device)
+
+    @staticmethod
+    def _sides(states: list[dict[str, Any]]) -> list[str]:
+        return [side for side in _SIDE_NAMES if f"q_{side}" in states[0]]
+
+    def _accumulate_statistics(self, states: list[dict[str, Any]], grads: Tensor, beta3: float) -> None:
+        for side in self._sides(states):
+            tensors = [state[f"gg_{side}"] for state in states]
+            gg = _gather(tensors)
+            _accumulate(gg, grads, side, beta3)
+            _scatter(gg, tensors)
+
+    def _initial_basis(self, states: list[dict[str, Any]]) -> None:
+        """Q <- eigh of the statistic (columns by descending eigenvalue); the identity where eigh fails."""
+        if not states:
+            return
+        failed = [False] * len(states)
+        for side in self._sides(states):
+            bases, ok = _eigenbasis(_gather([state[f"gg_{side}"] for state in states]))
+            _scatter(bases, [state[f"q_{side}"] for state in states])
+            failed = [f or not good for f, good in zip(failed, ok, strict=True)]
+        self._record_failures(states, failed)
+
+    def _refresh_basis(self, group: dict[str, Any], states: list[dict[str, Any]]) -> None:
+        """Refresh Q by power iteration + QR (permuting exp_avg_sq) or by eigh; keep Q where that fails."""
+        sides = self._sides(states) if states else []
+        if not sides:
+            return
+        in_eigenbasis = group["momentum_in_eigenbasis"]
+        old = {side: _gather([state[f"q_{side}"] for state in states]) for side in sides}
+        if in_eigenbasis:
+            exp_avg = _rotate(_gather([state["exp_avg"] for state in states]),
+                              old.get("left"), old.get("right"), back=True)
+        exp_avg_sq = _gather([state["exp_avg_sq"] for state in states])
+        new: dict[str, Tensor] = {}
+        failed = [False] * len(states)
+        for side in sides:
+            gg = _gather([state[f"gg_{side}"] for state in states])
+            if group["refresh"] == "qr":
+                basis, order, ok = _power_qr(gg, old[side])
+            else:
+                basis, ok = _eigenbasis(gg)
+                order = None
+            if not all(ok):
+                keep = torch.tensor(ok, device=basis.device).logical_not()
+                basis = torch.where(keep[:, None, None], old[side], basis)
+                if order is not None:
+                    identity = torch.arange(order.size(-1), device=order.device).expand_as(order)
+                    order = torch.where(keep[:, None], identity, order)
+            if order is not None:
+                exp_avg_sq = _permute(exp_avg_sq, order, side)
+            new[side] = basis
+            failed = [f or not good for f, good in zip(failed, ok, strict=True)]
+        for side in sides:
+            _scatter(new[side], [state[f"q_{side}"] for state in states])
+        _scatter(exp_avg_sq, [state["exp_avg_sq"] for state in states])
+        if in_eigenbasis:
+            _scatter(_rotate(exp_avg, new.get("left"), new.get("right")), [state["exp_avg"] for state in states])
+        self._record_failures(states, failed)
+
+    def _record_failures(self, states: list[dict[str, Any]], failed: list[bool]) -> None:
+        for state, fail in zip(states, failed, strict=True):
+            if not fail:
+                state["failures_in_a_row"] = 0
+                continue
+            self.solver_failures += 1
+            state["failures_in_a_row"] += 1
+            if state["failures_in_a_row"] >= MAX_FAILURES_IN_A_ROW:
+                raise SolverError(
+                    f"{type(self).__name__}: the eigenbasis of a parameter failed {MAX_FAILURES_IN_A_ROW} refreshes "
+                    "in a row"
+                )
+
+    def _adam_step(self, group: dict[str, Any], params: list[Tensor], states: list[dict[str, Any]],
+                   grads: Tensor) -> None:
+        """Adam in the rotated space, the update rotated back, then decoupled weight decay (raw lr)."""
+        beta1, beta2 = group["betas"]
+        q_left = _gather([s["q_left"] for s in states]) if "q_left" in states[0] else None
+        q_right = _gather([s["q_right"] for s in states]) if "q_right" in states[0] else None
+        rotated_grad = _rotate(grads, q_left, q_right)
+
+        exp_avg_list = [s["exp_avg"] for s in states]
+        exp_avg = _gather(exp_avg_list)
+        if group["momentum_in_eigenbasis"]:
+            exp_avg.lerp_(rotated_grad, 1.0 - beta1)
+            rotated_avg = exp_avg
+        else:
+            exp_avg.lerp_(grads, 1.0 - beta1)
+            rotated_avg = _rotate(exp_avg, q_left, q_right)
+        _scatter(exp_avg, exp_avg_list)
+
+        exp_avg_sq_list = [s["exp_avg_sq"] for s in states]
+        exp_avg_sq = _gather(exp_avg_sq_list)
+        exp_avg_sq.mul_(beta2).addcmul_(rotated_grad, rotated_grad, value=1.0 - beta2)
+        _scatter(exp_avg_sq, exp_avg_sq_list)
+
+        denom = exp_avg_sq.sqrt().add_(group["eps"])
+        update = _rotate(torch.div(rotated_avg, denom, out=denom), q_left, q_right, back=True)
+        if group["normalize_grads"]:
+            rms = update.square().mean(dim=(-2, -1), keepdim=True).sqrt_()
+            update.div_(rms.add_(1e-30))
+
+        lr, decay = group["lr"], group["weight_decay"]
+        for p, state, u in zip(params, states, update.unbind(0), strict=True):
+            step_size = lr
+            if group["correct_bias"]:
+                t = state["step"]
+                step_size = lr * math.sqrt(1.0 - beta2**t) / (1.0 - beta1**t)
+            work = p.to(torch.promote_types(p.dtype, torch.float32))
+            work.add_(u.view(p.shape), alpha=-step_size)
+            if decay > 0:
+                work.mul_(1.0 - lr * decay)
+            if work is not p:
+                p.copy_(work)
+
+
+class EigenAdam(SOAP):
+    """Eigen-Adam / AdaDiag / one-sided SOAP with the defaults of Gong et al., Algorithm 7 (see module doc)."""
+
+    def __init__(
+        self,
+        params: Iterable[Tensor] | Iterable[dict[str, Any]],
+        lr: float = 3e-3,
+        betas: tuple[float, float] = (0.95, 0.95),
+        shampoo_beta: float = -1.0,
+        eps: float = 1e-8,
+        weight_decay: float = 0.0,
+        precondition_frequency: int = 10,
+        max_precond_dim: int = 10000,
+        normalize_grads: bool = False,
+        correct_bias: bool = False,
+        sides: str = "smaller",
+        momentum_in_eigenbasis: bool = False,
+        basis_from_current_grad: bool = True,
+        refresh: str = "eigh",
+    ) -> None:
+        super().__init__(
+            params,
+            lr=lr,
+            betas=betas,
+            shampoo_beta=shampoo_beta,
+            eps=eps,
+            weight_decay=weight_decay,
+            precondition_frequency=precondition_frequency,
+            max_precond_dim=max_precond_dim,
+            normalize_grads=normalize_grads,
+            correct_bias=correct_bias,
+            sides=sides,
+            momentum_in_eigenbasis=momentum_in_eigenbasis,
+            basis_from_current_grad=basis_from_current_grad,
+            refresh=refresh,
+        )
+
+
+_OWN_KEYS = (
+    "lr",
+    "shampoo_beta",
+    "eps",
+    "weight_decay",
+    "precondition_frequency",
+    "max_precond_dim",
+    "normalize_grads",
+    "correct_bias",
+    "sides",
+    "momentum_in_eigenbasis",
+    "basis_from_current_grad",
+    "refresh",
+)
+
+
+def _make(cls: type[SOAP]) -> Callable[[list[torch.nn.Parameter], Any], torch.optim.Optimizer]:
+    def make(params: list[torch.nn.Parameter], hp: Any) -> torch.optim.Optimizer:
+        return cls(params, betas=(hp["beta1"], hp["beta2"]), **{key: hp[key] for key in _OWN_KEYS})
+
+    return make
+
+
+def _build_soap(named: NamedParams, routing: Routing, hp: dict[str, Any]) -> torch.optim.Optimizer:
+    return build_hybrid(named, routing, hp, _make(SOAP))
+
+
+def _build_eigen_adam(named: NamedParams, routing: Routing, hp: dict[str, Any]) -> torch.optim.Optimizer:
+    return build_hybrid(named, routing, hp, _make(EigenAdam))
+
+
+def _route(model: torch.nn.Module | None, named: NamedParams, hp: Any) -> Routing:
+    return split(model, named, fallback_name="adamw")
+
+
+def state_bytes(structured: list[tuple[int, ...]], fallback: list[tuple[int, ...]], hp: Any) -> int:
+    """float32 exp_avg and exp_avg_sq (rows*cols each), and per rotated side of size k a k x k statistic and
+    basis; `step` and `failures_in_a_row` are Python ints (no tensor bytes); plus torch AdamW's state."""
+    total = 0
+    for shape in structured:
+        rows, cols = matrix_shape(shape)
+        left, right = rotated_sides(rows, cols, hp["sides"], hp["max_precond_dim"])
+        total += 4 * (2 * rows * cols + 2 * left * rows * rows + 2 * right * cols * cols)
+    return total + adamw_state_bytes(fallback)
+
+
+SOAP_ADAMW_DEFAULTS: dict[str, Any] = {
+    "adamw_lr": 3e-3,
+    "adamw_beta1": 0.95,
+    "adamw_beta2": 0.95,
+    "adamw_eps": 1e-8,
+    "adamw_weight_decay": 0.01,
+}
+"""The SOAP reference runs 1-D parameters through its own (unrotated) Adam: SOAP's lr, betas, eps and wd."""
+
+_CHECK_HPARAMS = {"precondition_frequency": 2}
+
+SOAP_ENTRY = register(
+    OptimizerEntry(
+        name="soap",
+        summary="SOAP: Adam in the eigenbasis of Shampoo's two factors, basis refreshed by power iteration + QR",
+        reference="Vyas et al. 2024, SOAP (arXiv 2409.11321), Alg. 3; reference code nikhilvyas/SOAP soap.py a1e5535",
+        defaults={
+            "lr": 3e-3,
+            "beta1": 0.95,
+            "beta2": 0.95,
+            "shampoo_beta": -1.0,
+            "eps": 1e-8,
+            "weight_decay": 0.01,
+            "precondition_frequency": 10,
+            "max_precond_dim": 10000,
+            "normalize_grads": False,
+            "correct_bias": True,
+            "sides": "both",
+            "momentum_in_eigenbasis": False,
+            "basis_from_current_grad": False,
+            "refresh": "qr",
+            **SOAP_ADAMW_DEFAULTS,
+        },
+        build=_build_soap,
+        route=_route,
+        notes=(
+            "All defaults are the reference code's (soap.py a1e5535, spec §6): lr 3e-3, betas (0.95, 0.95), "
+            "shampoo_beta -1 (= beta2), eps 1e-8 (HF style: sqrt(v)+eps, step lr*sqrt(1-b2^t)/(1-b1^t)), wd 0.01 "
+            "after the update with raw lr, precondition_frequency 10, max_precond_dim 10000, normalize_grads False, "
+            "correct_bias True; first step only initialises L, R, Q; t counts non-skipped steps. "
+            "momentum_in_eigenbasis False = the paper's first moment in the original space, projected every step; "
+            "True = the reference's Dec. 2024 change (f42d296), done as in the optax port (rotated only on a "
+            "refresh); both are equal in exact arithmetic. basis_from_current_grad/refresh switch to the order and "
+            "full EVD of Gong et al.'s Alg. 6. Deviations: conv filters viewed as (out, in*kh*kw) (the reference "
+            "keeps one factor per tensor dim); 1-D parameters, embeddings and the head go to torch AdamW whose "
+            "adamw_* defaults copy SOAP's own values (the reference runs them through its unrotated Adam, with "
+            "the skipped first step and HF eps); precondition_1d, merge_dims and data_format are not offered; "
+            "moments kept in float32 (the reference keeps them in the parameter dtype)."
+        ),
+        lr_keys=("lr", "adamw_lr"),
+        state_bytes=state_bytes,
+        check_hparams=_CHECK_HPARAMS,
+    )
+)
+
+EIGEN_ADAM_ENTRY = register(
+    OptimizerEntry(
+        name="eigen-adam",
+        summary="Eigen-Adam / AdaDiag / one-sided SOAP: Adam in the eigenbasis of EMA(G G^T) on the smaller side",
+        reference="Gong, Scetbon, Ma, Meeds, Structured Fisher Approximation (racs-alice), Sec. 3.4, Eq. 13, Alg. 7",
+        defaults={
+            "lr": 3e-3,
+            "beta1": 0.95,
+            "beta2": 0.95,
+            "shampoo_beta": -1.0,
+            "eps": 1e-8,
+            "weight_decay": 0.0,
+            "precondition_frequency": 10,
+            "max_precond_dim": 10000,
+            "normalize_grads": False,
+            "correct_bias": False,
+            "sides": "smaller",
+            "momentum_in_eigenbasis": False,
+            "basis_from_current_grad": True,
+            "refresh": "eigh",
+            **FALLBACK_ADAMW_DEFAULTS,
+        },
+        build=_build_eigen_adam,
+        route=_route,
+        notes=(
+            "Paper (Alg. 7): one-sided rotation on the smaller side (the paper assumes m <= n; sides='smaller'), "
+            "statistic updated with G_t before the basis (basis_from_current_grad True, no skipped first step), "
+            "full EVD at t == 1 or t mod K == 0 (refresh 'eigh'), first moment in the original space rotated every "
+            "step (momentum_in_eigenbasis False), no bias correction (correct_bias False), no weight decay (0.0). "
+            "Paper silent (Eigen-Adam is not run), so from the SOAP reference code: lr 3e-3, betas (0.95, 0.95), "
+            "shampoo_beta -1 (= beta2) for beta3, precondition_frequency 10 for K, max_precond_dim 10000. "
+            "eps 1e-8 is an implementation guard: Alg. 7 prints m/sqrt(v) with no eps, which is 0/0 in directions "
+            "whose gradient is exactly zero. The reference's one-sided SOAP is basis_from_current_grad False, "
+            "refresh 'qr', correct_bias True, weight_decay 0.01. Non-matrix parameters, embeddings and the head go "
+            "to torch AdamW (fallback hyperparameters not stated by the paper: the project's adamw_* defaults)."
+        ),
+        lr_keys=("lr", "adamw_lr"),
+        state_bytes=state_bytes,
+        check_hparams=_CHECK_HPARAMS,
+    )
+)

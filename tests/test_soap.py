@@ -1,0 +1,453 @@
+"""SOAP and Eigen-Adam (structbench.optim.soap) against hand-derived formulas, invariants and an oracle.
+
+Expected values are computed here from the algorithms' equations with plain torch in float64:
+SOAP as described in reference-implementations.md §6 (nikhilvyas/SOAP soap.py), Eigen-Adam as printed in
+Gong et al., Algorithm 7. The parity oracle is pytorch_optimizer.SOAP 4.1.0 (test-only dependency).
+"""
+
+from __future__ import annotations
+
+import copy
+import math
+
+import pytest
+import torch
+from pytorch_optimizer import SOAP as OracleSOAP
+from torch import nn
+
+import structbench.optim.soap as soap
+from structbench import measure
+from structbench.errors import SolverError
+from structbench.optim import registry
+from structbench.optim.soap import SOAP, EigenAdam
+
+B1 = B2 = B3 = 0.95
+
+
+def _orthogonal(n: int, gen: torch.Generator) -> torch.Tensor:
+    q, _ = torch.linalg.qr(torch.randn(n, n, generator=gen, dtype=torch.float64))
+    return q.float()
+
+
+def _spd(basis: torch.Tensor, eigenvalues: list[float]) -> torch.Tensor:
+    u = basis.double()
+    return (u @ torch.diag(torch.tensor(eigenvalues, dtype=torch.float64)) @ u.T).float()
+
+
+def _descending_eigenbasis(a: torch.Tensor) -> torch.Tensor:
+    _, vectors = torch.linalg.eigh(a)
+    return vectors.flip(-1)
+
+
+def _same_columns_up_to_sign(a: torch.Tensor, b: torch.Tensor, atol: float) -> None:
+    signs = torch.sign(torch.diagonal(a.T @ b))
+    torch.testing.assert_close(a * signs, b, rtol=0, atol=atol)
+
+
+def _run(optimizer: torch.optim.Optimizer, params: list[nn.Parameter], grads: list[list[torch.Tensor]]) -> None:
+    for step_grads in grads:
+        for p, g in zip(params, step_grads, strict=True):
+            p.grad = g.to(p.dtype).clone()
+        optimizer.step()
+
+
+def _grads(shapes: list[tuple[int, ...]], steps: int, seed: int) -> list[list[torch.Tensor]]:
+    gen = torch.Generator().manual_seed(seed)
+    return [[torch.randn(*s, generator=gen) for s in shapes] for _ in range(steps)]
+
+
+def _params(shapes: list[tuple[int, ...]], seed: int = 0, dtype: torch.dtype = torch.float32) -> list[nn.Parameter]:
+    gen = torch.Generator().manual_seed(seed)
+    return [nn.Parameter(torch.randn(*s, generator=gen).to(dtype)) for s in shapes]
+
+
+# --- SOAP, reference order -------------------------------------------------------------------------------
+
+
+def test_first_step_only_initialises_factors_and_basis():
+    """Step 1 sets L = (1-b3) G G^T, R = (1-b3) G^T G, Q = their eigenvectors (descending); W is untouched."""
+    (p,) = _params([(5, 7)])
+    before = p.detach().clone()
+    g = torch.randn(5, 7, generator=torch.Generator().manual_seed(1))
+    opt = SOAP([p], weight_decay=0.1)
+    p.grad = g.clone()
+    opt.step()
+    assert torch.equal(p.detach(), before)
+    assert torch.equal(p.grad, g)
+    state = opt.state[p]
+    g64 = g.double()
+    for side, gg in (("left", g64 @ g64.T), ("right", g64.T @ g64)):
+        torch.testing.assert_close(state[f"gg_{side}"].double(), (1 - B3) * gg, rtol=1e-6, atol=1e-6)
+        q = state[f"q_{side}"].double()
+        torch.testing.assert_close(q.T @ q, torch.eye(q.size(0), dtype=torch.float64), rtol=0, atol=1e-5)
+        rotated = q.T @ state[f"gg_{side}"].double() @ q
+        diagonal = torch.diagonal(rotated)
+        torch.testing.assert_close(rotated, torch.diag(diagonal), rtol=0, atol=1e-5)
+        assert bool((diagonal[:-1] >= diagonal[1:] - 1e-5).all()), "eigenvalues must be in descending order"
+    assert torch.count_nonzero(state["exp_avg"]) == 0 and torch.count_nonzero(state["exp_avg_sq"]) == 0
+    assert state["step"] == 0
+
+
+def _known_state_step(momentum_in_eigenbasis: bool):
+    """A SOAP step from a hand-set state: L = U_L diag(1..4) U_L^T, R = U_R diag(.5..4.5) U_R^T, Q = U."""
+    gen = torch.Generator().manual_seed(3)
+    (p,) = _params([(4, 5)], seed=2)
+    lr, wd, eps = 0.1, 0.01, 1e-8
+    opt = SOAP([p], lr=lr, weight_decay=wd, eps=eps, precondition_frequency=1,
+               momentum_in_eigenbasis=momentum_in_eigenbasis)
+    p.grad = torch.randn(4, 5, generator=gen)
+    opt.step()
+    state = opt.state[p]
+    u_left, u_right = _orthogonal(4, gen), _orthogonal(5, gen)
+    state["gg_left"] = _spd(u_left, [1.0, 2.0, 3.0, 4.0])  # ascending on purpose: the refresh must re-sort
+    state["gg_right"] = _spd(u_right, [0.5, 1.5, 2.5, 3.5, 4.5])
+    state["q_left"], state["q_right"] = u_left.clone(), u_right.clone()
+    state["exp_avg"] = torch.randn(4, 5, generator=gen)
+    state["exp_avg_sq"] = torch.rand(4, 5, generator=gen) + 0.1
+    known = {k: v.double().clone() for k, v in state.items() if isinstance(v, torch.Tensor)}
+    w0 = p.detach().double().clone()
+    g = 0.3 * torch.randn(4, 5, generator=gen)
+    p.grad = g.clone()
+    opt.step()
+    return opt.state[p], p.detach().double(), w0, g.double(), known, (lr, wd, eps)
+
+
+@pytest.mark.parametrize("momentum_in_eigenbasis", [False, True])
+def test_step_is_adam_in_the_eigenbasis_then_refresh_sorts_and_permutes(momentum_in_eigenbasis):
+    state, w1, w0, g, known, (lr, wd, eps) = _known_state_step(momentum_in_eigenbasis)
+    ql, qr = known["q_left"], known["q_right"]
+    rotated_g = ql.T @ g @ qr
+    if momentum_in_eigenbasis:
+        m_rot = B1 * known["exp_avg"] + (1 - B1) * rotated_g  # exp_avg is stored in the eigenbasis
+    else:
+        m = B1 * known["exp_avg"] + (1 - B1) * g
+        m_rot = ql.T @ m @ qr
+    v = B2 * known["exp_avg_sq"] + (1 - B2) * rotated_g**2
+    step_size = lr * math.sqrt(1 - B2) / (1 - B1)  # t = 1: the first step after the initialising one
+    expected = (w0 - step_size * ql @ (m_rot / (v.sqrt() + eps)) @ qr.T) * (1 - lr * wd)
+    torch.testing.assert_close(w1, expected, rtol=1e-5, atol=1e-6)
+
+    # After the update: L, R take the current gradient; precondition_frequency 1 refreshes at once.
+    gg_left = B3 * known["gg_left"] + (1 - B3) * g @ g.T
+    gg_right = B3 * known["gg_right"] + (1 - B3) * g.T @ g
+    torch.testing.assert_close(state["gg_left"].double(), gg_left, rtol=1e-5, atol=1e-6)
+    torch.testing.assert_close(state["gg_right"].double(), gg_right, rtol=1e-5, atol=1e-6)
+    order_left = torch.argsort(torch.diagonal(ql.T @ gg_left @ ql), descending=True)
+    order_right = torch.argsort(torch.diagonal(qr.T @ gg_right @ qr), descending=True)
+    assert order_left.tolist() == [3, 2, 1, 0] and order_right.tolist() == [4, 3, 2, 1, 0]
+    torch.testing.assert_close(state["exp_avg_sq"].double(), v[order_left][:, order_right], rtol=1e-6, atol=1e-7)
+    new_left, _ = torch.linalg.qr(gg_left @ ql[:, order_left])
+    new_right, _ = torch.linalg.qr(gg_right @ qr[:, order_right])
+    _same_columns_up_to_sign(state["q_left"].double(), new_left, atol=1e-5)
+    _same_columns_up_to_sign(state["q_right"].double(), new_right, atol=1e-5)
+    if momentum_in_eigenbasis:  # rotated from the old basis to the new one
+        m_new = state["q_left"].double().T @ (ql @ m_rot @ qr.T) @ state["q_right"].double()
+        torch.testing.assert_close(state["exp_avg"].double(), m_new, rtol=1e-5, atol=1e-6)
+    else:
+        torch.testing.assert_close(state["exp_avg"].double(), m, rtol=1e-6, atol=1e-7)
+
+
+def test_no_rotation_above_max_precond_dim_is_hf_adam_with_the_first_step_skipped():
+    """max_precond_dim 0: no side is rotated, so SOAP is HF-style AdamW whose first step only initialises."""
+    (p,) = _params([(3, 4)])
+    lr, wd, eps = 0.05, 0.01, 1e-8
+    opt = SOAP([p], lr=lr, weight_decay=wd, eps=eps, max_precond_dim=0)
+    grads = _grads([(3, 4)], 5, seed=4)
+    w = p.detach().double().clone()
+    m = torch.zeros(3, 4, dtype=torch.float64)
+    v = torch.zeros_like(m)
+    for call, (g,) in enumerate(grads):
+        _run(opt, [p], [[g]])
+        if call == 0:
+            continue
+        t, g64 = call, g.double()
+        m = B1 * m + (1 - B1) * g64
+        v = B2 * v + (1 - B2) * g64**2
+        w = (w - lr * math.sqrt(1 - B2**t) / (1 - B1**t) * m / (v.sqrt() + eps)) * (1 - lr * wd)
+        torch.testing.assert_close(p.detach().double(), w, rtol=1e-6, atol=1e-7)
+    assert set(opt.state[p]) == {"step", "failures_in_a_row", "exp_avg", "exp_avg_sq"}
+
+
+def test_paper_momentum_and_momentum_in_eigenbasis_agree():
+    """m kept in the eigenbasis and rotated only on refresh equals projecting the original-space m every step."""
+    shapes = [(6, 6), (6, 6), (3, 9), (4, 2, 3, 3)]
+    grads = _grads(shapes, 9, seed=5)
+    for base in ({}, {"basis_from_current_grad": True, "refresh": "eigh", "sides": "smaller"}):
+        finals = []
+        for in_eigenbasis in (False, True):
+            params = _params(shapes)
+            _run(SOAP(params, precondition_frequency=2, momentum_in_eigenbasis=in_eigenbasis, **base), params, grads)
+            finals.append([p.detach() for p in params])
+        for a, b in zip(*finals, strict=True):
+            torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-6)
+
+
+def test_parity_with_pytorch_optimizer_soap():
+    """pytorch_optimizer.SOAP 4.1.0 against SOAP(basis_from_current_grad=False, refresh="qr", sides="both").
+
+    Semantics shared: first step only initialises, t counts the later steps, L and R updated after the
+    step, one power iteration + QR with the exp_avg_sq sort, HF eps and bias correction, decoupled wd.
+    Remaining differences, none of which this configuration exercises beyond float32 rounding:
+    - its first moment lives in the original space (our default, momentum_in_eigenbasis=False; the True
+      switch is checked too, since the two are equal in exact arithmetic);
+    - it counts t with the group step, equal to ours only when every parameter has a gradient from step 1
+      (true here);
+    - it keeps GG and Q in the parameter dtype (ours float32; the parameters here are float32), accumulates
+      with lerp (ours baddbmm), runs eigh without symmetrising and adds 1e-30 I;
+    - its weight decay is p *= 1 - lr*wd (same number); QR column signs may differ (the update is invariant);
+    - normalize_gradient divides by RMS + eps (ours, like the reference, RMS + 1e-30): not exercised;
+    - conv filters get one factor per dimension there (ours: the (out, in*kh*kw) view): 2-D only here.
+    Matrices are square so that no factor has a null space, whose eigenbasis would be arbitrary.
+    The tolerance is float32 rounding through a dozen eigh/QR/matmul steps (observed < 3e-7).
+    """
+    shapes = [(8, 8), (8, 8), (6, 6)]
+    grads = _grads(shapes, 12, seed=6)
+    expected = _params(shapes)
+    _run(OracleSOAP(expected, precondition_frequency=3), expected, grads)
+    for in_eigenbasis in (False, True):
+        params = _params(shapes)
+        _run(SOAP(params, precondition_frequency=3, momentum_in_eigenbasis=in_eigenbasis), params, grads)
+        for ours, theirs in zip(params, expected, strict=True):
+            torch.testing.assert_close(ours.detach(), theirs.detach(), rtol=1e-5, atol=1e-6)
+
+
+def test_one_sided_parity_with_pytorch_optimizer_soap():
+    """One-sided SOAP (sides="left", reference order) against the oracle with max_precondition_dim = rows,
+    which leaves the wider side unrotated; no bias correction, to cover that switch as well."""
+    grads = _grads([(6, 10)], 10, seed=7)
+    expected = _params([(6, 10)])
+    _run(OracleSOAP(expected, precondition_frequency=2, max_precondition_dim=6, correct_bias=False), expected, grads)
+    params = _params([(6, 10)])
+    _run(SOAP(params, precondition_frequency=2, sides="left", correct_bias=False), params, grads)
+    torch.testing.assert_close(params[0].detach(), expected[0].detach(), rtol=1e-5, atol=1e-6)
+
+
+# --- Eigen-Adam ------------------------------------------------------------------------------------------
+
+
+def _algorithm7(w0: torch.Tensor, grads: list[torch.Tensor], lr: float, every: int, eps: float) -> torch.Tensor:
+    """Gong et al. Alg. 7 in float64 (+ eps in the denominator): Q_t EMA, EVD at t == 1 or t mod K == 0."""
+    w = w0.double().clone()
+    m = torch.zeros_like(w)
+    v = torch.zeros_like(w)
+    stat = torch.zeros(w.size(0), w.size(0), dtype=torch.float64)
+    basis = stat
+    for t, g in enumerate(grads, start=1):
+        g = g.double()
+        stat = B3 * stat + (1 - B3) * g @ g.T
+        if t == 1 or t % every == 0:
+            basis = _descending_eigenbasis(stat)
+        m = B1 * m + (1 - B1) * g
+        v = B2 * v + (1 - B2) * (basis.T @ g) ** 2
+        w = w - lr * basis @ ((basis.T @ m) / (v.sqrt() + eps))
+    return w
+
+
+@pytest.mark.parametrize("shape", [(4, 7), (7, 4)])
+def test_eigen_adam_follows_algorithm_7(shape):
+    """Wide: rotate rows by EVD(E[G G^T]). Tall: the smaller side is the columns, i.e. Alg. 7 on G^T."""
+    lr, every, eps = 0.05, 2, 1e-8
+    grads = [g for (g,) in _grads([shape], 6, seed=8)]
+    (p,) = _params([shape])
+    w0 = p.detach().clone()
+    opt = EigenAdam([p], lr=lr, precondition_frequency=every, eps=eps)
+    _run(opt, [p], [[g] for g in grads])
+    if shape[0] <= shape[1]:
+        expected = _algorithm7(w0, grads, lr, every, eps)
+        assert set(opt.state[p]) >= {"gg_left", "q_left"} and "q_right" not in opt.state[p]
+    else:
+        expected = _algorithm7(w0.T, [g.T for g in grads], lr, every, eps).T
+        assert set(opt.state[p]) >= {"gg_right", "q_right"} and "q_left" not in opt.state[p]
+    torch.testing.assert_close(p.detach().double() - w0.double(), expected - w0.double(), rtol=1e-5, atol=1e-6)
+
+
+def test_eigen_adam_first_step_updates_with_the_current_gradients_basis():
+    """Alg. 7 at t = 1: U = EVD(G G^T), m~ = (1-b1) U^T G, v = (1-b2) (U^T G)^2, so W moves by
+    -lr (1-b1)/sqrt(1-b2) U sign(U^T G) (up to eps) -- no skipped step, no bias correction, no decay."""
+    (p,) = _params([(3, 5)])
+    g = torch.randn(3, 5, generator=torch.Generator().manual_seed(9))
+    w0 = p.detach().double().clone()
+    _run(EigenAdam([p], lr=0.01), [p], [[g]])
+    u = _descending_eigenbasis(g.double() @ g.double().T)
+    expected = w0 - 0.01 * (1 - B1) / math.sqrt(1 - B2) * u @ torch.sign(u.T @ g.double())
+    torch.testing.assert_close(p.detach().double(), expected, rtol=1e-5, atol=1e-6)
+
+
+# --- numerics, failures and bookkeeping -------------------------------------------------------------------
+
+
+def test_eigh_failure_keeps_the_basis_counts_and_raises_on_the_third_in_a_row(monkeypatch):
+    (p,) = _params([(3, 4)])
+    opt = EigenAdam([p], precondition_frequency=1)
+    calls = {"n": 0}
+    real = soap.eigh_with_retry
+
+    def flaky(a):
+        calls["n"] += 1
+        if calls["n"] in (1, 3, 4, 5):
+            raise SolverError("injected")
+        return real(a)
+
+    monkeypatch.setattr(soap, "eigh_with_retry", flaky)
+    grads = _grads([(3, 4)], 5, seed=10)
+    _run(opt, [p], grads[:1])  # t = 1: the initial EVD fails -> identity basis
+    assert opt.solver_failures == 1
+    assert torch.equal(opt.state[p]["q_left"], torch.eye(3))
+    _run(opt, [p], grads[1:2])  # t = 2 succeeds and resets the count in a row
+    assert opt.solver_failures == 1 and opt.state[p]["failures_in_a_row"] == 0
+    kept = opt.state[p]["q_left"].clone()
+    _run(opt, [p], grads[2:4])  # t = 3, 4 fail: the basis is kept
+    assert opt.solver_failures == 3 and torch.equal(opt.state[p]["q_left"], kept)
+    with pytest.raises(SolverError):
+        _run(opt, [p], grads[4:5])
+
+
+def test_qr_failure_keeps_the_basis_and_leaves_exp_avg_sq_unpermuted(monkeypatch):
+    (p,) = _params([(4, 4)])
+    opt = SOAP([p], precondition_frequency=1)
+    grads = _grads([(4, 4)], 2, seed=11)
+    _run(opt, [p], grads[:1])
+    basis = {k: opt.state[p][k].clone() for k in ("q_left", "q_right")}
+    real_qr = torch.linalg.qr
+    monkeypatch.setattr(torch.linalg, "qr", lambda a: (torch.full_like(a, float("nan")), real_qr(a)[1]))
+    g = grads[1][0]
+    rotated = basis["q_left"].T @ g @ basis["q_right"]
+    _run(opt, [p], grads[1:2])
+    state = opt.state[p]
+    assert opt.solver_failures == 1 and state["failures_in_a_row"] == 1
+    assert torch.equal(state["q_left"], basis["q_left"]) and torch.equal(state["q_right"], basis["q_right"])
+    torch.testing.assert_close(state["exp_avg_sq"], (1 - B2) * rotated**2, rtol=1e-5, atol=1e-8)
+
+
+def test_same_shape_matrices_batched_equal_separate_runs_and_late_gradients_start_fresh():
+    """Two same-shape matrices share one batched step; the second gets its first gradient two steps late,
+    so its first (initialising) step happens inside a batch where the other is already running."""
+    shapes = [(5, 6), (5, 6)]
+    grads = _grads(shapes, 7, seed=12)
+    params = _params(shapes)
+    opt = SOAP(params, precondition_frequency=2)
+    for k, step_grads in enumerate(grads):
+        for i, (p, g) in enumerate(zip(params, step_grads, strict=True)):
+            p.grad = g.clone() if (i == 0 or k >= 2) else None
+        if k == 2:
+            late_before = params[1].detach().clone()
+        opt.step()
+        if k == 2:
+            assert torch.equal(params[1].detach(), late_before), "a first step must not update"
+    alone = _params(shapes)
+    _run(SOAP([alone[0]], precondition_frequency=2), [alone[0]], [[g[0]] for g in grads])
+    _run(SOAP([alone[1]], precondition_frequency=2), [alone[1]], [[g[1]] for g in grads[2:]])
+    for a, b in zip(params, alone, strict=True):
+        torch.testing.assert_close(a.detach(), b.detach(), rtol=1e-6, atol=1e-7)
+
+
+def test_bfloat16_parameters_keep_float32_state_and_follow_the_float32_run():
+    """Gradients are bfloat16 numbers that do not depend on the weights, so both runs build bit-identical float32
+    statistics and the bfloat16 run differs from a float32 run from the same (bfloat16) start only by rounding the
+    weights after each of its 5 updates: at most 5 half-ulps of the largest |w| along the way, 5 * 2^-9 * max|w|."""
+    shapes = [(6, 8), (4, 2, 3, 3)]
+    grads = [[g.to(torch.bfloat16).float() for g in step] for step in _grads(shapes, 6, seed=13)]
+    start = _params(shapes, dtype=torch.bfloat16)
+    runs = {dtype: [nn.Parameter(p.detach().to(dtype)) for p in start] for dtype in (torch.float32, torch.bfloat16)}
+    opts = {dtype: SOAP(params, lr=0.01, precondition_frequency=2) for dtype, params in runs.items()}
+    largest = [p.detach().abs() for p in runs[torch.float32]]
+    for step_grads in grads:
+        for dtype, params in runs.items():
+            _run(opts[dtype], params, [step_grads])
+        largest = [torch.maximum(m, p.detach().abs()) for m, p in zip(largest, runs[torch.float32], strict=True)]
+    for dtype, opt in opts.items():
+        assert all(p.dtype == dtype for p in runs[dtype])
+        assert all(t.dtype == torch.float32 for s in opt.state.values() for t in s.values()
+                   if isinstance(t, torch.Tensor))
+    for a, b, m in zip(runs[torch.float32], runs[torch.bfloat16], largest, strict=True):
+        assert bool(((b.detach().float() - a.detach()).abs() <= 5 * 2**-9 * m).all())
+
+
+def test_rejects_vectors_skips_missing_gradients_and_returns_the_closure_loss():
+    with pytest.raises(ValueError, match="1-D"):
+        SOAP([nn.Parameter(torch.zeros(3))])
+    a, b = _params([(3, 3), (3, 3)])
+    opt = SOAP([a, b], weight_decay=0.5)
+    before = b.detach().clone()
+    seen: list[float] = []
+
+    def closure() -> torch.Tensor:
+        loss = (a**2).sum()
+        a.grad = torch.autograd.grad(loss, a)[0]
+        seen.append(float(loss.detach()))
+        return loss
+
+    returned = [float(opt.step(closure).detach()) for _ in range(3)]
+    assert returned == seen
+    assert torch.equal(b.detach(), before) and not opt.state[b]
+    with pytest.raises(ValueError, match="sides"):
+        SOAP([a], sides="top")
+
+
+def test_state_bytes_match_the_format():
+    """Hand counts: float32 exp_avg + exp_avg_sq (2*rows*cols), per rotated side of size k 2*k*k (GG and Q),
+    ints carry no tensor bytes; AdamW: 2*numel floats + a float32 step per tensor."""
+    structured = [(12, 64), (4, 2, 3, 3)]
+    fallback = [(12,), (3, 20)]
+    adamw = (2 * 12 + 1) * 4 + (2 * 60 + 1) * 4
+    soap_hp = registry.resolve_hparams("soap", {})
+    eigen_hp = registry.resolve_hparams("eigen-adam", {})
+    assert soap.state_bytes(structured, fallback, soap_hp) == 4 * (1536 + 288 + 8192) + 4 * (144 + 32 + 648) + adamw
+    assert soap.state_bytes(structured, fallback, eigen_hp) == 4 * (1536 + 288) + 4 * (144 + 32) + adamw
+    limited = {**soap_hp, "max_precond_dim": 10}
+    assert soap.state_bytes(structured, fallback, limited) == 4 * 1536 + 4 * (144 + 32) + adamw
+
+    class Net(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.conv = nn.Conv2d(2, 4, 3, bias=False)
+            self.hidden = nn.Linear(64, 12)
+            self.head = nn.Linear(12, 3)
+
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            return self.head(torch.relu(self.hidden(torch.relu(self.conv(x)).flatten(1)[:, :64])))
+
+    torch.manual_seed(0)
+    net = Net()
+    opt = registry.make_optimizer("soap", net, precondition_frequency=2)
+    for _ in range(3):
+        opt.zero_grad()
+        net(torch.randn(2, 2, 6, 6)).square().sum().backward()
+        opt.step()
+    # structured: conv (4, 18) and hidden (12, 64); fallback: hidden.bias (12), head.weight (3, 12), head.bias (3)
+    expected = 4 * (144 + 32 + 648) + 4 * (1536 + 288 + 8192) + (25 + 73 + 7) * 4
+    assert measure.state_bytes(opt) == expected
+
+
+def test_registry_entries():
+    soap_entry, eigen_entry = registry.get("soap"), registry.get("eigen-adam")
+    assert soap_entry.lr_keys == eigen_entry.lr_keys == ("lr", "adamw_lr")
+    assert {k: soap_entry.defaults[k] for k in ("lr", "beta1", "beta2", "eps", "weight_decay",
+                                                 "precondition_frequency", "max_precond_dim")} == {
+        "lr": 3e-3, "beta1": 0.95, "beta2": 0.95, "eps": 1e-8, "weight_decay": 0.01,
+        "precondition_frequency": 10, "max_precond_dim": 10000}
+    assert soap_entry.defaults["shampoo_beta"] == -1.0 and soap_entry.defaults["correct_bias"] is True
+    assert eigen_entry.defaults["sides"] == "smaller" and eigen_entry.defaults["basis_from_current_grad"] is True
+    assert all(k in d for d in (soap_entry.defaults, eigen_entry.defaults) for k in ("adamw_lr", "adamw_eps"))
+    model = nn.Sequential(nn.Linear(4, 6), nn.ReLU(), nn.Linear(6, 2))
+    opt = registry.make_optimizer("eigen-adam", model)
+    assert isinstance(opt.parts["structured"], EigenAdam)
+    assert [tuple(p.shape) for p in opt.parts["structured"].param_groups[0]["params"]] == [(6, 4)]
+
+
+def test_resume_is_bit_identical_for_every_switch():
+    shapes = [(5, 5), (5, 5), (3, 8)]
+    grads = _grads(shapes, 6, seed=14)
+    variants = [{"momentum_in_eigenbasis": True}, {"refresh": "eigh", "sides": "right"},
+                {"basis_from_current_grad": True, "normalize_grads": True}]
+    for variant in variants:
+        params = _params(shapes)
+        opt = SOAP(params, precondition_frequency=2, **variant)
+        _run(opt, params, grads[:3])
+        saved = copy.deepcopy(opt.state_dict())
+        resumed = [nn.Parameter(p.detach().clone()) for p in params]
+        _run(opt, params, grads[3:])
+        opt2 = SOAP(resumed, precondition_frequency=2, **variant)
+        opt2.load_state_dict(saved)
+        _run(opt2, resumed, grads[3:])
+        assert all(torch.equal(a, b) for a, b in zip(params, resumed, strict=True)), variant
