@@ -85,10 +85,28 @@ def oracles() -> dict[str, Oracle]:
         lambda ps: po.SOAP(ps, lr=3e-3, betas=(0.95, 0.95), weight_decay=0.01, precondition_frequency=10),
         matrices_only=True,
     )
+    from pytorch_optimizer.optimizer.utils.graft import LayerWiseGrafting
+
     found["shampoo"] = Oracle(
-        "pytorch_optimizer.Shampoo",
-        {"stat_interval": 1, "root_interval": 1},
-        lambda ps: po.Shampoo(ps, lr=0.1, momentum=0.9, preconditioning_compute_steps=1),
+        "pytorch_optimizer.ScalableShampoo",
+        {"stat_interval": 2, "root_interval": 2, "root_method": "eigh", "sgd_weight_decay": 0.0},
+        lambda ps: po.ScalableShampoo(
+            ps,
+            lr=0.1,
+            betas=(0.9, 0.95),
+            moving_average_for_momentum=False,
+            weight_decay=0.0,
+            decoupled_learning_rate=True,
+            start_preconditioning_step=1,
+            preconditioning_compute_steps=2,
+            statistics_compute_steps=2,
+            block_size=1200,
+            shape_interpretation=False,
+            graft_type=LayerWiseGrafting.SGD,
+            nesterov=False,
+            matrix_eps=1e-6,
+            use_svd=True,
+        ),
         matrices_only=True,
     )
     found["galore"] = Oracle(
