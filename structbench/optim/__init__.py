@@ -4,10 +4,12 @@ Importing this package registers every optimizer.
 """
 
 from structbench.optim import adagrad_norm as adagrad_norm
+from structbench.optim import alice as alice
 from structbench.optim import asgo as asgo
 from structbench.optim import baselines as baselines
 from structbench.optim import galore as galore
 from structbench.optim import muon as muon
+from structbench.optim import racs as racs
 from structbench.optim import shampoo as shampoo
 from structbench.optim import soap as soap
 from structbench.optim import sumo as sumo

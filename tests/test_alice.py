@@ -1,0 +1,265 @@
+"""Alice / Alice-0 (Gong et al., Sec. 5, Alg. 2-4, 10) against independent facts: dense Kronecker forms of the
+structured Fisher (Eq. 12, Eq. 19-21), Thm 5.1's optimum found numerically, GaLore's SVD subspace, Alg. 10 by
+hand, and the Table 6 memory formula."""
+
+from __future__ import annotations
+
+import copy
+
+import pytest
+import torch
+from torch import nn
+
+from structbench.optim import alice, memory
+from structbench.optim.alice import Alice
+
+LR, ALPHA = 0.1, 0.5
+
+
+def vec(g: torch.Tensor) -> torch.Tensor:
+    """Column stacking (the paper's Vec)."""
+    return g.T.reshape(-1)
+
+
+def mat(v: torch.Tensor, m: int, n: int) -> torch.Tensor:
+    return v.reshape(n, m).T
+
+
+def inv_sqrt_psd(a: torch.Tensor) -> torch.Tensor:
+    evals, evecs = torch.linalg.eigh(a)
+    return evecs @ torch.diag(evals.rsqrt()) @ evecs.T
+
+
+def block_diag_fisher(u: torch.Tensor, d: torch.Tensor) -> torch.Tensor:
+    """Diag_B(U D_1 U^T, ..., U D_n U^T) with D_i = Diag_v(d[:, i]) (Eq. 9 structure)."""
+    return torch.block_diag(*[u @ torch.diag(d[:, i]) @ u.T for i in range(d.size(1))])
+
+
+def run(grads: list[torch.Tensor], **kwargs: object) -> tuple[nn.Parameter, Alice, list[torch.Tensor]]:
+    weight = nn.Parameter(torch.zeros_like(grads[0]))
+    opt = Alice([weight], lr=LR, alpha=ALPHA, **kwargs)
+    deltas = []
+    for g in grads:
+        before = weight.detach().clone()
+        weight.grad = g.clone()
+        opt.step()
+        deltas.append(weight.detach() - before)
+    return weight, opt, deltas
+
+
+def test_full_rank_update_is_dense_square_root_ngd_eq12() -> None:
+    # r = m, no compensation, beta1 = 0: Alg. 4 reduces to Eq. 12, Mat(F~^{-1/2} g) with F~ of Eq. 9-11.
+    m, n, beta2 = 3, 4, 0.9
+    gen = torch.Generator().manual_seed(0)
+    grads = [torch.randn(m, n, generator=gen, dtype=torch.float64) for _ in range(4)]
+    _, opt, deltas = run(
+        grads,
+        rank=m,
+        leading=m,
+        betas=(0.0, beta2, 0.999),
+        update_interval=1000,
+        compensation="none",
+        switching="none",
+    )
+    u = next(iter(opt.state.values()))["basis"]
+    assert torch.allclose(u.T @ u, torch.eye(m, dtype=torch.float64), atol=1e-6)
+    second = torch.zeros(m, n, dtype=torch.float64)
+    for t, g in enumerate(grads):
+        second = beta2 * second + (1 - beta2) * (u.T @ g).square()  # E[(U^T g_i)^2] as an EMA, no bias correction
+        fisher = block_diag_fisher(u, second)
+        expected = -LR * ALPHA * mat(inv_sqrt_psd(fisher) @ vec(g), m, n)
+        assert torch.allclose(deltas[t], expected, rtol=1e-5, atol=1e-8), t
+
+
+def test_first_moment_lives_in_low_rank_space() -> None:
+    m, n, beta1 = 4, 6, 0.9
+    gen = torch.Generator().manual_seed(1)
+    grads = [torch.randn(m, n, generator=gen, dtype=torch.float64) for _ in range(3)]
+    _, opt, _ = run(grads, rank=2, leading=1, betas=(beta1, 0.9, 0.999), update_interval=1000)
+    st = next(iter(opt.state.values()))
+    u = st["basis"]
+    expected = sum((1 - beta1) * beta1 ** (2 - k) * (u.T @ g) for k, g in enumerate(grads))
+    assert st["exp_avg"].shape == (2, n)
+    assert torch.allclose(st["exp_avg"], expected, rtol=1e-12)
+
+
+def _compensation_objective(log_s: torch.Tensor, projector: torch.Tensor, fisher_c: torch.Tensor) -> torch.Tensor:
+    s = log_s.exp()
+    return torch.linalg.matrix_norm(torch.kron(torch.diag(s.pow(-2)), projector) - fisher_c).square()
+
+
+def test_compensation_is_theorem_5_1_optimum() -> None:
+    # The step's second term equals Mat((S* (x) U_c U_c^T) g), S* minimising ||S^{-2} (x) U_c U_c^T - F~_c||_F
+    # over positive diagonal S (found here by L-BFGS on the dense 24 x 24 matrices), F~_c = Diag_B(U_c D_ci U_c^T).
+    m, n, r = 4, 6, 2
+    gen = torch.Generator().manual_seed(2)
+    g = torch.randn(m, n, generator=gen, dtype=torch.float64)
+    _, opt, deltas = run([g], rank=r, leading=1, betas=(0.0, 0.9, 0.999), alpha_c=1.0)
+    u = next(iter(opt.state.values()))["basis"]
+    projector = torch.eye(m, dtype=torch.float64) - u @ u.T
+    evals, evecs = torch.linalg.eigh(projector)
+    u_c = evecs[:, evals > 0.5]
+    fisher_c = block_diag_fisher(u_c, (u_c.T @ g).square())
+    log_s = torch.zeros(n, dtype=torch.float64, requires_grad=True)
+    solver = torch.optim.LBFGS([log_s], lr=1.0, max_iter=500, tolerance_grad=1e-14, tolerance_change=1e-16)
+
+    def closure() -> torch.Tensor:
+        solver.zero_grad()
+        loss = _compensation_objective(log_s, projector, fisher_c)
+        loss.backward()
+        return loss
+
+    solver.step(closure)
+    s_star = log_s.detach().exp()
+    expected_comp = mat(torch.kron(torch.diag(s_star), projector) @ vec(g), m, n)
+    sigma = u.T @ g
+    low_rank = u @ (sigma / ((1 - 0.9) * sigma.square()).sqrt())
+    comp = deltas[0] / (-LR * ALPHA) - low_rank
+    assert torch.allclose(comp, expected_comp, rtol=1e-6, atol=1e-9)
+
+
+def test_step_one_basis_is_galore_svd_subspace() -> None:
+    # EVD(G G^T, r) spans the top-r left singular subspace of G (GaLore's projection); not a zero-basis QR.
+    m, n, r = 8, 12, 3
+    gen = torch.Generator().manual_seed(3)
+    low = torch.randn(m, r, generator=gen, dtype=torch.float64) @ torch.randn(r, n, generator=gen, dtype=torch.float64)
+    g = low + 1e-3 * torch.randn(m, n, generator=gen, dtype=torch.float64)
+    for beta3 in (0.999, 0.0):
+        _, opt, _ = run([g], rank=r, leading=r, switching="none", betas=(0.9, 0.9, beta3))
+        u = next(iter(opt.state.values()))["basis"]
+        svd_u = torch.linalg.svd(g)[0][:, :r]
+        assert torch.allclose(u @ u.T, svd_u @ svd_u.T, atol=1e-6)
+
+
+def test_subspace_iteration_alg10_matches_hand_computation() -> None:
+    gen = torch.Generator().manual_seed(4)
+    x = torch.randn(6, 6, generator=gen, dtype=torch.float64)
+    a = x @ x.T
+    init = torch.linalg.qr(torch.randn(6, 3, generator=gen, dtype=torch.float64))[0]
+    got = alice.ritz_basis(a, init)
+    h, _ = torch.linalg.qr(a @ init)
+    evals, evecs = torch.linalg.eigh(h.T @ a @ h)
+    expected = h @ evecs[:, torch.argsort(evals, descending=True)]
+    signs = torch.sign((expected * got).sum(0))
+    assert torch.allclose(got, expected * signs, atol=1e-6)
+    ritz_values = torch.diagonal(got.T @ a @ got)
+    assert (ritz_values[:-1] >= ritz_values[1:] - 1e-9).all()
+
+
+def _switched(seed: int, switching: str = "proposed") -> tuple[Alice, torch.Tensor, list[torch.Tensor]]:
+    m, n = 10, 14
+    gen = torch.Generator().manual_seed(5)
+    grads = [torch.randn(m, n, generator=gen, dtype=torch.float64) for _ in range(2)]
+    weight = nn.Parameter(torch.zeros(m, n, dtype=torch.float64))
+    opt = Alice([weight], rank=4, leading=2, update_interval=2, switch_seed=seed, switching=switching)
+    weight.grad = grads[0]
+    opt.step()
+    before = {k: v.clone() for k, v in opt.state[weight].items() if isinstance(v, torch.Tensor)}
+    weight.grad = grads[1]
+    opt.step()
+    return opt, opt.state[weight]["basis"].clone(), [before["basis"], before["tracked"], grads[1]]
+
+
+def test_switching_is_seeded_and_follows_algorithm_2() -> None:
+    _, u_a, (u_prev, tracked, g) = _switched(0)
+    _, u_b, _ = _switched(0)
+    _, u_c, _ = _switched(1)
+    assert torch.equal(u_a, u_b)
+    assert not torch.allclose(u_a @ u_a.T, u_c @ u_c.T)
+    assert torch.allclose(u_a.T @ u_a, torch.eye(4, dtype=torch.float64), atol=1e-6)
+    # the leading l = 2 columns are the top Ritz vectors of Q_t = b3 U Q~ U^T + (1 - b3) G G^T from U_{t-1}
+    q = 0.999 * u_prev @ tracked @ u_prev.T + 0.001 * g @ g.T
+    h, _ = torch.linalg.qr(q @ u_prev)
+    evals, evecs = torch.linalg.eigh(h.T @ q @ h)
+    ritz = h @ evecs[:, torch.argsort(evals, descending=True)]
+    lead = ritz[:, :2]
+    assert torch.allclose(u_a[:, :2] @ u_a[:, :2].T, lead @ lead.T, atol=1e-6)
+    # the other r - l columns come from the complement of the whole r-dimensional Ritz subspace
+    assert torch.allclose(ritz.T @ u_a[:, 2:], torch.zeros(4, 2, dtype=torch.float64), atol=1e-6)
+
+
+@pytest.mark.parametrize("mode", alice.SWITCHING)
+def test_switching_variants_give_r_unit_columns(mode: str) -> None:
+    _, u, _ = _switched(0, mode)
+    assert u.shape == (10, 4)
+    assert torch.allclose(u.norm(dim=0), torch.ones(4, dtype=torch.float64), atol=1e-6)
+
+
+@pytest.mark.parametrize("mode", alice.COMPENSATION)
+def test_compensation_variants_run_and_stay_finite(mode: str) -> None:
+    gen = torch.Generator().manual_seed(6)
+    grads = [torch.randn(6, 9, generator=gen) for _ in range(4)]
+    _, _, deltas = run(grads, rank=3, leading=1, update_interval=2, compensation=mode)
+    assert all(torch.isfinite(d).all() for d in deltas)
+    rank = torch.linalg.matrix_rank(deltas[-1]).item()
+    assert rank == (3 if mode == "none" else 6)
+
+
+def test_compensation_limiter_bounds_growth() -> None:
+    gen = torch.Generator().manual_seed(7)
+    g = torch.randn(6, 9, generator=gen, dtype=torch.float64)
+    weight = nn.Parameter(torch.zeros(6, 9, dtype=torch.float64))
+    opt = Alice([weight], rank=2, leading=1, update_interval=1000)
+    weight.grad = g
+    opt.step()
+    phi = opt.state[weight]["phi"].item()
+    weight.grad = 100.0 * g
+    opt.step()
+    assert opt.state[weight]["phi"].item() <= 1.01 * phi * (1 + 1e-12)
+
+
+def test_tall_matrix_uses_smaller_side() -> None:
+    gen = torch.Generator().manual_seed(8)
+    g = torch.randn(9, 4, generator=gen, dtype=torch.float64)
+    _, opt, deltas = run([g], rank=2, leading=1)
+    _, _, deltas_t = run([g.T.contiguous()], rank=2, leading=1)
+    st = next(iter(opt.state.values()))
+    assert st["basis"].shape == (4, 2) and st["exp_avg"].shape == (2, 9)
+    assert torch.allclose(deltas[0], deltas_t[0].T, rtol=1e-9, atol=1e-12)
+
+
+def test_state_bytes_follow_table_6() -> None:
+    shapes = [(6, 9), (10, 4), (4, 2, 3, 3)]
+    for beta3, name in ((0.999, "alice"), (0.0, "alice-0")):
+        params = [nn.Parameter(torch.randn(s)) for s in shapes]
+        opt = Alice(params, rank=3, leading=1, betas=(0.9, 0.9, beta3))
+        for p in params:
+            p.grad = torch.randn_like(p)
+        opt.step()
+        measured = sum(
+            t.numel() * t.element_size()
+            for st in opt.state.values()
+            for t in st.values()
+            if isinstance(t, torch.Tensor)
+        )
+        r = 3
+        tracking = r * r if beta3 > 0 else 0
+        expected = 4 * sum(2 * n * r + m * r + n + tracking + 1 for m, n in ((6, 9), (4, 10), (4, 18)))
+        assert measured == expected
+        hp = {**alice.ALICE_DEFAULTS, "rank": 3, "beta3": beta3}
+        assert alice.alice_state_bytes(shapes, [], hp) == expected
+        assert 4 * memory.structured_state_elements(name, shapes, {"rank": 3}) == expected
+        assert ("tracked" in next(iter(opt.state.values()))) == (beta3 > 0)
+    assert memory.matrix_state_elements("alice", (512, 1376)) == 2 * 1376 * 128 + 512 * 128 + 1376 + 128**2 + 1
+    assert memory.matrix_state_elements("alice-0", (512, 1376)) == 2 * 1376 * 128 + 512 * 128 + 1376 + 1
+
+
+def test_resume_reproduces_switching_draws() -> None:
+    gen = torch.Generator().manual_seed(9)
+    grads = [torch.randn(8, 10, generator=gen) for _ in range(6)]
+    w1 = nn.Parameter(torch.zeros(8, 10))
+    o1 = Alice([w1], rank=3, leading=1, update_interval=2)
+    for g in grads[:3]:
+        w1.grad = g
+        o1.step()
+    saved, w_saved = copy.deepcopy(o1.state_dict()), w1.detach().clone()
+    for g in grads[3:]:
+        w1.grad = g
+        o1.step()
+    w2 = nn.Parameter(w_saved)
+    o2 = Alice([w2], rank=3, leading=1, update_interval=2)
+    o2.load_state_dict(saved)
+    for g in grads[3:]:
+        w2.grad = g
+        o2.step()
+    assert torch.equal(w1.detach(), w2.detach())
