@@ -24,7 +24,7 @@ from rich.table import Table
 from structbench import measure, optim, spec, store
 from structbench.data.root import resolve_data_root
 from structbench.errors import UsageError
-from structbench.report import summary, terminal
+from structbench.report import build, options, terminal
 from structbench.runner import Progress as RunProgress
 from structbench.runner import RunOutcome, execute, execute_experiment
 from structbench.tasks import get_task
@@ -229,19 +229,47 @@ def check_runs(rows: list[dict[str, Any]], checks: dict[str, Any]) -> list[str]:
 def report(
     out: Annotated[Path, typer.Option(help="Results directory.")] = Path("results"),
     suites: Annotated[list[str] | None, typer.Option("--suite", help="Only these suites (repeatable).")] = None,
+    optims: Annotated[
+        list[str] | None, typer.Option("--optim", help="Only these optimizers (repeatable); the baseline is kept.")
+    ] = None,
+    baseline: Annotated[str, typer.Option(help="Optimizer that speed-ups and paired comparisons refer to.")] = "adamw",
+    fmt: Annotated[str, typer.Option("--format", help="term, md, html or all.")] = "term",
+    to: Annotated[Path | None, typer.Option(help="Where md/html reports go (default: OUT/report).")] = None,
+    since: Annotated[
+        str | None, typer.Option(help="Only runs started at or after this UTC date/time (2025-01-31[T12:00]).")
+    ] = None,
 ) -> None:
-    """Summarise the results store per suite x optimizer."""
+    """Compare optimizers per suite and across suites: in the terminal, as Markdown, or as one HTML page."""
     if not out.is_dir():
         raise UsageError(f"results directory {out} does not exist; run `structbench run` first.")
+    formats = options.formats(fmt)
     wanted = [name for s in suites or [] for name in expand_suite(s)]
-    runs, problems = store.load_runs(out, summary.SUMMARY_COLUMNS)
-    for problem in problems:
+    plotted = bool(formats & {"md", "html"})
+    result = build.build_report(out, wanted, optims or [], baseline, options.since(since), plotted)
+    for problem in result.problems:
         print(f"warning: skipped unreadable file {problem.path}: {problem.reason}", file=sys.stderr)
-    table = summary.summarize(runs, wanted)
-    if table.empty:
+    if not result.suites and result.experiments.empty:
         console.print(f"no runs in {out}" + (f" for suite(s) {', '.join(wanted)}" if wanted else ""))
         return
-    console.print(terminal.summary_table(table))
+    if "term" in formats:
+        terminal.print_report(console, result)
+    if plotted:
+        from structbench.report import html, markdown, render
+
+        target = to if to is not None else out / "report"
+        figures = render.render_figures(result)
+        try:
+            target.mkdir(parents=True, exist_ok=True)
+            written = []
+            if "md" in formats:
+                written.append(markdown.write(result, figures, target))
+            if "html" in formats:
+                written.append(html.write(result, figures, target))
+        except OSError as exc:
+            raise UsageError(f"cannot write the report to {target}: {exc.strerror or exc}.") from None
+        for path in written:
+            console.print(f"wrote {path}")
+
 
 
 def expand_suite(name: str) -> list[str]:

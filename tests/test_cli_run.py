@@ -310,13 +310,13 @@ def test_report_numbers_are_the_medians_of_the_store(tmp_path, cli):
         cli("run", *QUICK, "--optim", "sgd", "--seed", "0", "--seed", "1", "--seed", "2", "--out", tmp_path).exit_code
         == 0
     )
-    from structbench.report.summary import summarize
+    from structbench.report.build import build_report
 
     runs = read_runs(tmp_path)
-    row = summarize(runs).iloc[0]
-    assert row.runs == 3 and row.ok == 3
-    assert row.final_eval_loss == sorted(runs.final_eval_loss)[1]
-    assert row.state_bytes == 32 * 16 * 4
+    sgd = build_report(tmp_path).suites[0].selected["sgd"]
+    assert sgd.statuses["ok"] == 3 and len(sgd.variant.run_ids) == 3
+    assert sgd.final_loss.median == sorted(runs.final_eval_loss)[1]
+    assert sgd.state_bytes == 32 * 16 * 4
 
 
 def test_smoke_suite_runs_every_optimizer_and_checks_losses(cli, tmp_path):

@@ -1,50 +1,169 @@
-"""Aggregation of the run store into one row per suite x optimizer (reads the store only)."""
+"""Per-variant summary of one suite: outcomes, quality, time to target, cost — read from run rows and curves.
+
+Which runs feed which number:
+- final eval loss / metric, step time, optimizer share, compile time, peak memory, state bytes: the runs
+  that ended `ok` (one per seed, the latest);
+- steps / seconds to target: every run that produced a result (`ok`, `diverged`, `oom`, `solver_error`);
+  one that never crossed the target counts as not reached (+inf), so a diverged seed weighs against its
+  optimizer instead of vanishing. `error` and `interrupted` runs are shown in the counts and the failure
+  list only: they say nothing about the optimizer.
+"""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import functools
+import json
+import math
+from collections import Counter
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
 
+import numpy as np
 import pandas as pd
 
+from structbench.report.curve_index import CurveIndex
+from structbench.report.stats import EMPTY, Estimate, median_ci
+from structbench.report.targets import Crossing, Target, interpolate
+from structbench.report.variants import Variant
 from structbench.store import STATUSES
 
-SUMMARY_COLUMNS = [
-    "suite",
-    "optim",
-    "status",
-    "final_eval_loss",
-    "final_eval_metric",
-    "eval_metric_name",
-    "wall_s",
-    "step_time_median_s",
-    "peak_mem_bytes",
-    "peak_mem_source",
-    "state_bytes",
-]
+RESULT_STATUSES = ("ok", "diverged", "oom", "solver_error")
 
 
-def summarize(runs: pd.DataFrame, suites: Sequence[str] = ()) -> pd.DataFrame:
-    """Per suite x optimizer: run count, status counts, and medians over the runs that ended `ok`."""
-    if suites:
-        runs = runs[runs["suite"].isin(list(suites))]
-    rows = []
-    for (suite, optim_name), group in runs.groupby(["suite", "optim"], sort=True):
-        ok = group[group["status"] == "ok"]
-        counts = group["status"].value_counts()
-        rows.append(
-            {
-                "suite": suite,
-                "optim": optim_name,
-                "runs": len(group),
-                **{status: int(counts.get(status, 0)) for status in STATUSES},
-                "eval_metric_name": group["eval_metric_name"].iloc[0],
-                "final_eval_loss": ok["final_eval_loss"].median(),
-                "final_eval_metric": ok["final_eval_metric"].median(),
-                "wall_s": ok["wall_s"].median(),
-                "step_time_median_s": ok["step_time_median_s"].median(),
-                "peak_mem_bytes": ok["peak_mem_bytes"].median(),
-                "peak_mem_source": ",".join(sorted(group["peak_mem_source"].dropna().unique())),
-                "state_bytes": ok["state_bytes"].median(),
-            }
-        )
-    return pd.DataFrame(rows)
+@dataclass(frozen=True, eq=False)
+class VariantSummary:
+    variant: Variant
+    statuses: Mapping[str, int]
+    target: Target | None
+    final_loss: Estimate
+    final_metric: Estimate
+    steps_to_target: Estimate
+    seconds_to_target: Estimate
+    crossings: Mapping[int, Crossing]
+    """Per seed, for the runs that count towards time to target."""
+    final_metric_by_seed: Mapping[int, float]
+    reached: int
+    step_time_s: float
+    optim_share: float
+    compile_s: float
+    peak_mem_bytes: float
+    mem_source: str
+    state_bytes: float
+    analytic_state_bytes: float
+    """NaN when the store has no analytic figure for this variant."""
+    routing: str
+    routing_detail: str
+    stored_target_used: int
+    """Runs without an evaluation curve, whose stored first-evaluation time stands in for the interpolation."""
+
+    @property
+    def label(self) -> str:
+        return self.variant.label
+
+    @property
+    def optim(self) -> str:
+        return self.variant.optim
+
+    @property
+    def has_ok(self) -> bool:
+        return self.statuses.get("ok", 0) > 0
+
+
+def target_of(config: Mapping[str, Any], metric_name: str, metric_mode: str) -> Target | None:
+    metric, value = config.get("target.metric"), config.get("target.value")
+    if not metric or value is None or (isinstance(value, float) and math.isnan(value)):
+        return None
+    return Target(str(metric), float(value), "min" if metric == "loss" else metric_mode)
+
+
+def _median(values: np.ndarray) -> float:
+    finite = values[~np.isnan(values)]
+    return float(np.median(finite)) if len(finite) else math.nan
+
+
+@functools.lru_cache(maxsize=1024)
+def routing_summary(routing_json: str | None) -> tuple[str, str]:
+    """("3 structured · 2 fallback (adamw)", the parameter names) from a run's routing record."""
+    try:
+        record = json.loads(routing_json) if routing_json else None
+    except json.JSONDecodeError:
+        record = None
+    if not isinstance(record, dict):
+        return "-", ""
+    structured, fallback = record.get("structured") or [], record.get("fallback") or []
+    text = f"{len(structured)} structured"
+    if fallback:
+        text += f" · {len(fallback)} fallback"
+        if record.get("fallback_optimizer"):
+            text += f" ({record['fallback_optimizer']})"
+    detail = f"structured: {', '.join(structured) or '-'}; fallback: {', '.join(fallback) or '-'}"
+    return text, detail
+
+
+def _interpolated(evals: CurveIndex, run_id: str, target: Target) -> Crossing | None:
+    """The run's interpolated crossing, or None when it has no evaluation points."""
+    if run_id not in evals:
+        return None
+    values = evals.get(run_id, "loss" if target.metric == "loss" else "metric")
+    return interpolate(evals.get(run_id, "step"), evals.get(run_id, "wall_s"), values, target)
+
+
+def _crossings(variant: Variant, evals: CurveIndex, target: Target) -> tuple[dict[int, Crossing], int]:
+    """Per seed, the crossing of each run with a result; and how many used the runner's stored values."""
+    crossings: dict[int, Crossing] = {}
+    stored = 0
+    columns = ("run_id", "seed", "status", "eval_metric_name", "target_step", "target_s")
+    for run_id, seed, status, metric_name, step, seconds in zip(*(variant.values(c) for c in columns), strict=True):
+        if status not in RESULT_STATUSES:
+            continue
+        if target.metric not in ("loss", metric_name):
+            crossings[int(seed)] = Crossing(math.nan, math.nan)
+            continue
+        crossing = _interpolated(evals, run_id, target)
+        if crossing is None:
+            stored += 1
+            reached = not (pd.isna(step) or pd.isna(seconds))
+            crossing = Crossing(float(step), float(seconds)) if reached else Crossing(math.inf, math.inf)
+        crossings[int(seed)] = crossing
+    return crossings, stored
+
+
+def summarize_variant(variant: Variant, evals: CurveIndex, metric_name: str, metric_mode: str) -> VariantSummary:
+    """Summary of one variant (module docstring says which runs feed which number)."""
+    status = variant.values("status")
+    ok = status == "ok"
+    counts = Counter(status.tolist())
+    target = target_of(variant.config, metric_name, metric_mode)
+    crossings, stored = _crossings(variant, evals, target) if target is not None else ({}, 0)
+    metric = variant.values("final_eval_metric")
+    seeds = variant.values("seed")
+    metric_by_seed = {
+        int(s): float(v) for s, v, good in zip(seeds, metric, ok, strict=True) if good and not math.isnan(v)
+    }
+    step_time = variant.values("step_time_median_s")[ok]
+    routings = variant.values("routing")
+    routing = [r for r in [*routings[ok], *routings] if isinstance(r, str)]
+    routing_text, routing_detail = routing_summary(routing[0] if routing else None)
+    return VariantSummary(
+        variant=variant,
+        statuses={s: int(counts.get(s, 0)) for s in STATUSES},
+        target=target,
+        final_loss=median_ci(variant.values("final_eval_loss")[ok]),
+        final_metric=median_ci(metric_by_seed.values()),
+        steps_to_target=median_ci(c.steps for c in crossings.values()) if target is not None else EMPTY,
+        seconds_to_target=median_ci(c.seconds for c in crossings.values()) if target is not None else EMPTY,
+        crossings=crossings,
+        final_metric_by_seed=metric_by_seed,
+        reached=sum(c.reached for c in crossings.values()),
+        step_time_s=_median(step_time),
+        optim_share=_median(variant.values("optim_time_median_s")[ok] / step_time),
+        compile_s=_median(variant.values("compile_s")[ok]),
+        peak_mem_bytes=_median(variant.values("peak_mem_bytes")[ok]),
+        mem_source=", ".join(sorted({m for m in variant.values("peak_mem_source") if isinstance(m, str)})) or "-",
+        state_bytes=_median(variant.values("state_bytes")[ok]),
+        analytic_state_bytes=_median(variant.values("analytic_state_bytes")[ok]),
+        routing=routing_text,
+        routing_detail=routing_detail,
+        stored_target_used=stored,
+    )

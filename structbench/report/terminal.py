@@ -1,81 +1,73 @@
-"""Rich tables for the terminal."""
+"""Rich output for the terminal: the report's tables, and the per-run table `structbench run` prints."""
 
 from __future__ import annotations
 
-import math
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-import pandas as pd
-from rich.table import Table
+from rich.console import Console
+from rich.table import Table as RichTable
+from rich.text import Text
 
-from structbench.store import STATUSES
+from structbench.report import tables
+from structbench.report.build import Report
+from structbench.report.format import fmt_bytes, fmt_num, fmt_seconds
 
-
-def fmt_num(value: Any, digits: int = 4) -> str:
-    if value is None or (isinstance(value, float) and math.isnan(value)):
-        return "-"
-    return f"{value:.{digits}g}"
-
-
-def fmt_bytes(value: Any) -> str:
-    if value is None or (isinstance(value, float) and math.isnan(value)):
-        return "-"
-    value = float(value)
-    for unit in ("B", "KiB", "MiB", "GiB"):
-        if abs(value) < 1024 or unit == "GiB":
-            return f"{value:.0f} {unit}" if unit == "B" else f"{value:.1f} {unit}"
-        value /= 1024
-    return f"{value:.1f} GiB"
+STYLES = {"best": "bold green", "good": "green", "bad": "red", "muted": "dim"}
 
 
-def fmt_seconds(value: Any) -> str:
-    if value is None or (isinstance(value, float) and math.isnan(value)):
-        return "-"
-    if value < 1e-3:
-        return f"{value * 1e6:.0f} µs"
-    if value < 1:
-        return f"{value * 1e3:.2f} ms"
-    return f"{value:.2f} s"
+def _cell(cell: tables.Cell) -> Text:
+    text = Text(cell.text, style=STYLES.get(cell.tone, ""))
+    if cell.sub:
+        text.append("\n" + cell.sub, style="dim")
+    return text
 
 
-def status_counts(row: Mapping[str, Any]) -> str:
-    return " ".join(f"{row[s]} {s}" for s in STATUSES if row[s]) or "-"
+def rich_tables(table: tables.Table) -> list[RichTable]:
+    """The table as one rich table per column group, each repeating the first column."""
+    groups = list(dict.fromkeys(c.group for c in table.columns[1:]))
+    rendered = []
+    for group in groups:
+        keep = [0] + [i for i, c in enumerate(table.columns) if i and c.group == group]
+        title = table.title if len(groups) == 1 else f"{table.title} — {group}"
+        out = RichTable(title=title, title_justify="left", show_lines=False)
+        for i in keep:
+            column = table.columns[i]
+            out.add_column(column.name, justify="left" if column.left else "right", no_wrap=i == 0 or not column.wrap)
+        for row in table.rows:
+            out.add_row(*(_cell(row[i]) for i in keep))
+        if table.caption and group == groups[-1]:
+            out.caption, out.caption_justify = table.caption, "left"
+        rendered.append(out)
+    return rendered
 
 
-def summary_table(summary: pd.DataFrame) -> Table:
-    table = Table(title="structbench report (medians over runs that ended ok)")
-    for name in (
-        "suite",
-        "optim",
-        "runs",
-        "status",
-        "final eval loss",
-        "final metric",
-        "wall",
-        "step time",
-        "peak mem",
-        "state",
-    ):
-        table.add_column(name, justify="left" if name in ("suite", "optim", "status") else "right")
-    for _, row in summary.iterrows():
-        table.add_row(
-            row["suite"],
-            row["optim"],
-            str(row["runs"]),
-            status_counts(row),
-            fmt_num(row["final_eval_loss"]),
-            f"{fmt_num(row['final_eval_metric'])} {row['eval_metric_name']}",
-            fmt_seconds(row["wall_s"]),
-            fmt_seconds(row["step_time_median_s"]),
-            f"{fmt_bytes(row['peak_mem_bytes'])} ({row['peak_mem_source']})",
-            fmt_bytes(row["state_bytes"]),
-        )
-    return table
+def print_report(console: Console, report: Report) -> None:
+    """Every suite's tables, failures and notes, then the cross-suite profile and ranks."""
+    for suite in report.suites:
+        console.rule(f"[bold]{suite.name}[/bold]  ({suite.task}, {suite.run_count} runs)")
+        for table in (tables.suite_table(suite), tables.comparison_table(suite), tables.failure_table(suite)):
+            if table is not None:
+                for rich_table in rich_tables(table):
+                    console.print(rich_table)
+        for note in suite.notes:
+            console.print(Text(f"note: {note}", style="yellow"))
+        if len(suite.variants) > len(suite.selected):
+            console.print(Text(f"note: --format md or html lists all {len(suite.variants)} settings.", style="yellow"))
+    profiles = ((report.profile_seconds, "time"), (report.profile_steps, "steps"))
+    across = [tables.profile_table(p, basis) for p, basis in profiles if p is not None]
+    across += [t for t in (tables.rank_table(report), tables.experiment_table(report)) if t is not None]
+    if across:
+        console.rule("[bold]across suites[/bold]")
+    for table in across:
+        for rich_table in rich_tables(table):
+            console.print(rich_table)
+    for note in report.notes:
+        console.print(Text(f"note: {note}", style="yellow"))
 
 
-def runs_table(rows: Iterable[Mapping[str, Any]]) -> Table:
-    table = Table(title="runs")
+def runs_table(rows: Iterable[Mapping[str, Any]]) -> RichTable:
+    table = RichTable(title="runs")
     for name in (
         "suite",
         "optim",

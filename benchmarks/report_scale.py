@@ -1,0 +1,207 @@
+"""How long `structbench report` takes on a large results store.
+
+Writes a synthetic store through `store.write_run` (real Parquet files, one run row and one curve file per
+run): suites x optimizers x learning rates x seeds runs (5,000 by default) whose curves decay at rates set
+by the optimizer and learning rate, with diverged and out-of-memory runs among them, half the suites with
+a loss target and half with an accuracy target. It then times the real command line for each format,
+first with a cold report cache (`<out>/.report-cache` removed) and then warm, and prints wall-clock and
+CPU time (CPU time is the better guide on a shared machine):
+
+    python benchmarks/report_scale.py                       # 5,000 runs in a temporary directory
+    python benchmarks/report_scale.py --keep /tmp/big       # keep (and reuse) the store there
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import resource
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from datetime import datetime, timedelta, timezone
+from pathlib import Path
+
+import numpy as np
+
+from structbench import store
+
+STEPS, LOG_EVERY, EVAL_EVERY = 400, 10, 40
+ENVIRONMENT = {
+    "device": "cpu",
+    "device_name": "synthetic",
+    "torch_version": "2.13.0+cpu",
+    "structbench_version": "0.1.0",
+    "git_commit": "0" * 40,
+    "hostname": "bench",
+    "python_version": "3.11",
+}
+
+
+def _run(suite: int, optim: int, lr: float, seed: int, index: int) -> tuple[dict, list[dict]]:
+    rng = np.random.default_rng(index)
+    accuracy = suite % 2 == 1
+    speed = 0.01 * (1 + 0.15 * optim) * lr / 0.01 * math.exp(-abs(math.log10(lr / 0.01)))
+    diverges = lr >= 0.1 and (optim + seed) % 3 == 0
+    oom = optim == 9 and seed == 4
+    stop = STEPS if not (diverges or oom) else int(rng.integers(20, STEPS // 2))
+    step_time = 0.002 * (1 + 0.1 * optim) * rng.uniform(0.95, 1.05)
+    curves: list[dict] = []
+    for step in range(0, stop + 1):
+        loss = 2.3 * math.exp(-speed * step * rng.uniform(0.9, 1.1)) + 0.05
+        wall = step * step_time
+        if step and step % LOG_EVERY == 0:
+            curves.append(
+                {
+                    "step": step,
+                    "wall_s": wall,
+                    "split": "train",
+                    "loss": loss,
+                    "metric": None,
+                    "lr": lr,
+                    "step_time_s": step_time,
+                    "optim_time_s": step_time * 0.3,
+                }
+            )
+        if step % EVAL_EVERY == 0 or (step == STEPS and stop == STEPS):
+            metric = 1 - loss / 2.5 if accuracy else loss
+            curves.append(
+                {
+                    "step": step,
+                    "wall_s": wall,
+                    "split": "eval",
+                    "loss": loss,
+                    "metric": metric,
+                    "lr": None,
+                    "step_time_s": None,
+                    "optim_time_s": None,
+                }
+            )
+    status = "diverged" if diverges else ("oom" if oom else "ok")
+    final = curves[-1] if status == "ok" else None
+    name = f"opt{optim}"
+    hparams = {"lr": lr, "weight_decay": 0.0}
+    target = {"metric": "accuracy", "value": 0.85} if accuracy else {"metric": "loss", "value": 0.3}
+    spec = {
+        "suite": f"suite{suite:02d}",
+        "task": "synthetic",
+        "task_args": {"width": 64},
+        "budget": {"steps": STEPS, "log_every": LOG_EVERY, "eval_every": EVAL_EVERY, "batch_size": 64},
+        "schedule": {"kind": "constant"},
+        "target": target,
+        "optim": name,
+        "hparams": hparams,
+        "seed": seed,
+        "source": "benchmark",
+    }
+    started = datetime(2025, 1, 1, tzinfo=timezone.utc) + timedelta(seconds=index)
+    state = 4096 * (1 + optim % 4)
+    row = {
+        "run_id": f"bench-{index:05d}",
+        "schema_version": store.SCHEMA_VERSION,
+        "suite": spec["suite"],
+        "task": "synthetic",
+        "optim": name,
+        "seed": seed,
+        "hparams": json.dumps(hparams),
+        "spec": json.dumps(spec, sort_keys=True),
+        "status": status,
+        "error": None if status == "ok" else f"{status} at step {stop}",
+        "started_at": started,
+        "finished_at": started + timedelta(seconds=stop * step_time),
+        "steps": stop,
+        "wall_s": stop * step_time,
+        "train_s": stop * step_time,
+        "eval_s": 0.1,
+        "compile_s": 0.05,
+        "step_time_median_s": step_time,
+        "optim_time_median_s": step_time * 0.3,
+        "peak_mem_bytes": int(2e8 + 1e6 * optim),
+        "peak_mem_source": "rss",
+        "state_bytes": state,
+        "param_count": 1024,
+        "final_train_loss": final["loss"] if final else None,
+        "final_eval_loss": final["loss"] if final else None,
+        "final_eval_metric": final["metric"] if final else None,
+        "eval_metric_name": "accuracy" if accuracy else "loss",
+        "target_step": None,
+        "target_s": None,
+        **ENVIRONMENT,
+        "eval_metric_mode": "max" if accuracy else "min",
+        "initial_eval_loss": 2.35,
+        "initial_eval_metric": None,
+        "nvml_mem_bytes": None,
+        "solver_failures": 0,
+        "routing": json.dumps({"structured": ["w1", "w2"], "fallback": ["b1"], "fallback_optimizer": "adamw"}),
+        "data_source": "synthetic",
+        "analytic_state_bytes": state,
+    }
+    return row, curves
+
+
+def generate(out: Path, suites: int, optims: int, lrs: int, seeds: int) -> int:
+    store.prepare(out)
+    rates = np.geomspace(1e-3, 0.3, lrs)
+    index = 0
+    for suite in range(suites):
+        for optim in range(optims):
+            for lr in rates:
+                for seed in range(seeds):
+                    row, curves = _run(suite, optim, float(lr), seed, index)
+                    store.write_run(out, {k: row.get(k) for k in store.RUN_SCHEMA.names}, curves)
+                    index += 1
+        print(f"  suite {suite + 1}/{suites} written ({index} runs)", file=sys.stderr)
+    return index
+
+
+def timed(command: list[str]) -> tuple[float, float]:
+    """(wall-clock, CPU seconds of the command and every process it started) of one run of `command`."""
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
+    started = time.perf_counter()
+    subprocess.run(command, check=True, stdout=subprocess.DEVNULL)
+    wall = time.perf_counter() - started
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return wall, (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
+
+
+def report_command(out: Path, fmt: str, to: Path) -> list[str]:
+    return [sys.executable, "-m", "structbench", "report", "--out", str(out), "--format", fmt, "--to", str(to)]
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--suites", type=int, default=10)
+    parser.add_argument("--optims", type=int, default=10)
+    parser.add_argument("--lrs", type=int, default=10)
+    parser.add_argument("--seeds", type=int, default=5)
+    parser.add_argument("--keep", type=Path, help="Write (or reuse) the store here instead of a temporary directory.")
+    args = parser.parse_args()
+    root = args.keep or Path(tempfile.mkdtemp(prefix="structbench-report-scale-"))
+    out = root / "results"
+    expected = args.suites * args.optims * args.lrs * args.seeds
+    if not (out / "runs").is_dir() or len(list((out / "runs").glob("*.parquet"))) != expected:
+        shutil.rmtree(out, ignore_errors=True)
+        started = time.perf_counter()
+        print(f"writing {expected} runs to {out} ...", file=sys.stderr)
+        generate(out, args.suites, args.optims, args.lrs, args.seeds)
+        print(f"  written in {time.perf_counter() - started:.0f} s", file=sys.stderr)
+    wall, cpu = timed([sys.executable, "-m", "structbench", "--help"])
+    print(f"\n{expected} runs, {args.suites} suites, {os.cpu_count()} CPUs, load average {os.getloadavg()[0]:.1f}")
+    print(f"CLI start-up alone (structbench --help): {wall:.2f} s wall, {cpu:.2f} s CPU\n")
+    print(f"{'format':8}{'cold wall':>11}{'cold CPU':>10}{'warm wall':>11}{'warm CPU':>10}   (seconds)")
+    for fmt in ("term", "md", "html", "all"):
+        shutil.rmtree(out / ".report-cache", ignore_errors=True)
+        cold = timed(report_command(out, fmt, root / "report"))
+        warm = timed(report_command(out, fmt, root / "report"))
+        print(f"{fmt:8}{cold[0]:11.2f}{cold[1]:10.2f}{warm[0]:11.2f}{warm[1]:10.2f}")
+    print(f"load average after: {os.getloadavg()[0]:.1f}")
+    if args.keep is None:
+        shutil.rmtree(root)
+
+
+if __name__ == "__main__":
+    main()

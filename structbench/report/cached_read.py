@@ -1,0 +1,165 @@
+"""Read selected columns of a directory of small Parquet files, with a cache keyed by file identity.
+
+The store keeps one file per run, and opening a Parquet file costs about a millisecond whatever its size
+(the footer is parsed), so a store of thousands of runs is slow to read file by file. The report therefore
+keeps, beside the store, one consolidated copy of the columns it reads:
+
+    <out>/.report-cache/<name>.arrow       the columns read, plus each row's source file and its identity
+
+A file's identity is its name, size, modification time (ns) and inode; the store replaces files by
+renaming a new file into place, so any rewrite changes the identity. On each read, cached rows whose file
+is still present with the same identity are reused, every other file is read afresh, and the cache is
+rewritten (atomically, in Arrow's IPC format: it loads without decoding) when anything changed. Files that
+cannot be read are never cached, so they are reported on every read. The cache is an optimisation only:
+when it is unreadable, stale in format, or its directory is not writable, the files are read directly and
+nothing else changes. Names starting with "." or "_" are not store files (pyarrow skips them too), which
+also keeps the cache out of the store's datasets.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Collection
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
+
+from structbench.store import Problem
+
+CACHE_DIR = ".report-cache"
+CACHE_FORMAT = "2"
+_FILE, _ID = "_file", "_identity"
+
+
+def _identities(directory: Path) -> dict[str, str]:
+    """name -> identity string of every candidate store file in `directory`."""
+    found: dict[str, str] = {}
+    if not directory.is_dir():
+        return found
+    with os.scandir(directory) as entries:
+        for entry in entries:
+            if entry.name.startswith((".", "_")) or not entry.is_file():
+                continue
+            st = entry.stat()
+            found[entry.name] = f"{st.st_size}:{st.st_mtime_ns}:{st.st_ino}"
+    return found
+
+
+def _cache_meta(schema: pa.Schema) -> dict[bytes, bytes]:
+    return {b"structbench_report_cache": CACHE_FORMAT.encode(), b"columns": ",".join(schema.names).encode()}
+
+
+def _read_cache(path: Path, schema: pa.Schema) -> pa.Table | None:
+    try:
+        with pa.OSFile(str(path), "rb") as source:
+            table = pa.ipc.open_file(source).read_all()
+    except (pa.ArrowException, OSError):
+        return None
+    meta = table.schema.metadata or {}
+    if any(meta.get(k) != v for k, v in _cache_meta(schema).items()):
+        return None
+    expected = schema.append(pa.field(_FILE, pa.string())).append(pa.field(_ID, pa.string()))
+    return table.replace_schema_metadata(None) if table.schema.remove_metadata().equals(expected) else None
+
+
+def _write_cache(path: Path, table: pa.Table, schema: pa.Schema) -> None:
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    try:
+        path.parent.mkdir(exist_ok=True)
+        with (
+            pa.OSFile(str(tmp), "wb") as sink,
+            pa.ipc.new_file(sink, table.schema.with_metadata(_cache_meta(schema))) as w,
+        ):
+            w.write_table(table.replace_schema_metadata(_cache_meta(schema)))
+        os.replace(tmp, path)
+    except OSError:
+        return
+    finally:
+        tmp.unlink(missing_ok=True)
+
+
+def _read_file(path: Path, schema: pa.Schema, required: Collection[str]) -> pa.Table:
+    """The file's `schema` columns (absent optional ones as nulls), cast to their schema types."""
+    parquet = pq.ParquetFile(path)
+    present = set(parquet.schema_arrow.names)
+    missing = [name for name in required if name not in present]
+    if missing:
+        raise ValueError(f"not a structbench store file: lacks column(s) {', '.join(missing)}")
+    table = parquet.read(columns=[name for name in schema.names if name in present])
+    if table.schema.equals(schema):
+        return table
+    arrays = [
+        table.column(f.name).cast(f.type) if f.name in present else pa.nulls(table.num_rows, f.type) for f in schema
+    ]
+    return pa.Table.from_arrays(arrays, schema=schema)
+
+
+def _read_files(
+    directory: Path, schema: pa.Schema, required: Collection[str], files: list[tuple[str, str]]
+) -> tuple[list[pa.Table], list[Problem]]:
+    """The readable files among `files` ((name, identity) pairs) as one table with each row's file name and
+    identity, and the files that could not be read."""
+    tables: list[pa.Table] = []
+    read: list[tuple[str, str]] = []
+    problems: list[Problem] = []
+    for name, identity in files:
+        path = directory / name
+        try:
+            tables.append(_read_file(path, schema, required))
+        except (pa.ArrowException, OSError, ValueError, KeyError) as exc:
+            problems.append(Problem(path, str(exc).splitlines()[0] if str(exc) else type(exc).__name__))
+            continue
+        read.append((name, identity))
+    if not tables:
+        return [], problems
+    counts = [t.num_rows for t in tables]
+    names, identities = (np.repeat(np.array(values, dtype=object), counts) for values in zip(*read, strict=True))
+    table = pa.concat_tables(tables)
+    table = table.append_column(_FILE, pa.array(names, pa.string())).append_column(
+        _ID, pa.array(identities, pa.string())
+    )
+    return [table], problems
+
+
+def _still_valid(cached: pa.Table, identities: dict[str, str]) -> pa.Table:
+    """The cached rows whose file is still present with the identity it had when cached."""
+    pairs = cached.select([_FILE, _ID]).group_by([_FILE, _ID]).aggregate([])
+    names = [
+        n for n, i in zip(*(pairs.column(c).to_pylist() for c in (_FILE, _ID)), strict=True) if identities.get(n) == i
+    ]
+    if len(names) == pairs.num_rows:
+        return cached
+    return cached.filter(pc.is_in(cached.column(_FILE), value_set=pa.array(names, pa.string())))
+
+
+def read_columns(
+    directory: Path,
+    schema: pa.Schema,
+    required: Collection[str],
+    cache_name: str,
+    only: Collection[str] | None = None,
+) -> tuple[pa.Table, list[Problem]]:
+    """Rows of every readable file in `directory` (or of the file names in `only`), `schema`'s columns.
+
+    Returns the table (with the schema's columns only) and the files that could not be read.
+    """
+    identities = _identities(directory)
+    cache_path = directory.parent / CACHE_DIR / f"{cache_name}.arrow"
+    cached = _read_cache(cache_path, schema)
+    valid = _still_valid(cached, identities) if cached is not None else None
+    have = set(valid.column(_FILE).unique().to_pylist()) if valid is not None else set()
+    wanted = set(identities) if only is None else set(identities) & set(only)
+    fresh, problems = _read_files(directory, schema, required, [(n, identities[n]) for n in sorted(wanted - have)])
+    parts = ([valid] if valid is not None else []) + fresh
+    if not parts:
+        return schema.empty_table(), problems
+    everything = pa.concat_tables(parts)
+    if fresh or (cached is not None and valid is not None and valid.num_rows != cached.num_rows):
+        _write_cache(cache_path, everything, schema)
+    if only is not None and len(wanted) < len(identities):
+        names = pa.array(sorted(wanted), pa.string())
+        everything = everything.filter(pc.is_in(everything.column(_FILE), value_set=names))
+    return everything.select(schema.names), problems

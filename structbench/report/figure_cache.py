@@ -1,0 +1,91 @@
+"""Drawn figures kept beside the store, so a suite whose data did not change is not drawn again.
+
+    <out>/.report-cache/figures/<suite>-<key>/manifest.json + one PNG per figure
+
+The key is a SHA-256 over everything a suite's figures depend on: the suite's data digest (every run row
+and curve point it reads, build.digest), the colours assigned to its optimizers, the source of the plotting
+module and the matplotlib version. Entries hold plain JSON and PNG bytes, nothing executable. Only the
+newest `KEEP` entries of a suite are kept. As with the read cache, an unreadable entry is ignored and an
+unwritable directory only means nothing is kept.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+
+import matplotlib
+
+from structbench.report import plots
+from structbench.report.build import SuiteReport
+from structbench.report.cached_read import CACHE_DIR
+from structbench.report.plots import FigureFile
+
+KEEP = 3
+_CODE = hashlib.sha256(Path(plots.__file__).read_bytes()).hexdigest()
+
+
+def _root(out: Path) -> Path:
+    return out / CACHE_DIR / "figures"
+
+
+def _slug(suite: str) -> str:
+    return "".join(c if c.isalnum() or c in "-_" else "-" for c in suite)
+
+
+def key(suite: SuiteReport, colors: Mapping[str, tuple[float, ...]]) -> str:
+    mine = {o: list(colors[o]) for o in sorted(suite.selected)}
+    text = json.dumps([suite.name, suite.digest, mine, _CODE, matplotlib.__version__])
+    return hashlib.sha256(text.encode()).hexdigest()[:32]
+
+
+def load(out: Path, suite: SuiteReport, colors: Mapping[str, tuple[float, ...]]) -> list[FigureFile] | None:
+    entry = _root(out) / f"{_slug(suite.name)}-{key(suite, colors)}"
+    try:
+        manifest = json.loads((entry / "manifest.json").read_text(encoding="utf-8"))
+        return [
+            FigureFile(
+                name=m["name"],
+                title=m["title"],
+                caption=m["caption"],
+                png=(entry / f"{m['name']}.png").read_bytes(),
+                run_ids=tuple(m["run_ids"]),
+                suite=suite.name,
+                width=int(m["width"]),
+                height=int(m["height"]),
+            )
+            for m in manifest
+        ]
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+
+
+def store(
+    out: Path, suite: SuiteReport, colors: Mapping[str, tuple[float, ...]], figures: Sequence[FigureFile]
+) -> None:
+    root = _root(out)
+    entry = root / f"{_slug(suite.name)}-{key(suite, colors)}"
+    tmp = root / f".{entry.name}.{os.getpid()}.tmp"
+    manifest = [{k: getattr(f, k) for k in ("name", "title", "caption", "run_ids", "width", "height")} for f in figures]
+    try:
+        tmp.mkdir(parents=True, exist_ok=True)
+        for figure in figures:
+            (tmp / f"{figure.name}.png").write_bytes(figure.png)
+        (tmp / "manifest.json").write_text(json.dumps(manifest), encoding="utf-8")
+        shutil.rmtree(entry, ignore_errors=True)
+        os.replace(tmp, entry)
+        _prune(root, _slug(suite.name))
+    except OSError:
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+def _prune(root: Path, slug: str) -> None:
+    """Keep the newest KEEP entries of the suite."""
+    entries = [p for p in root.glob(f"{slug}-*") if p.is_dir() and len(p.name) == len(slug) + 33]
+    entries.sort(key=lambda p: p.stat().st_mtime_ns, reverse=True)
+    for old in entries[KEEP:]:
+        shutil.rmtree(old, ignore_errors=True)

@@ -1,0 +1,62 @@
+"""The report's "how to read" section: each number's definition in plain words (the modules hold the maths)."""
+
+from __future__ import annotations
+
+from structbench.report.profiles import TAU_MAX
+from structbench.report.stats import LEVEL, MIN_PAIRS, RESAMPLES, SEED
+
+DEFINITIONS: tuple[tuple[str, str], ...] = (
+    (
+        "Median and CI",
+        f"Each number is the median over seeds; brackets give its {LEVEL:.0%} percentile-bootstrap confidence "
+        f"interval ({RESAMPLES:,} resamples with replacement, fixed seed {SEED}, bounds taken as observed "
+        "resample medians). A single seed shows n=1 and no interval.",
+    ),
+    (
+        "Which runs count",
+        "Final loss and metric, step time, compile time, memory and state bytes: runs that ended ok. Time to "
+        "target: every run with a result (ok, diverged, oom, solver_error); one that never reached the target "
+        "counts as not reached, so a failure weighs against its optimizer. When a seed ran twice, the latest run "
+        "counts and the earlier one is listed as superseded.",
+    ),
+    (
+        "Steps and time to target",
+        "Interpolated linearly between the two evaluations that bracket the first crossing of the target (the "
+        "runner records only the first evaluation past it). Time is cumulative training wall-clock with "
+        "evaluation excluded, compile / warm-up step included. 'not reached': the target was never crossed.",
+    ),
+    (
+        "Speed-up",
+        "The baseline's median steps (time) to target divided by the optimizer's: 2.00x reaches the target in half "
+        "the steps (time).",
+    ),
+    (
+        "Paired comparison",
+        "On the seeds both ran, the per-seed difference (optimizer minus baseline); its median and bootstrap CI. "
+        f"A verdict ('faster', 'worse', ...) needs at least {MIN_PAIRS} paired seeds and a CI that excludes 0; "
+        "otherwise 'no detectable difference at n=K'. With 3 to 5 seeds the interval spans the range of the "
+        "differences, so a verdict means every seed went the same way.",
+    ),
+    (
+        "Selected setting",
+        "An optimizer run under several settings (a sweep) appears once per setting in its suite's table, and "
+        "is represented elsewhere by its fastest setting to target (or, without a target, its best final metric).",
+    ),
+    (
+        "Performance profile",
+        "For each suite with a target, an optimizer's ratio r = its median time to target / the fastest "
+        f"optimizer's (infinite if not reached or not run). ρ(τ) is the fraction of suites with r ≤ τ, τ in [1, "
+        f"{TAU_MAX:g}]; the score is the area under ρ divided by {TAU_MAX - 1:g} (AlgoPerf, Dahan et al. 2023).",
+    ),
+    (
+        "Rank",
+        "On each suite, optimizers ranked by median final eval metric (ties share the mean rank; no ok run ties "
+        "for last); the table averages the ranks over suites.",
+    ),
+    (
+        "Memory and state",
+        "Peak memory as the store measured it (source: cuda = max allocated, nvml, rss = the process's peak "
+        "resident set on CPU). State: exact bytes of the optimizer's state tensors as stored; analytic: the "
+        "optimizer's own formula when the store records it.",
+    ),
+)

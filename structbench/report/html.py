@@ -1,0 +1,207 @@
+"""The HTML report: one self-contained file (figures embedded as data: URIs, no external resources).
+
+Readable offline, in light and dark colour schemes (it follows the reader's preference; figures are
+inverted in dark mode so their white backgrounds do not glare). Runs, their specs and environments are
+listed at the end, collapsed. A small inline script checks on load that every figure decoded: it records
+"decoded/total" in the root element's `data-figures` attribute and shows a warning if any failed.
+"""
+
+from __future__ import annotations
+
+import base64
+from html import escape
+from pathlib import Path
+
+from structbench.report import tables
+from structbench.report.build import Report, SuiteReport
+from structbench.report.glossary import DEFINITIONS
+from structbench.report.plots import FigureFile, figure_links
+
+STYLE = """
+:root { color-scheme: light dark; --bg: #ffffff; --fg: #1b1f24; --muted: #656d76; --line: #d0d7de;
+  --card: #f6f8fa; --best: #1a7f37; --good: #1a7f37; --bad: #cf222e; --link: #0969da; }
+@media (prefers-color-scheme: dark) {
+  :root { --bg: #0d1117; --fg: #e6edf3; --muted: #8d96a0; --line: #30363d; --card: #161b22;
+    --best: #3fb950; --good: #3fb950; --bad: #f85149; --link: #4493f8; }
+  figure img { filter: invert(0.88) hue-rotate(180deg); }
+}
+* { box-sizing: border-box; }
+body { margin: 0 auto; max-width: 1400px; padding: 1.5rem 2rem 4rem; background: var(--bg); color: var(--fg);
+  font: 14px/1.5 -apple-system, "Segoe UI", Helvetica, Arial, sans-serif; }
+h1 { font-size: 1.6rem; margin: 0 0 .3rem; } h2 { border-bottom: 1px solid var(--line); padding-bottom: .3rem;
+  margin-top: 2.5rem; } h3 { margin: 1.5rem 0 .5rem; font-size: 1.05rem; }
+a { color: var(--link); text-decoration: none; } a:hover { text-decoration: underline; }
+.meta, .caption, figcaption { color: var(--muted); font-size: .85rem; }
+.scroll { overflow-x: auto; }
+table { border-collapse: collapse; margin: .4rem 0; font-variant-numeric: tabular-nums; }
+th, td { border: 1px solid var(--line); padding: .25rem .55rem; text-align: right; vertical-align: top;
+  white-space: nowrap; }
+th { background: var(--card); font-weight: 600; } th.l, td.l { text-align: left; }
+td small { display: block; color: var(--muted); font-size: .78rem; }
+td.best span { color: var(--best); font-weight: 700; } td.good span { color: var(--good); }
+td.bad span { color: var(--bad); } td.muted span { color: var(--muted); }
+.note, .warning { border-left: 3px solid var(--muted); background: var(--card); padding: .4rem .8rem;
+  margin: .5rem 0; } .warning { border-color: var(--bad); }
+.figures { display: grid; grid-template-columns: repeat(auto-fill, minmax(560px, 1fr)); gap: 1rem; }
+figure { margin: 0; background: var(--card); border: 1px solid var(--line); border-radius: 6px; padding: .6rem; }
+figure img { width: 100%; height: auto; background: #fff; border-radius: 3px; }
+details { margin: .3rem 0; } summary { cursor: pointer; } pre { background: var(--card); padding: .5rem;
+  overflow-x: auto; font-size: .8rem; } dt { font-weight: 600; } dd { margin: 0 0 .6rem 1rem; }
+nav ul { columns: 3; } #figure-warning { display: none; }
+"""
+
+SCRIPT = """
+window.addEventListener("load", function () {
+  var images = Array.prototype.slice.call(document.images);
+  var decoded = images.filter(function (img) { return img.complete && img.naturalWidth > 0; }).length;
+  document.documentElement.setAttribute("data-figures", decoded + "/" + images.length);
+  if (decoded < images.length) {
+    var box = document.getElementById("figure-warning");
+    box.textContent = (images.length - decoded) + " figure(s) failed to load.";
+    box.style.display = "block";
+  }
+});
+"""
+
+
+def _cell(cell: tables.Cell, left: bool) -> str:
+    classes = " ".join(c for c in ("l" if left else "", cell.tone) if c)
+    text = escape(cell.text)
+    if cell.link:
+        text = f'<a href="#{escape(cell.link)}">{text}</a>'
+    sub = f"<small>{escape(cell.sub)}</small>" if cell.sub else ""
+    title = f' title="{escape(cell.title)}"' if cell.title else ""
+    return f'<td class="{classes}"{title}><span>{text}</span>{sub}</td>'
+
+
+def table(t: tables.Table, heading: str = "h3") -> str:
+    head = "".join(f'<th class="{"l" if c.left else ""}">{escape(c.name)}</th>' for c in t.columns)
+    body = "".join(
+        "<tr>" + "".join(_cell(cell, c.left) for cell, c in zip(row, t.columns, strict=True)) + "</tr>"
+        for row in t.rows
+    )
+    title = f'<{heading} id="{escape(t.key)}">{escape(t.title)}</{heading}>' if heading and t.key else ""
+    if heading and not t.key:
+        title = f"<{heading}>{escape(t.title)}</{heading}>"
+    caption = f'<p class="caption">{escape(t.caption)}</p>' if t.caption else ""
+    return (
+        f'{title}<div class="scroll"><table><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table></div>{caption}'
+    )
+
+
+def _figure(figure: FigureFile, report: Report) -> str:
+    data = base64.b64encode(figure.png).decode("ascii")
+    links = ", ".join(f'<a href="#{escape(a)}">{escape(label)}</a>' for label, a in figure_links(figure, report))
+    return (
+        f'<figure id="fig-{escape(figure.name)}"><img src="data:image/png;base64,{data}" alt="{escape(figure.title)}" '
+        f'width="{figure.width}" height="{figure.height}"><figcaption><b>{escape(figure.title)}.</b> '
+        f"{escape(figure.caption)} Runs ({len(figure.run_ids)}): {links or 'see the run list'}.</figcaption></figure>"
+    )
+
+
+def _figures(figures: list[FigureFile], report: Report) -> str:
+    return f'<div class="figures">{"".join(_figure(f, report) for f in figures)}</div>' if figures else ""
+
+
+def _suite(suite: SuiteReport, report: Report, figures: list[FigureFile]) -> str:
+    targets = "; ".join(t.describe() for t in suite.targets) or "none"
+    baseline = suite.baseline.label if suite.baseline is not None else f"{report.baseline} (no runs here)"
+    parts = [
+        f'<section id="suite-{escape(suite.name)}"><h2>{escape(suite.name)}</h2>',
+        f'<p class="meta">Task <code>{escape(suite.task)}</code> · {suite.run_count} runs · eval metric '
+        f"<code>{escape(suite.metric_name)}</code> ({'lower' if suite.metric_mode == 'min' else 'higher'} is better) "
+        f"· target: {escape(targets)} · baseline: {escape(baseline)}</p>",
+        table(tables.suite_table(suite)),
+    ]
+    if len(suite.variants) > len(suite.selected):
+        every = tables.suite_table(suite, every_setting=True)
+        parts.append(
+            f'<details id="{escape(every.key)}"><summary>Every setting ({len(suite.variants)})</summary>'
+            f"{table(every, heading='')}</details>"
+        )
+    parts += [table(t) for t in (tables.comparison_table(suite), tables.failure_table(suite)) if t is not None]
+    parts += [f'<p class="note">{escape(note)}</p>' for note in suite.notes]
+    parts.append(_figures([f for f in figures if f.suite == suite.name], report))
+    return "".join(parts) + "</section>"
+
+
+def _runs(report: Report) -> str:
+    env_of = report.environment_of_runs()
+    parts = [
+        '<section id="runs"><h2>Runs</h2><p class="meta">Every run in this report by suite and setting, with the '
+        "effective spec (of its first run: the others differ only in seed) and the environment it ran in.</p>"
+    ]
+    for suite in report.suites:
+        parts.append(f"<details><summary><b>{escape(suite.name)}</b> ({suite.run_count} runs)</summary>")
+        for v in suite.variants:
+            superseded = (
+                table(tables.runs_of_variant(v.variant, env_of, superseded=True), heading="")
+                if len(v.variant.older_rows)
+                else ""
+            )
+            parts.append(
+                f'<details id="{escape(v.variant.anchor)}"><summary>{escape(v.label)} ({v.variant.runs_text()})'
+                f"</summary>{table(tables.runs_of_variant(v.variant, env_of), heading='')}{superseded}"
+                f"<pre>{escape(v.variant.spec_text())}</pre></details>"
+            )
+        parts.append("</details>")
+    environments = table(tables.environment_table(report), heading="")
+    parts.append(f"<details><summary><b>Environments</b></summary>{environments}</details>")
+    return "".join(parts) + "</section>"
+
+
+OPEN_TARGET = """
+function openTarget() {
+  var node = location.hash ? document.getElementById(location.hash.slice(1)) : null;
+  for (; node; node = node.parentElement) { if (node.tagName === "DETAILS") { node.open = true; } }
+}
+window.addEventListener("hashchange", openTarget);
+window.addEventListener("load", openTarget);
+"""
+
+
+def render(report: Report, figures: list[FigureFile]) -> str:
+    meta = (
+        f"Generated {report.generated:%Y-%m-%d %H:%M} UTC from <code>{escape(str(report.out))}</code> · "
+        f"{len(report.suites)} suite(s) · {len(report.runs)} run(s) · "
+        f"baseline <code>{escape(report.baseline)}</code> · "
+        f"suites: {escape(report.filters['suites'])} · optimizers: {escape(report.filters['optimizers'])} · "
+        f"since: {escape(report.filters['since'])}"
+    )
+    warnings = "".join(
+        f'<p class="warning">skipped unreadable file {escape(str(p.path))}: {escape(p.reason)}</p>'
+        for p in report.problems
+    )
+    notes = "".join(f'<p class="note">{escape(n)}</p>' for n in report.notes)
+    nav = "".join(f'<li><a href="#suite-{escape(s.name)}">{escape(s.name)}</a></li>' for s in report.suites)
+    across = [_figures([f for f in figures if f.suite is None], report)]
+    for profile, basis in ((report.profile_seconds, "time"), (report.profile_steps, "steps")):
+        if profile is not None:
+            across.append(table(tables.profile_table(profile, basis)))
+    ranks = tables.rank_table(report)
+    if ranks is not None:
+        across.append(table(ranks))
+    experiments = tables.experiment_table(report)
+    if experiments is not None:
+        across.append(table(experiments))
+    glossary = "".join(f"<dt>{escape(k)}</dt><dd>{escape(v)}</dd>" for k, v in DEFINITIONS)
+    body = (
+        f'<h1>structbench report</h1><p class="meta">{meta}</p><p class="warning" id="figure-warning"></p>'
+        f'{warnings}{notes}<nav><ul><li><a href="#across-suites">Across suites</a></li>{nav}'
+        '<li><a href="#how-to-read">How to read</a></li><li><a href="#runs">Runs</a></li></ul></nav>'
+        f'<section id="across-suites"><h2>Across suites</h2>{"".join(across)}</section>'
+        f"{''.join(_suite(s, report, figures) for s in report.suites)}"
+        f'<section id="how-to-read"><h2>How to read</h2><dl>{glossary}</dl></section>{_runs(report)}'
+    )
+    title = f"structbench report — {len(report.suites)} suite(s), {len(report.runs)} run(s)"
+    return (
+        f'<!DOCTYPE html><html lang="en"><head><meta charset="utf-8">'
+        f'<meta name="viewport" content="width=device-width, initial-scale=1"><title>{escape(title)}</title>'
+        f"<style>{STYLE}</style></head><body>{body}<script>{SCRIPT}{OPEN_TARGET}</script></body></html>\n"
+    )
+
+
+def write(report: Report, figures: list[FigureFile], directory: Path) -> Path:
+    path = directory / "report.html"
+    path.write_text(render(report, figures), encoding="utf-8")
+    return path

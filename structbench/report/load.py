@@ -1,0 +1,98 @@
+"""What the report reads from the results store (DESIGN §4): only the columns it needs, through the cache."""
+
+from __future__ import annotations
+
+from collections.abc import Collection, Sequence
+from pathlib import Path
+
+import pandas as pd
+import pyarrow as pa
+
+from structbench import store
+from structbench.report.cached_read import read_columns
+from structbench.store import Problem
+
+RUN_COLUMNS = (
+    "run_id",
+    "suite",
+    "task",
+    "optim",
+    "seed",
+    "hparams",
+    "spec",
+    "status",
+    "error",
+    "started_at",
+    "steps",
+    "wall_s",
+    "compile_s",
+    "step_time_median_s",
+    "optim_time_median_s",
+    "peak_mem_bytes",
+    "peak_mem_source",
+    "state_bytes",
+    "analytic_state_bytes",
+    "param_count",
+    "final_eval_loss",
+    "final_eval_metric",
+    "eval_metric_name",
+    "eval_metric_mode",
+    "target_step",
+    "target_s",
+    "solver_failures",
+    "routing",
+    "claims",
+    "device",
+    "device_name",
+    "torch_version",
+    "structbench_version",
+    "git_commit",
+    "hostname",
+    "python_version",
+)
+REQUIRED_RUN_COLUMNS = ("run_id", "suite", "optim", "seed", "status")
+CURVE_COLUMNS = ("run_id", "step", "wall_s", "split", "loss", "metric")
+REQUIRED_CURVE_COLUMNS = ("step", "split", "loss")
+# Columns the report uses when a store has them, with their types where store.RUN_SCHEMA does not name them.
+OPTIONAL_TYPES = {"analytic_state_bytes": pa.int64(), "claims": pa.string()}
+
+
+def _schema(full: pa.Schema, names: Sequence[str]) -> pa.Schema:
+    return pa.schema([full.field(n) if n in full.names else pa.field(n, OPTIONAL_TYPES[n]) for n in names])
+
+
+RUN_READ_SCHEMA = _schema(store.RUN_SCHEMA, RUN_COLUMNS)
+CURVE_READ_SCHEMA = _schema(store.CURVE_SCHEMA, CURVE_COLUMNS)
+
+
+def _plain(frame: pd.DataFrame) -> pd.DataFrame:
+    """Text columns as Python objects: one consolidated block, so slicing thousands of small groups stays fast."""
+    text = [c for c in frame.columns if pd.api.types.is_string_dtype(frame[c])]
+    return frame.astype(dict.fromkeys(text, object))
+
+
+def load_runs(
+    out: Path,
+    suites: Collection[str] = (),
+    optims: Collection[str] = (),
+    since: pd.Timestamp | None = None,
+) -> tuple[pd.DataFrame, list[Problem]]:
+    """The readable run rows, filtered to `suites` / `optims` (empty: all) and runs started at or after `since`."""
+    table, problems = read_columns(store.runs_dir(out), RUN_READ_SCHEMA, REQUIRED_RUN_COLUMNS, "runs")
+    runs = _plain(table.to_pandas())
+    if suites:
+        runs = runs[runs["suite"].isin(list(suites))]
+    if optims:
+        runs = runs[runs["optim"].isin(list(optims))]
+    if since is not None:
+        runs = runs[runs["started_at"] >= since]
+    return runs.sort_values(["suite", "optim", "seed", "started_at", "run_id"]).reset_index(drop=True), problems
+
+
+def load_curves(out: Path, run_ids: Collection[str]) -> tuple[pd.DataFrame, list[Problem]]:
+    """Curve points of the given runs, in (run, split, step) order."""
+    table, problems = read_columns(
+        store.curves_dir(out), CURVE_READ_SCHEMA, REQUIRED_CURVE_COLUMNS, "curves", {f"{r}.parquet" for r in run_ids}
+    )
+    curves = _plain(table.to_pandas())
+    return curves.sort_values(["run_id", "split", "step"], kind="stable").reset_index(drop=True), problems

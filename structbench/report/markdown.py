@@ -1,0 +1,128 @@
+"""The Markdown report: `report.md` with the tables, and its figures as PNG files in `figures/` beside it."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from pathlib import Path
+
+from structbench.report import tables
+from structbench.report.build import Report, SuiteReport
+from structbench.report.glossary import DEFINITIONS
+from structbench.report.plots import FigureFile, figure_links
+
+FIGURE_DIR = "figures"
+
+
+def _escape(text: str) -> str:
+    return text.replace("|", "\\|").replace("\n", " ")
+
+
+def _cell(cell: tables.Cell) -> str:
+    text = _escape(cell.text)
+    if cell.link:
+        text = f"[{text}](#{cell.link})"
+    if cell.tone == "best":
+        text = f"**{text}**"
+    return f"{text} {_escape(cell.sub)}" if cell.sub else text
+
+
+def table(t: tables.Table, heading: str = "###") -> str:
+    lines = [f"{heading} {t.title}", ""] if heading else []
+    lines.append("| " + " | ".join(_escape(c.name) for c in t.columns) + " |")
+    lines.append("|" + "|".join(":---" if c.left else "---:" for c in t.columns) + "|")
+    lines += ["| " + " | ".join(_cell(c) for c in row) + " |" for row in t.rows]
+    if t.caption:
+        lines += ["", f"*{t.caption}*"]
+    return "\n".join(lines) + "\n"
+
+
+def _figure(figure: FigureFile, links: Iterable[tuple[str, str]]) -> str:
+    runs = ", ".join(f"[{label}](#{anchor})" for label, anchor in links)
+    return (
+        f"![{figure.title}]({FIGURE_DIR}/{figure.name}.png)\n\n*{figure.caption}* "
+        f"Runs ({len(figure.run_ids)}): {runs or 'see the run list'}.\n"
+    )
+
+
+def _suite(suite: SuiteReport, report: Report, figures: list[FigureFile]) -> list[str]:
+    targets = "; ".join(t.describe() for t in suite.targets) or "none"
+    baseline = suite.baseline.label if suite.baseline is not None else f"{report.baseline} (no runs here)"
+    parts = [
+        f'<a id="suite-{suite.name}"></a>\n\n## {suite.name}\n',
+        f"Task `{suite.task}` · {suite.run_count} runs · eval metric `{suite.metric_name}` "
+        f"({'lower' if suite.metric_mode == 'min' else 'higher'} is better) · target: {targets} · "
+        f"baseline: {baseline}\n",
+        table(tables.suite_table(suite)),
+    ]
+    if len(suite.variants) > len(suite.selected):
+        parts.append(
+            f"<details><summary>Every setting ({len(suite.variants)})</summary>\n\n"
+            f"{table(tables.suite_table(suite, every_setting=True), heading='')}\n</details>\n"
+        )
+    for extra in (tables.comparison_table(suite), tables.failure_table(suite)):
+        if extra is not None:
+            parts.append(table(extra))
+    parts += [f"> note: {note}\n" for note in suite.notes]
+    parts += [_figure(f, figure_links(f, report)) for f in figures if f.suite == suite.name]
+    return parts
+
+
+def _runs(report: Report) -> list[str]:
+    env_of = report.environment_of_runs()
+    parts = [
+        '<a id="runs"></a>\n\n## Runs\n',
+        "Every run in this report, by suite and setting, with its effective spec.\n",
+    ]
+    for suite in report.suites:
+        for v in suite.variants:
+            body = table(tables.runs_of_variant(v.variant, env_of), heading="")
+            if len(v.variant.older_rows):
+                body += "\n" + table(tables.runs_of_variant(v.variant, env_of, superseded=True), heading="")
+            parts.append(
+                f'<a id="{v.variant.anchor}"></a>\n<details><summary>{suite.name} — {v.label} '
+                f"({v.variant.runs_text()})</summary>\n\n{body}\n"
+                f"```json\n{v.variant.spec_text()}\n```\n</details>\n"
+            )
+    parts.append(table(tables.environment_table(report), heading="##"))
+    return parts
+
+
+def render(report: Report, figures: list[FigureFile]) -> str:
+    runs = len(report.runs)
+    header = [
+        "# structbench report\n",
+        f"Generated {report.generated:%Y-%m-%d %H:%M} UTC from `{report.out}` · {len(report.suites)} suite(s) · "
+        f"{runs} run(s) · baseline `{report.baseline}` · suites: {report.filters['suites']} · optimizers: "
+        f"{report.filters['optimizers']} · since: {report.filters['since']}\n",
+    ]
+    header += [f"> warning: skipped unreadable file `{p.path}`: {p.reason}\n" for p in report.problems]
+    header += [f"> note: {note}\n" for note in report.notes]
+    contents = ["- [Across suites](#across-suites)"] + [f"- [{s.name}](#suite-{s.name})" for s in report.suites]
+    header.append("\n".join([*contents, "- [How to read](#how-to-read)", "- [Runs](#runs)"]) + "\n")
+    across = ['<a id="across-suites"></a>\n\n## Across suites\n']
+    across += [_figure(f, figure_links(f, report)) for f in figures if f.suite is None]
+    for profile, basis in ((report.profile_seconds, "time"), (report.profile_steps, "steps")):
+        if profile is not None:
+            across.append(table(tables.profile_table(profile, basis)))
+    ranks = tables.rank_table(report)
+    if ranks is not None:
+        across.append(table(ranks))
+    experiments = tables.experiment_table(report)
+    if experiments is not None:
+        across.append(table(experiments))
+    suites = [part for s in report.suites for part in _suite(s, report, figures)]
+    glossary = ['<a id="how-to-read"></a>\n\n## How to read\n'] + [f"- **{k}.** {v}" for k, v in DEFINITIONS]
+    return "\n".join([*header, *across, *suites, "\n".join(glossary) + "\n", *_runs(report)])
+
+
+def write(report: Report, figures: list[FigureFile], directory: Path) -> Path:
+    """Write report.md and its PNGs (replacing the PNGs of an earlier report in the same place)."""
+    figure_dir = directory / FIGURE_DIR
+    figure_dir.mkdir(parents=True, exist_ok=True)
+    for old in figure_dir.glob("*.png"):
+        old.unlink()
+    for figure in figures:
+        (figure_dir / f"{figure.name}.png").write_bytes(figure.png)
+    path = directory / "report.md"
+    path.write_text(render(report, figures), encoding="utf-8")
+    return path

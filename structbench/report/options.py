@@ -1,0 +1,29 @@
+"""The `report` command's options that need parsing: output formats and the --since cut-off."""
+
+from __future__ import annotations
+
+import pandas as pd
+
+from structbench.errors import UsageError
+
+FORMATS = {"term": {"term"}, "md": {"md"}, "html": {"html"}, "all": {"term", "md", "html"}}
+
+
+def formats(fmt: str) -> set[str]:
+    """--format as the set of outputs to produce."""
+    if fmt not in FORMATS:
+        raise UsageError(f"--format must be term, md, html or all, got {fmt!r}.")
+    return FORMATS[fmt]
+
+
+def since(text: str | None) -> pd.Timestamp | None:
+    """--since as a UTC timestamp (a date means its midnight; a time without a zone is UTC)."""
+    if text is None:
+        return None
+    try:
+        stamp = pd.Timestamp(text)
+    except (ValueError, TypeError):
+        stamp = pd.NaT
+    if pd.isna(stamp):
+        raise UsageError(f"--since expects a date or date-time such as 2025-01-31 or 2025-01-31T12:00, got {text!r}.")
+    return stamp.tz_localize("UTC") if stamp.tzinfo is None else stamp.tz_convert("UTC")

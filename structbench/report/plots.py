@@ -1,0 +1,542 @@
+"""The report's figures (matplotlib, Agg backend, no global pyplot state), as PNG bytes with their run ids.
+
+Per suite: training loss against step and against wall-clock, eval metric against step (median over
+seeds, band from the smallest to the largest seed's value), peak memory and optimizer-state bytes, final
+metric against memory with the Pareto front marked, the step-time breakdown, and — when an optimizer ran
+several learning rates — final eval loss against learning rate. Across suites: the performance profiles.
+Curves show each optimizer's selected setting (build.py); a run that did not end ok is a marked point at
+the step where it stopped, never a missing line. Every PNG carries the ids of the runs it draws in its
+"Description" text chunk.
+"""
+
+from __future__ import annotations
+
+import io
+import math
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+import matplotlib
+import numpy as np
+from matplotlib.axes import Axes
+from matplotlib.backends.backend_agg import FigureCanvasAgg
+from matplotlib.figure import Figure
+from matplotlib.lines import Line2D
+from matplotlib.ticker import NullLocator
+
+from structbench.report.build import Report, SuiteReport
+from structbench.report.curve_index import CurveIndex
+from structbench.report.profiles import TAU_GRID, TAU_MAX, Profile
+from structbench.report.summary import VariantSummary
+from structbench.report.variants import varying_keys
+
+DPI = 100
+SIZE = (6.4, 3.6)
+MAX_POINTS = 400
+LEGEND_CHARS = 26
+FAILURE_MARKERS = {"diverged": "X", "oom": "s", "solver_error": "D", "error": "P", "interrupted": "v"}
+OPTIMIZER_FAILURES = ("diverged", "oom", "solver_error")
+STYLE = {
+    "font.size": 8.5,
+    "axes.titlesize": 9.5,
+    "axes.spines.top": False,
+    "axes.spines.right": False,
+    "axes.grid": True,
+    "grid.alpha": 0.3,
+    "legend.fontsize": 7.5,
+    "legend.frameon": False,
+}
+
+
+@dataclass(frozen=True)
+class FigureFile:
+    name: str
+    title: str
+    caption: str
+    png: bytes
+    run_ids: tuple[str, ...]
+    suite: str | None
+    width: int
+    height: int
+
+
+def _slug(text: str) -> str:
+    return "".join(c if c.isalnum() or c in "-_" else "-" for c in text).strip("-").lower()
+
+
+def optimizer_colors(names: Sequence[str]) -> dict[str, tuple[float, ...]]:
+    """One fixed colour per optimizer across every figure."""
+    palette = matplotlib.colormaps["tab10" if len(names) <= 10 else "tab20"]
+    return {name: palette(i % palette.N) for i, name in enumerate(sorted(names))}
+
+
+def _png(fig: Figure, title: str, run_ids: Sequence[str]) -> bytes:
+    buffer = io.BytesIO()
+    FigureCanvasAgg(fig).print_png(
+        buffer, metadata={"Title": title, "Software": "structbench report", "Description": "runs: " + " ".join(run_ids)}
+    )
+    return buffer.getvalue()
+
+
+def _figure(ncols: int = 1, size: tuple[float, float] = SIZE) -> tuple[Figure, list[Axes]]:
+    fig = Figure(figsize=size, dpi=DPI)
+    axes = [fig.add_subplot(1, ncols, i + 1) for i in range(ncols)]
+    fig.subplots_adjust(left=0.12 if ncols == 1 else 0.1, right=0.96, top=0.86, bottom=0.15, wspace=0.35)
+    return fig, axes
+
+
+def _finish(fig: Figure, title: str, name: str, caption: str, run_ids: Sequence[str], suite: str | None) -> FigureFile:
+    fig.suptitle(title, fontsize=10, x=0.02, ha="left")
+    width, height = (round(float(v) * DPI) for v in fig.get_size_inches())
+    return FigureFile(name, title, caption, _png(fig, title, run_ids), tuple(run_ids), suite, width, height)
+
+
+def _thin(steps: np.ndarray) -> np.ndarray:
+    """At most MAX_POINTS steps, evenly spaced, always keeping the last."""
+    if len(steps) <= MAX_POINTS:
+        return steps
+    keep = np.unique(np.linspace(0, len(steps) - 1, MAX_POINTS).round().astype(int))
+    return steps[keep]
+
+
+def _log_if_wide(ax: Axes, values: np.ndarray) -> None:
+    """A log y axis when the values are positive and span more than a factor 30 (no minor ticks: faster)."""
+    finite = values[np.isfinite(values)]
+    if len(finite) and (finite > 0).all() and finite.max() / finite.min() > 30:
+        ax.set_yscale("log")
+        ax.yaxis.set_minor_locator(NullLocator())
+
+
+@dataclass(frozen=True)
+class Band:
+    steps: np.ndarray
+    median: np.ndarray
+    lo: np.ndarray
+    hi: np.ndarray
+    wall_s: np.ndarray
+
+
+def band(index: CurveIndex, run_ids: Sequence[str], value: str) -> Band | None:
+    """Per logged step: median, min and max of `value` over the runs, and their median cumulative wall-clock."""
+    present = [r for r in run_ids if r in index]
+    if not present:
+        return None
+    steps = np.unique(np.concatenate([index.get(r, "step") for r in present]))
+    values = np.full((len(steps), len(present)), np.nan)
+    walls = np.full_like(values, np.nan)
+    for j, run_id in enumerate(present):
+        at = np.searchsorted(steps, index.get(run_id, "step"))
+        values[at, j] = index.get(run_id, value)
+        walls[at, j] = index.get(run_id, "wall_s")
+    rows = _thin(np.flatnonzero(np.isfinite(values).any(axis=1)))
+    if not len(rows):
+        return None
+    values, walls = values[rows], walls[rows]
+    return Band(
+        steps[rows],
+        np.nanmedian(values, axis=1),
+        np.nanmin(values, axis=1),
+        np.nanmax(values, axis=1),
+        np.nanmedian(walls, axis=1),
+    )
+
+
+def _failure_points(v: VariantSummary, index: CurveIndex, value: str, x: str) -> list[tuple[str, float, float, bool]]:
+    """(status, x, y, on the axis) for each run the optimizer lost (diverged, oom, solver_error): its last finite
+    point, or the bottom of the axes when it logged none. `error` and `interrupted` runs are not the optimizer's
+    outcome: the failure table lists them."""
+    points = []
+    for run_id, status, steps in zip(*(v.variant.values(c) for c in ("run_id", "status", "steps")), strict=True):
+        if status not in OPTIMIZER_FAILURES:
+            continue
+        ys = index.get(run_id, value)
+        finite = np.flatnonzero(np.isfinite(ys))
+        if len(finite):
+            points.append((str(status), float(index.get(run_id, x)[finite[-1]]), float(ys[finite[-1]]), False))
+        elif x == "step" and not math.isnan(steps):
+            points.append((str(status), float(steps), 0.03, True))
+    return points
+
+
+def _mark_failures(ax: Axes, points: list[tuple[str, float, float, bool]], color: tuple[float, ...]) -> set[str]:
+    for status, x, y, on_axis in points:
+        ax.scatter(
+            [x],
+            [y],
+            marker=FAILURE_MARKERS.get(status, "P"),
+            s=60,
+            color=color,
+            edgecolors="black",
+            linewidths=0.8,
+            zorder=5,
+            clip_on=not on_axis,
+            transform=ax.get_xaxis_transform() if on_axis else ax.transData,
+        )
+    return {p[0] for p in points}
+
+
+def _outside_legend(fig: Figure, ax: Axes, shown: set[str]) -> None:
+    """The axes' legend to the right of the plot (it never hides data), with a marker per failure status."""
+    handles, labels = ax.get_legend_handles_labels()
+    for status in sorted(shown):
+        handles.append(
+            Line2D([], [], marker=FAILURE_MARKERS.get(status, "P"), color="grey", markeredgecolor="black", ls="")
+        )
+        labels.append(status)
+    if handles:
+        fig.subplots_adjust(right=0.74)
+        short = [label if len(label) <= LEGEND_CHARS else label[: LEGEND_CHARS - 1] + "…" for label in labels]
+        ax.legend(handles, short, loc="upper left", bbox_to_anchor=(1.02, 1.0), borderaxespad=0)
+
+
+def _curve_figure(
+    suite: SuiteReport,
+    index: CurveIndex,
+    colors: dict[str, tuple[float, ...]],
+    value: str,
+    x: str,
+    ylabel: str,
+    kind: str,
+) -> FigureFile | None:
+    fig, (ax,) = _figure()
+    shown: set[str] = set()
+    plotted: list[np.ndarray] = []
+    run_ids: list[str] = []
+    failures: list[tuple[list[tuple[str, float, float, bool]], tuple[float, ...]]] = []
+    for optim, v in suite.selected.items():
+        ids = v.variant.run_ids
+        run_ids += ids
+        curve = band(index, ids, value)
+        if curve is not None:
+            xs = curve.steps if x == "step" else curve.wall_s
+            single = len(xs) == 1
+            ax.plot(xs, curve.median, color=colors[optim], lw=1.4, label=v.label, marker="o" if single else None)
+            if (curve.hi > curve.lo).any():
+                ax.fill_between(xs, curve.lo, curve.hi, color=colors[optim], alpha=0.18, lw=0)
+            plotted += [curve.lo, curve.hi]
+        failures.append((_failure_points(v, index, value, x), colors[optim]))
+    if not plotted and not any(points for points, _ in failures):
+        return None
+    lo, hi = ax.get_xlim()
+    for points, color in failures:
+        shown |= _mark_failures(ax, points, color)
+        lo, hi = min([lo, *(p[1] for p in points)]), max([hi, *(p[1] for p in points)])
+    ax.set_xlim(lo, hi)
+    target = suite.targets[0] if len(suite.targets) == 1 else None
+    metric = suite.metric_name if value == "metric" else "loss"
+    if target is not None and kind == "metric-vs-step" and target.metric == metric:
+        ax.axhline(target.value, color="black", ls="--", lw=0.9, label=f"target {target.describe()}")
+    if plotted:
+        _log_if_wide(ax, np.concatenate(plotted))
+    ax.set_xlabel("step" if x == "step" else "training wall-clock (s, evaluation excluded)")
+    ax.set_ylabel(ylabel)
+    _outside_legend(fig, ax, shown)
+    title = f"{suite.name}: {ylabel} vs {'step' if x == 'step' else 'wall-clock'}"
+    caption = (
+        "Median over seeds of each optimizer's selected setting; the band spans the smallest to the largest seed. "
+        + ("x: median over seeds of the cumulative training time at each step. " if x != "step" else "")
+        + "Markers: runs that did not end ok, at their last logged point."
+    )
+    return _finish(fig, title, f"{_slug(suite.name)}-{kind}", caption, run_ids, suite.name)
+
+
+def _bar_labels(suite: SuiteReport) -> tuple[list[VariantSummary], list[str]]:
+    chosen = list(suite.selected.values())
+    return chosen, [v.label for v in chosen]
+
+
+def _bytes_axis(values: np.ndarray) -> tuple[float, str]:
+    top = np.nanmax(values) if np.isfinite(values).any() else 1.0
+    for scale, unit in ((1024.0**3, "GiB"), (1024.0**2, "MiB"), (1024.0, "KiB")):
+        if top >= scale:
+            return scale, unit
+    return 1.0, "B"
+
+
+def _memory_figure(suite: SuiteReport, colors: dict[str, tuple[float, ...]]) -> FigureFile:
+    chosen, labels = _bar_labels(suite)
+    fig, (left, right) = _figure(2, (SIZE[0], max(SIZE[1], 0.9 + 0.28 * len(chosen))))
+    fig.subplots_adjust(left=0.17)
+    ys = np.arange(len(chosen))
+    peak = np.array([v.peak_mem_bytes for v in chosen], float)
+    scale, unit = _bytes_axis(peak)
+    left.barh(ys, peak / scale, height=0.6, color=[colors[v.optim] for v in chosen])
+    for y, v, x in zip(ys, chosen, np.nan_to_num(peak / scale), strict=True):
+        failed = {s: n for s, n in v.statuses.items() if s in OPTIMIZER_FAILURES and n}
+        if failed:
+            left.annotate(
+                " ".join(f"{s}×{n}" for s, n in failed.items()),
+                (x, y),
+                xytext=(3, 0),
+                textcoords="offset points",
+                va="center",
+                color="#b00020",
+                fontsize=7,
+            )
+    if np.isfinite(peak).any():
+        left.set_xlim(0, np.nanmax(peak / scale) * 1.35)
+    sources = sorted({v.mem_source for v in chosen})
+    left.set_xlabel(f"peak memory ({unit}; source: {', '.join(sources)})")
+    left.set_yticks(ys, labels)
+    left.invert_yaxis()
+    state = np.array([v.state_bytes for v in chosen], float)
+    analytic = np.array([v.analytic_state_bytes for v in chosen], float)
+    sscale, sunit = _bytes_axis(np.concatenate([state, analytic]))
+    right.barh(ys, state / sscale, height=0.6, color=[colors[v.optim] for v in chosen])
+    has_analytic = bool(np.isfinite(analytic).any())
+    if has_analytic:
+        right.scatter(analytic / sscale, ys, marker="|", s=260, color="black", zorder=4)
+    right.set_xlabel(f"optimizer state ({sunit})" + ("; |: analytic" if has_analytic else ""))
+    right.set_yticks(ys, [])
+    right.invert_yaxis()
+    run_ids = [r for v in chosen for r in v.variant.run_ids]
+    caption = "Medians over the runs that ended ok; failures are annotated beside the bar."
+    return _finish(fig, f"{suite.name}: memory", f"{_slug(suite.name)}-memory", caption, run_ids, suite.name)
+
+
+def pareto_front(points: Sequence[tuple[float, float]], maximize: bool) -> list[int]:
+    """Indices of the points no other point beats: less or equal x and at least as good y, one strictly."""
+    front = []
+    for i, (x, y) in enumerate(points):
+        dominated = any(
+            (ox <= x and (oy >= y if maximize else oy <= y)) and (ox < x or oy != y)
+            for j, (ox, oy) in enumerate(points)
+            if j != i
+        )
+        if not dominated:
+            front.append(i)
+    return sorted(front, key=lambda i: points[i][0])
+
+
+def _quality_memory_figure(suite: SuiteReport, colors: dict[str, tuple[float, ...]]) -> FigureFile:
+    chosen, _ = _bar_labels(suite)
+    fig, axes = _figure(2, (SIZE[0] * 1.25, SIZE[1]))
+    fig.subplots_adjust(left=0.08, right=0.8, wspace=0.35)
+    maximize = suite.metric_mode == "max"
+    panels: list[tuple[Axes, Callable[[VariantSummary], float], str]] = [
+        (axes[0], lambda v: v.peak_mem_bytes, "peak memory"),
+        (axes[1], lambda v: v.state_bytes, "optimizer state"),
+    ]
+    for ax, memory, name in panels:
+        xs = np.array([memory(v) for v in chosen], float)
+        scale, unit = _bytes_axis(xs)
+        ok = [i for i, v in enumerate(chosen) if np.isfinite(xs[i]) and not math.isnan(v.final_metric.median)]
+        points = [(xs[i] / scale, chosen[i].final_metric.median) for i in ok]
+        for (x, y), i in zip(points, ok, strict=True):
+            ax.scatter([x], [y], color=colors[chosen[i].optim], s=30, zorder=3, label=chosen[i].optim)
+        front = pareto_front(points, maximize)
+        for i in front:
+            ax.annotate(chosen[ok[i]].optim, points[i], xytext=(5, 4), textcoords="offset points", fontsize=7)
+        if front:
+            fx, fy = zip(*(points[i] for i in front), strict=True)
+            ax.step(fx, fy, where="post", color="black", lw=0.8, ls=":")
+            ax.scatter(fx, fy, s=110, facecolors="none", edgecolors="black", lw=0.8, zorder=4)
+        for i, v in enumerate(chosen):
+            if i not in ok and np.isfinite(xs[i]):
+                status = next((s for s, n in v.statuses.items() if n and s != "ok"), "error")
+                ax.scatter(
+                    [xs[i] / scale],
+                    [0.97],
+                    transform=ax.get_xaxis_transform(),
+                    marker=FAILURE_MARKERS.get(status, "P"),
+                    s=60,
+                    color=colors[v.optim],
+                    edgecolors="black",
+                    lw=0.8,
+                    clip_on=False,
+                )
+                ax.annotate(
+                    f"{v.optim}: no ok run",
+                    (xs[i] / scale, 0.97),
+                    xycoords=ax.get_xaxis_transform(),
+                    xytext=(5, -3),
+                    textcoords="offset points",
+                    fontsize=7,
+                    color="#b00020",
+                )
+        ax.margins(x=0.2, y=0.12)
+        ax.set_xlabel(f"{name} ({unit})")
+        ax.set_ylabel(f"final {suite.metric_name} ({'higher' if maximize else 'lower'} is better)")
+    _outside_legend(fig, axes[1], set())
+    fig.subplots_adjust(right=0.8)
+    run_ids = [r for v in chosen for r in v.variant.run_ids]
+    caption = (
+        "Median final eval metric against median memory of each optimizer's selected setting; ringed, named and "
+        "joined by the dotted line: the Pareto front (no other optimizer uses less memory and does at least as well)."
+    )
+    return _finish(
+        fig, f"{suite.name}: quality vs memory", f"{_slug(suite.name)}-quality-vs-memory", caption, run_ids, suite.name
+    )
+
+
+def _step_time_figure(suite: SuiteReport, colors: dict[str, tuple[float, ...]]) -> FigureFile | None:
+    chosen, labels = _bar_labels(suite)
+    step = np.array([v.step_time_s for v in chosen], float) * 1e3
+    if not np.isfinite(step).any():
+        return None
+    share = np.array([v.optim_share for v in chosen], float)
+    optim_ms = np.nan_to_num(step * share)
+    rest = np.nan_to_num(step) - optim_ms
+    fig, (ax,) = _figure(1, (SIZE[0], max(SIZE[1], 0.9 + 0.28 * len(chosen))))
+    fig.subplots_adjust(left=0.22)
+    ys = np.arange(len(chosen))
+    ax.barh(ys, optim_ms, height=0.6, color=[colors[v.optim] for v in chosen])
+    ax.barh(ys, rest, left=optim_ms, height=0.6, color="#b8b8b8")
+    for y, v, total in zip(ys, chosen, step, strict=True):
+        if np.isfinite(total) and not math.isnan(v.compile_s):
+            ax.annotate(
+                f"compile {v.compile_s * 1e3:.3g} ms",
+                (total, y),
+                xytext=(3, 0),
+                textcoords="offset points",
+                va="center",
+                fontsize=7,
+            )
+    ax.set_yticks(ys, labels)
+    ax.invert_yaxis()
+    ax.set_xlabel("median step time (ms); coloured: optimizer step, grey: the rest")
+    ax.set_xlim(0, np.nanmax(step) * 1.35)
+    run_ids = [r for v in chosen for r in v.variant.run_ids]
+    caption = (
+        "Median step time split into the optimizer step and the rest; the first (compile / warm-up) step is apart."
+    )
+    return _finish(fig, f"{suite.name}: step time", f"{_slug(suite.name)}-step-time", caption, run_ids, suite.name)
+
+
+def learning_rate_key(configs: Sequence[dict[str, object]]) -> str | None:
+    """The learning-rate hyperparameter that varies between an optimizer's settings ("lr" first), if any."""
+    keys = {k for c in configs for k in c if k.startswith("hparams.") and (k == "hparams.lr" or k.endswith("_lr"))}
+    varying = sorted(varying_keys(list(configs), keys))
+    numeric = [k for k in varying if all(isinstance(c.get(k), (int, float)) for c in configs)]
+    if not numeric:
+        return None
+    return "hparams.lr" if "hparams.lr" in numeric else numeric[0]
+
+
+def _sweep_figure(suite: SuiteReport, colors: dict[str, tuple[float, ...]]) -> FigureFile | None:
+    by_optim: dict[str, list[VariantSummary]] = {}
+    for v in suite.variants:
+        by_optim.setdefault(v.optim, []).append(v)
+    sweeps = {}
+    for optim, vs in by_optim.items():
+        key = learning_rate_key([dict(v.variant.config) for v in vs]) if len(vs) > 1 else None
+        if key is not None:
+            sweeps[optim] = (key, vs)
+    if not sweeps:
+        return None
+    fig, (ax,) = _figure()
+    ax.set_xscale("log")
+    ax.xaxis.set_minor_locator(NullLocator())
+    run_ids: list[str] = []
+    shown: set[str] = set()
+    losses: list[float] = []
+    for optim, (key, vs) in sweeps.items():
+        others = sorted(varying_keys([dict(v.variant.config) for v in vs], {k for v in vs for k in v.variant.config}))
+        lines: dict[str, list[VariantSummary]] = {}
+        for v in vs:
+            rest = ", ".join(f"{k.removeprefix('hparams.')}={v.variant.config.get(k)}" for k in others if k != key)
+            lines.setdefault(f"{optim} ({key.removeprefix('hparams.')})" + (f" {rest}" if rest else ""), []).append(v)
+        for label, members in lines.items():
+            members = sorted(members, key=lambda v: float(v.variant.config[key]))  # type: ignore[arg-type]
+            ok = [v for v in members if not math.isnan(v.final_loss.median)]
+            xs = [float(v.variant.config[key]) for v in ok]  # type: ignore[arg-type]
+            ys = [v.final_loss.median for v in ok]
+            lo = [
+                v.final_loss.median - (v.final_loss.lo if v.final_loss.lo is not None else v.final_loss.median)
+                for v in ok
+            ]
+            hi = [
+                (v.final_loss.hi if v.final_loss.hi is not None else v.final_loss.median) - v.final_loss.median
+                for v in ok
+            ]
+            ax.errorbar(xs, ys, yerr=[lo, hi], color=colors[optim], marker="o", ms=3.5, lw=1.2, capsize=2, label=label)
+            losses += ys
+            for v in members:
+                run_ids += v.variant.run_ids
+                if v in ok:
+                    continue
+                status = next((s for s, n in v.statuses.items() if n and s != "ok"), "error")
+                shown.add(status)
+                ax.scatter(
+                    [float(v.variant.config[key])],  # type: ignore[arg-type]
+                    [0.97],
+                    transform=ax.get_xaxis_transform(),
+                    marker=FAILURE_MARKERS.get(status, "P"),
+                    s=60,
+                    color=colors[optim],
+                    edgecolors="black",
+                    lw=0.8,
+                    clip_on=False,
+                )
+    rates = [float(v.variant.config[key]) for key, vs in sweeps.values() for v in vs]  # type: ignore[arg-type]
+    ax.set_xlim(min(rates) / 2, max(rates) * 2)
+    _log_if_wide(ax, np.array(losses, float))
+    ax.set_xlabel("learning rate")
+    ax.set_ylabel("final eval loss")
+    _outside_legend(fig, ax, shown)
+    caption = (
+        "Median final eval loss over seeds (bars: 95% bootstrap CI) for every learning rate run; a marker at the top "
+        "is a setting with no ok run, drawn with its status."
+    )
+    return _finish(
+        fig, f"{suite.name}: learning-rate sweep", f"{_slug(suite.name)}-lr-sweep", caption, run_ids, suite.name
+    )
+
+
+def _profile_figure(report: Report, colors: dict[str, tuple[float, ...]]) -> FigureFile | None:
+    panels = [(p, basis) for p, basis in ((report.profile_seconds, "time"), (report.profile_steps, "steps")) if p]
+    if not panels:
+        return None
+    fig, axes = _figure(len(panels), (SIZE[0] * 1.25, SIZE[1]))
+    for ax, (profile, basis) in zip(axes, panels, strict=True):
+        assert isinstance(profile, Profile)
+        rho = profile.rho(TAU_GRID)
+        for optim in rho.columns:
+            ax.step(TAU_GRID, rho[optim], where="post", color=colors[optim], lw=1.4, label=optim)
+        ax.set_xlim(1, TAU_MAX)
+        ax.set_ylim(-0.02, 1.02)
+        ax.set_xlabel("τ (ratio to the fastest)")
+        ax.set_ylabel(f"fraction of suites within τ ({basis})")
+    _outside_legend(fig, axes[-1], set())
+    fig.subplots_adjust(left=0.08, right=0.8)
+    suites = [s for s in report.suites if s.targets]
+    run_ids = [r for s in suites for v in s.selected.values() for r in v.variant.run_ids]
+    caption = (
+        "AlgoPerf-style performance profiles over the suites with a target: the fraction of suites on which an "
+        "optimizer reaches the target within a factor τ of the fastest optimizer's median time (steps)."
+    )
+    return _finish(fig, "Performance profiles", "performance-profiles", caption, run_ids, None)
+
+
+def cross_suite_figures(report: Report, colors: dict[str, tuple[float, ...]]) -> list[FigureFile]:
+    with matplotlib.rc_context(STYLE):
+        figure = _profile_figure(report, colors)
+    return [figure] if figure is not None else []
+
+
+def suite_figures(suite: SuiteReport, colors: dict[str, tuple[float, ...]]) -> list[FigureFile]:
+    """The suite's figures, in reading order."""
+    train, evals = CurveIndex(suite.curves, "train"), CurveIndex(suite.curves, "eval")
+    with matplotlib.rc_context(STYLE):
+        figures = [
+            _curve_figure(suite, train, colors, "loss", "step", "training loss", "loss-vs-step"),
+            _curve_figure(suite, train, colors, "loss", "wall_s", "training loss", "loss-vs-time"),
+            _curve_figure(suite, evals, colors, "metric", "step", f"eval {suite.metric_name}", "metric-vs-step"),
+            _memory_figure(suite, colors),
+            _quality_memory_figure(suite, colors),
+            _step_time_figure(suite, colors),
+            _sweep_figure(suite, colors),
+        ]
+    return [f for f in figures if f is not None]
+
+
+def figure_links(figure: FigureFile, report: Report) -> list[tuple[str, str]]:
+    """(label, run-list anchor) of every setting whose runs the figure draws."""
+    ids = set(figure.run_ids)
+    return [
+        (v.label if figure.suite else f"{s.name}: {v.label}", v.variant.anchor)
+        for s in report.suites
+        if figure.suite in (None, s.name)
+        for v in s.variants
+        if not ids.isdisjoint(v.variant.run_ids)
+    ]

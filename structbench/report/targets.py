@@ -1,0 +1,71 @@
+"""Steps and seconds to target, interpolated on a run's evaluation curve.
+
+The runner records `target_step` / `target_s` as the first evaluation at or past the target; evaluations
+are sparse, so that over-states the time by up to one evaluation interval. The report instead
+interpolates:
+
+    Let the run's evaluations be (s_0, w_0, v_0), ..., (s_k, w_k, v_k) in step order — step s, cumulative
+    training seconds w (evaluation excluded; w_0 = 0 at s_0 = 0, the evaluation before training) and the
+    target quantity v (the eval metric, or the eval loss when the target's metric is "loss"); points whose
+    v is not finite are skipped. "Reached" means v <= T for a quantity that is minimised and v >= T for one
+    that is maximised. Let i be the first index with v_i reached:
+
+    - no such i: not reached (+inf steps and seconds);
+    - i = 0: reached at the first evaluation (s_0, w_0: 0 steps and 0 s when it is the one before training);
+    - otherwise f = (v_{i-1} - T) / (v_{i-1} - v_i), which lies in (0, 1], and
+      steps to target = s_{i-1} + f (s_i - s_{i-1}),  seconds to target = w_{i-1} + f (w_i - w_{i-1}).
+
+Linear in v between the two evaluations that bracket the crossing: the estimate assumes the quantity moves
+linearly between them.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+
+NOT_REACHED = math.inf
+
+
+@dataclass(frozen=True)
+class Target:
+    metric: str
+    value: float
+    mode: str
+
+    def describe(self) -> str:
+        sign = "<=" if self.mode == "min" else ">="
+        return f"{self.metric} {sign} {self.value:g}"
+
+
+@dataclass(frozen=True)
+class Crossing:
+    steps: float
+    seconds: float
+
+    @property
+    def reached(self) -> bool:
+        return math.isfinite(self.steps)
+
+
+NEVER = Crossing(NOT_REACHED, NOT_REACHED)
+
+
+def interpolate(steps: np.ndarray, seconds: np.ndarray, values: np.ndarray, target: Target) -> Crossing:
+    """Steps and seconds to `target` on one run's evaluation curve (module docstring); arrays in step order."""
+    finite = np.isfinite(values)
+    steps, seconds, values = steps[finite], seconds[finite], values[finite]
+    hit = values <= target.value if target.mode == "min" else values >= target.value
+    if not hit.any():
+        return NEVER
+    i = int(np.argmax(hit))
+    if i == 0:
+        return Crossing(float(steps[0]), float(seconds[0]))
+    before, after = float(values[i - 1]), float(values[i])
+    f = (before - target.value) / (before - after)
+    return Crossing(
+        float(steps[i - 1] + f * (steps[i] - steps[i - 1])),
+        float(seconds[i - 1] + f * (seconds[i] - seconds[i - 1])),
+    )

@@ -1,0 +1,160 @@
+"""Runs grouped into variants: one optimizer under one effective configuration in one suite.
+
+A suite's runs of one optimizer can differ in more than the seed — a learning-rate sweep, a `--set`
+override of the budget or the target. Statistics over seeds only make sense within one configuration, so
+the runs are grouped by their stored effective spec with the seed left out. A variant's label is the
+optimizer's name plus the settings that tell it apart: the spec fields that differ between this
+optimizer's variants in the suite, and any field outside the hyperparameters that differs between the
+suite's variants at all (a different budget or target). When one seed of a variant ran more than once,
+the latest run counts and the earlier ones are kept as "superseded" (listed, not used).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+IGNORED_SPEC_KEYS = frozenset({"seed", "source", "suite", "optim", "task"})
+
+
+class Columns:
+    """A frame's columns as numpy arrays, read once: slicing arrays is far cheaper than slicing small frames."""
+
+    def __init__(self, frame: pd.DataFrame) -> None:
+        self.frame = frame
+        self._arrays: dict[str, np.ndarray] = {}
+
+    def __getitem__(self, column: str) -> np.ndarray:
+        if column not in self._arrays:
+            series = self.frame[column]
+            numeric = pd.api.types.is_numeric_dtype(series) and not pd.api.types.is_bool_dtype(series)
+            self._arrays[column] = series.to_numpy(float, na_value=np.nan) if numeric else series.to_numpy(object)
+        return self._arrays[column]
+
+
+@dataclass(frozen=True, eq=False)
+class Variant:
+    suite: str
+    optim: str
+    label: str
+    config: Mapping[str, Any]
+    latest: Columns
+    rows: np.ndarray
+    """Positions of this variant's runs (latest per seed, in seed order) in `latest.frame`."""
+    older: Columns
+    older_rows: np.ndarray
+
+    def values(self, column: str) -> np.ndarray:
+        """One column over the runs that count (numbers as floats with NaN for missing)."""
+        return self.latest[column][self.rows]
+
+    @property
+    def run_ids(self) -> list[str]:
+        return self.values("run_id").tolist()
+
+    def spec_text(self) -> str:
+        """The stored effective spec of the variant's first run, pretty-printed (its runs differ only in seed)."""
+        try:
+            return json.dumps(json.loads(self.values("spec")[0]), indent=1, sort_keys=True)
+        except (TypeError, ValueError, IndexError):
+            return "-"
+
+    def runs_text(self) -> str:
+        n = len(self.rows) + len(self.older_rows)
+        return f"{n} run" if n == 1 else f"{n} runs"
+
+    @property
+    def anchor(self) -> str:
+        return "runs-" + "".join(c if c.isalnum() else "-" for c in f"{self.suite}-{self.label}").strip("-")
+
+
+def flatten(spec: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
+    """Nested spec -> {"budget.steps": 300, ...}; lists become JSON text."""
+    flat: dict[str, Any] = {}
+    for key, value in spec.items():
+        name = f"{prefix}{key}"
+        if isinstance(value, Mapping):
+            flat.update(flatten(value, f"{name}."))
+        else:
+            flat[name] = json.dumps(value) if isinstance(value, list) else value
+    return flat
+
+
+def config_of(spec_json: str | None) -> dict[str, Any]:
+    """The run's effective configuration: its flattened spec without seed and naming fields."""
+    try:
+        spec = json.loads(spec_json) if spec_json else {}
+    except json.JSONDecodeError:
+        spec = {}
+    return {k: v for k, v in flatten(spec).items() if k.split(".")[0] not in IGNORED_SPEC_KEYS}
+
+
+def varying_keys(configs: list[Mapping[str, Any]], keys: set[str]) -> set[str]:
+    return {k for k in keys if len({json.dumps(c.get(k), sort_keys=True) for c in configs}) > 1}
+
+
+def _short(key: str) -> str:
+    return key.removeprefix("hparams.")
+
+
+def _value_text(value: Any) -> str:
+    return f"{value:g}" if isinstance(value, float) else str(value)
+
+
+def sort_key(value: Any) -> tuple[int, float, str]:
+    """Numbers in numeric order before anything else in text order."""
+    if isinstance(value, bool) or value is None:
+        return (1, math.inf, str(value))
+    if isinstance(value, (int, float)):
+        return (0, float(value), "")
+    return (1, math.inf, str(value))
+
+
+def _label(optim: str, config: Mapping[str, Any], keys: list[str]) -> str:
+    settings = ", ".join(f"{_short(k)}={_value_text(config.get(k))}" for k in keys)
+    return f"{optim} {settings}" if settings else optim
+
+
+def group_variants(runs: pd.DataFrame) -> list[Variant]:
+    """One suite's runs as variants, in optimizer order and then by the settings that tell them apart."""
+    keys = [json.dumps(config_of(spec), sort_keys=True, default=str) for spec in runs["spec"]]
+    config_of_key = {key: json.loads(key) for key in set(keys)}
+    ordered = runs.assign(_config=keys).sort_values(["started_at", "run_id"], kind="stable")
+    is_latest = ~ordered.duplicated(["optim", "_config", "seed"], keep="last").to_numpy()
+    latest = ordered[is_latest].sort_values(["optim", "_config", "seed"], kind="stable").reset_index(drop=True)
+    older = ordered[~is_latest].reset_index(drop=True)
+    rows_of = latest.groupby(["optim", "_config"], sort=False).indices
+    older_rows_of = older.groupby(["optim", "_config"], sort=False).indices if len(older) else {}
+    latest_columns = Columns(latest.drop(columns="_config"))
+    older_columns = Columns(older.drop(columns="_config"))
+    all_configs = list(config_of_key.values())
+    suite_wide = {
+        k for k in varying_keys(all_configs, {k for c in all_configs for k in c}) if not k.startswith("hparams.")
+    }
+    suite = str(runs["suite"].iloc[0])
+    variants: list[Variant] = []
+    for optim in sorted({optim for optim, _ in rows_of}):
+        mine = [key for o, key in rows_of if o == optim]
+        own = [config_of_key[key] for key in mine]
+        label_keys = sorted(varying_keys(own, {k for c in own for k in c}) | suite_wide)
+        mine.sort(key=lambda k: [sort_key(config_of_key[k].get(name)) for name in label_keys])
+        for key in mine:
+            variants.append(
+                Variant(
+                    suite=suite,
+                    optim=optim,
+                    label=_label(optim, config_of_key[key], label_keys),
+                    config=config_of_key[key],
+                    latest=latest_columns,
+                    rows=rows_of[(optim, key)],
+                    older=older_columns,
+                    older_rows=older_rows_of.get((optim, key), np.array([], dtype=int)),
+                )
+            )
+    return variants
