@@ -23,8 +23,9 @@ def get_experiment(name: str) -> ExperimentDef:
 
 def _register_builtin() -> None:
     from structbench.experiments.orth_error import ORTH_ERROR
+    from structbench.experiments.quant_error import QUANT_ERROR
 
-    for definition in (ORTH_ERROR,):
+    for definition in (ORTH_ERROR, QUANT_ERROR):
         register_experiment(definition)
 
 

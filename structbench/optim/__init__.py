@@ -11,6 +11,7 @@ from structbench.optim import galore as galore
 from structbench.optim import muon as muon
 from structbench.optim import racs as racs
 from structbench.optim import shampoo as shampoo
+from structbench.optim import shampoo4bit as shampoo4bit
 from structbench.optim import soap as soap
 from structbench.optim import sumo as sumo
 from structbench.optim.registry import (

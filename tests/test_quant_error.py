@@ -1,0 +1,58 @@
+"""quant-error experiment (4-bit Shampoo Tables 1, 5, 6) against independent facts."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+
+from structbench.experiments import quant_error as qe
+
+
+def _hadamard(order: int) -> torch.Tensor:
+    h = torch.ones(1, 1, dtype=torch.float64)
+    while h.size(0) < order:
+        h = torch.cat((torch.cat((h, h), 1), torch.cat((h, -h), 1)), 0)
+    return h / math.sqrt(order)
+
+
+def test_metrics_on_hand_checkable_pairs():
+    a = torch.randn(16, 16, dtype=torch.float64)
+    assert qe.nre_ae(a, a) == pytest.approx((0.0, 0.0), abs=1e-6)
+    nre, ae = qe.nre_ae(a, 2 * a)  # same direction, twice the norm
+    assert nre == pytest.approx(1.0) and ae == pytest.approx(0.0, abs=1e-5)
+    assert qe.nre_ae(torch.eye(2), torch.tensor([[0.0, 1.0], [1.0, 0.0]]))[1] == pytest.approx(90.0)
+
+
+def test_exactly_representable_eigenvectors_give_zero_error():
+    """A normalised Hadamard matrix's rows are +-c in every block: absmax c maps them onto the Linear-2 codes
+    -1 and +1 exactly, so quantizing U loses nothing (DT has no -1 and must err)."""
+    u = _hadamard(128)
+    evals = torch.cat((torch.full((64,), 1000.0), torch.ones(64))).double()
+    lin = {r["scheme"]: r["nre"] for r in qe.error_rows(u, evals, "linear-2", 4) if r["part"] == "full"}
+    dt = {r["scheme"]: r["nre"] for r in qe.error_rows(u, evals, "dt", 4) if r["part"] == "full"}
+    assert lin["U"] < 1e-6 and lin["U+OR"] < 1e-6
+    assert dt["U"] > 1e-2
+
+
+def test_8bit_errors_are_below_4bit_errors():
+    u, evals = qe.synthetic_matrix(128, 1000.0, 1.0, 0.5, seed=0)
+    for codebook in ("linear-2", "dt"):
+        four = {(r["scheme"], r["part"]): r["nre"] for r in qe.error_rows(u, evals, codebook, 4)}
+        eight = {(r["scheme"], r["part"]): r["nre"] for r in qe.error_rows(u, evals, codebook, 8)}
+        for key in four:
+            assert eight[key] < four[key], key
+
+
+def test_synthetic_matrix_has_two_eigenvalues_and_orthogonal_u():
+    u, evals = qe.synthetic_matrix(64, 1000.0, 1.0, 0.25, seed=3)
+    torch.testing.assert_close(u.mT @ u, torch.eye(64, dtype=torch.float64))
+    assert sorted(set(evals.tolist())) == [1.0, 1000.0] and int((evals == 1000.0).sum()) == 16
+
+
+def test_paper_orderings_hold_at_a_small_order():
+    result = qe.QUANT_ERROR.run({"order": 256}, 0, torch.device("cpu"))
+    assert set(result.table["scheme"]) == set(qe.SCHEMES)
+    ordering = [c for c in result.claims if "within 25%" not in c.statement]
+    assert ordering and all(c.holds for c in ordering), [c.evidence for c in ordering if not c.holds]

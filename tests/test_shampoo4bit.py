@@ -1,0 +1,247 @@
+"""4-bit Shampoo (Algorithms 1-3) and the naive 4-bit baseline, checked against independent computations."""
+
+from __future__ import annotations
+
+import io
+import math
+
+import pytest
+import torch
+from torch import nn
+
+from structbench import measure
+from structbench.optim import linalg, quant, registry, shampoo4bit
+from structbench.optim import shampoo as shampoo32
+from structbench.optim.shampoo4bit import Shampoo4bit, Shampoo4bitNaive
+
+BETA, EPS = 0.95, 1e-6
+
+
+def _resnet18_shapes() -> list[tuple[int, ...]]:
+    shapes = [(64, 3, 7, 7)]
+    cin = 64
+    for cout in (64, 128, 256, 512):
+        for block in range(2):
+            stride_in = cin if block == 0 else cout
+            shapes += [(cout, stride_in, 3, 3), (cout, cout, 3, 3)]
+            if block == 0 and cin != cout:
+                shapes.append((cout, cin, 1, 1))
+        cin = cout
+    return [*shapes, (1000, 512)]
+
+
+def _gpt2_small_shapes() -> list[tuple[int, ...]]:
+    shapes = [(50257, 768), (1024, 768)]
+    for _ in range(12):
+        shapes += [(768, 2304), (768, 768), (768, 3072), (3072, 768)]
+    return shapes
+
+
+def _preconditioner_bytes(name: str, shapes: list[tuple[int, ...]], **overrides) -> int:
+    entry = registry.get(name)
+    hp = registry.resolve_hparams(name, overrides)
+    moments = 4 * sum(math.prod(s) for s in shapes)  # sgd base: one momentum buffer per element
+    return entry.state_bytes(shapes, [], hp) - moments
+
+
+def _hand_bytes_4bit(k: int) -> int:
+    """Spec §5: eigenvectors ceil(k^2/2) + 4 k ceil(k/64) + 4k eigenvalues; root the same with a 4k diagonal."""
+    return 2 * (math.ceil(k * k / 2) + 4 * k * math.ceil(k / 64) + 4 * k)
+
+
+@pytest.mark.parametrize("shapes", [_resnet18_shapes(), _gpt2_small_shapes()], ids=["resnet18", "gpt2-small"])
+def test_preconditioner_state_is_at_most_a_sixth_of_32bit_shampoo(shapes):
+    ours = _preconditioner_bytes("shampoo-4bit", shapes)
+    naive = _preconditioner_bytes("shampoo-4bit-naive", shapes)
+    full = _preconditioner_bytes("shampoo", shapes)
+    assert ours * 6 <= full
+    assert naive * 6 <= full
+    assert full / ours > 6.5  # the paper's ~7x (32 / 4.5 bits) for orders >= 64
+
+
+def test_formula_matches_the_spec_hand_count_for_one_matrix():
+    hp = registry.resolve_hparams("shampoo-4bit", {})
+    for k in (64, 100, 768, 1200):
+        assert shampoo4bit.preconditioner_bytes((k, k), hp, naive=False) == 2 * _hand_bytes_4bit(k)
+    # order 63 < 64 stays fp32: eigenvectors + eigenvalues + root
+    assert shampoo4bit.preconditioner_bytes((63, 63), hp, naive=False) == 2 * (2 * 4 * 63 * 63 + 4 * 63)
+
+
+def _train(model: nn.Module, optimizer: torch.optim.Optimizer, steps: int, seed: int = 0) -> list[float]:
+    gen = torch.Generator().manual_seed(seed)
+    target = nn.Linear(model[0].in_features, model[-1].out_features, bias=False)
+    torch.nn.init.normal_(target.weight, generator=gen)
+    losses = []
+    for _ in range(steps):
+        x = torch.randn(32, model[0].in_features, generator=gen) * torch.linspace(0.1, 3.0, model[0].in_features)
+        with torch.no_grad():
+            y = target(x)
+        optimizer.zero_grad()
+        loss = ((model(x) - y) ** 2).mean()
+        loss.backward()
+        optimizer.step()
+        losses.append(float(loss.detach()))
+    return losses
+
+
+def _model(seed: int = 0) -> nn.Sequential:
+    torch.manual_seed(seed)
+    return nn.Sequential(nn.Linear(256, 128, bias=False), nn.Linear(128, 96, bias=False))
+
+
+def test_measured_preconditioner_bytes_ratio_on_a_small_instance():
+    measured = {}
+    for name in ("shampoo", "shampoo-4bit", "shampoo-4bit-naive"):
+        model = _model()
+        opt = registry.make_optimizer(name, model, stat_interval=1, root_interval=2)
+        _train(model, opt, 3)
+        moments = 4 * sum(p.numel() for p in model.parameters())
+        measured[name] = measure.state_bytes(opt) - moments
+        shapes = [tuple(p.shape) for p in model.parameters()]
+        assert measured[name] == _preconditioner_bytes(name, shapes)
+    assert measured["shampoo-4bit"] * 6 <= measured["shampoo"]
+    assert measured["shampoo-4bit-naive"] * 6 <= measured["shampoo"]
+    assert measured["shampoo-4bit"] == sum(_hand_bytes_4bit(k) for k in (128, 256, 96, 128))
+
+
+def test_state_bytes_formula_with_blocks_and_fp32_remainders():
+    model = nn.Sequential(nn.Linear(150, 130, bias=False))
+    opt = registry.make_optimizer("shampoo-4bit", model, stat_interval=1, root_interval=1, max_order=100)
+    _train(model, opt, 2)
+    hp = registry.resolve_hparams("shampoo-4bit", {"max_order": 100})
+    assert measure.state_bytes(opt) == shampoo4bit.state_bytes([(130, 150)], [], hp)
+
+
+def test_full_precision_statistics_are_never_stored():
+    model = _model()
+    opt = registry.make_optimizer("shampoo-4bit", model, stat_interval=1, root_interval=1)
+    _train(model, opt, 3)
+    for part in opt.parts.values():
+        for state in part.state.values():
+            for key, value in state.items():
+                if (
+                    isinstance(value, torch.Tensor)
+                    and value.dtype == torch.float32
+                    and key not in ("momentum_buffer", "exp_avg", "exp_avg_sq")
+                ):
+                    assert value.dim() == 1, key  # only eigenvalues are fp32; matrices are packed codes
+                if key.endswith(".codes"):
+                    assert value.dtype == torch.uint8
+
+
+def test_state_round_trip_is_exact():
+    model = _model()
+    opt = registry.make_optimizer("shampoo-4bit", model, stat_interval=1, root_interval=2)
+    _train(model, opt, 4)
+    buffer = io.BytesIO()
+    torch.save({"model": model.state_dict(), "optim": opt.state_dict()}, buffer)
+    _train(model, opt, 3, seed=1)
+    buffer.seek(0)
+    saved = torch.load(buffer, weights_only=False)
+    resumed = _model(seed=5)
+    resumed.load_state_dict(saved["model"])
+    opt2 = registry.make_optimizer("shampoo-4bit", resumed, stat_interval=1, root_interval=2)
+    opt2.load_state_dict(saved["optim"])
+    _train(resumed, opt2, 3, seed=1)
+    for a, b in zip(model.parameters(), resumed.parameters(), strict=True):
+        assert torch.equal(a, b)
+
+
+def _run(name: str, **hp) -> tuple[list[float], list[torch.Tensor]]:
+    model = _model()
+    settings = {"stat_interval": 1, "root_interval": 5, "base": "adamw", "adamw_lr": 3e-3, **hp}
+    opt = registry.make_optimizer(name, model, **settings)
+    return _train(model, opt, 40), [p.detach().clone() for p in model.parameters()]
+
+
+def _param_gap(a: list[torch.Tensor], b: list[torch.Tensor]) -> float:
+    return max(float(torch.linalg.norm(x - y) / torch.linalg.norm(x)) for x, y in zip(a, b, strict=True))
+
+
+def test_fp32_storage_with_converged_eigenvectors_equals_32bit_shampoo_with_exact_roots():
+    """bits=32 with enough subspace steps is exact eigen-Shampoo: it must match `shampoo` (root_method eigh)."""
+    loss32, params32 = _run("shampoo", root_method="eigh")
+    loss_q, params_q = _run("shampoo-4bit", bits=32, svd_iters=50)
+    assert _param_gap(params32, params_q) < 0.01
+    assert abs(loss_q[-1] - loss32[-1]) < 1e-3 * loss32[-1]
+
+
+def test_8bit_storage_tracks_fp32_storage_and_32bit_shampoo():
+    loss32, _ = _run("shampoo")
+    loss_fp, params_fp = _run("shampoo-4bit", bits=32)
+    loss8, params8 = _run("shampoo-4bit", bits=8)
+    assert _param_gap(params_fp, params8) < 0.06  # 8-bit storage (+ Björck) moves the iterate little
+    assert abs(loss8[-1] - loss32[-1]) < 0.01 * loss32[-1]
+    assert abs(loss_fp[-1] - loss32[-1]) < 0.01 * loss32[-1]
+
+
+def test_bjorck_rectification_reduces_orthogonality_error():
+    gen = torch.Generator().manual_seed(0)
+    u, _ = torch.linalg.qr(torch.randn(256, 256, generator=gen))
+    v = quant.dequantize(quant.quantize(u.mT.contiguous())).mT
+    eye = torch.eye(256)
+
+    def error(x):
+        return float(torch.linalg.matrix_norm(x.mT @ x - eye))
+
+    errors = [error(v)] + [error(linalg.bjorck_orthonormalize(v, t)) for t in (1, 4)]
+    assert errors[0] > errors[1] > errors[2]
+    assert errors[2] < 1e-3 * errors[0]
+
+
+def _diagonal_gradient_step(cls, **kwargs):
+    """One step on W (64 x 64) whose gradient is diagonal: every statistic stays diagonal, so PU's QR step
+    and PIRU are exact and the result is checkable by hand."""
+    w = nn.Parameter(torch.zeros(64, 64))
+    g = torch.linspace(0.5, 2.0, 64)
+    w.grad = torch.diag(g)
+    opt = cls([w], lr=1.0, momentum=0.0, weight_decay=0.0, stat_interval=1, root_interval=1, **kwargs)
+    opt.step()
+    return w, g, opt.state[w]
+
+
+def test_pu_and_piru_by_hand_on_a_diagonal_statistic():
+    w, g, state = _diagonal_gradient_step(Shampoo4bit)
+    lam = BETA * EPS + (1 - BETA) * g**2  # Alg. 1: beta V Lambda V^T + (1-beta) G G^T with V = I, Lambda = eps I
+    for side in ("left", "right"):
+        torch.testing.assert_close(state[f"{side}_eigvals_0"], lam, rtol=1e-6, atol=0)
+        torch.testing.assert_close(shampoo4bit._load(state, f"{side}_eigvecs_0"), torch.eye(64))
+    root = (lam + EPS * lam.max()) ** -0.25  # Alg. 2
+    torch.testing.assert_close(shampoo4bit._load(state, "left_root_0"), torch.diag(root), rtol=1e-6, atol=0)
+    direction = root * g * root  # L^ G R^, diagonal
+    expected = -direction * g.norm() / (direction.norm() + 1e-12)  # grafting, then SGD with lr 1, momentum 0
+    torch.testing.assert_close(w.detach(), torch.diag(expected), rtol=1e-5, atol=1e-7)
+
+
+def test_naive_stores_the_quantized_statistic():
+    gen = torch.Generator().manual_seed(0)
+    w = nn.Parameter(torch.zeros(64, 80))
+    w.grad = torch.randn(64, 80, generator=gen)
+    opt = Shampoo4bitNaive([w], lr=0.1, stat_interval=1, root_interval=1)
+    opt.step()
+    state = opt.state[w]
+    g = w.grad
+    expected = quant.dequantize(quant.quantize_offdiag(BETA * EPS * torch.eye(64) + (1 - BETA) * g @ g.T))
+    torch.testing.assert_close(shampoo4bit._load(state, "left_stat_0"), expected)
+    stat = shampoo4bit._load(state, "left_stat_0")
+    root = quant.dequantize(quant.quantize_offdiag(shampoo32.Shampoo._inverse_root(stat, opt.param_groups[0])))
+    torch.testing.assert_close(shampoo4bit._load(state, "left_root_0"), root)
+
+
+@pytest.mark.parametrize(
+    "variant", [{"bits": 3}, {"codebook": "dt"}, {"rectify_t1": 0, "rectify_t2": 0}, {"root_method": "newton"}]
+)
+def test_switches_train(variant):
+    model = _model()
+    opt = registry.make_optimizer("shampoo-4bit", model, stat_interval=1, root_interval=2, **variant)
+    losses = _train(model, opt, 6)
+    assert all(math.isfinite(x) for x in losses)
+    assert losses[-1] < losses[0]
+
+
+def test_invalid_switches_are_rejected():
+    w = nn.Parameter(torch.zeros(8, 8))
+    with pytest.raises(ValueError):
+        Shampoo4bit([w], bits=5)
+    with pytest.raises(ValueError):
+        Shampoo4bit([w], codebook="nf4")
