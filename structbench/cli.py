@@ -11,6 +11,7 @@ from typing import Annotated, Any, TypeVar
 
 import typer
 from rich.console import Console
+from rich.markup import escape
 from rich.progress import (
     BarColumn,
     MofNCompleteColumn,
@@ -205,7 +206,7 @@ def show_experiment(suite: str, seed: int, outcome: RunOutcome) -> None:
         console.print(table)
     for claim in outcome.claims:
         mark = "[green]holds[/green]" if claim.holds else "[red]does not hold[/red]"
-        console.print(f"{mark}: {claim.statement} [{claim.source}] — {claim.evidence}")
+        console.print(f"{mark}: {escape(claim.statement)} {escape(f'[{claim.source}]')} — {escape(claim.evidence)}")
     if outcome.row["status"] != "ok":
         print(f"{suite}: experiment ended {outcome.row['status']}: {outcome.row['error']}", file=sys.stderr)
 
@@ -269,7 +270,6 @@ def report(
             raise UsageError(f"cannot write the report to {target}: {exc.strerror or exc}.") from None
         for path in written:
             console.print(f"wrote {path}")
-
 
 
 def expand_suite(name: str) -> list[str]:

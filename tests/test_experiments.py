@@ -24,6 +24,7 @@ def test_experiment_suite_stores_a_row_and_a_table(cli, tmp_path, monkeypatch):
     result = cli("run", "--suite", suite, "--set", "task_args.n=5", "--out", tmp_path / "out")
     assert result.exit_code == 0, result.output
     assert "holds" in result.stdout and "the last square is (n-1)^2" in result.stdout
+    assert "[arithmetic]" in result.stdout  # a bracketed source is text, not rich markup
     run = read_runs(tmp_path / "out").iloc[0]
     assert (run.task, run.optim, run.status) == ("experiment:squares", "-", "ok")
     assert json.loads(run.spec)["task_args"] == {"n": 5}

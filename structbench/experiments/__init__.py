@@ -24,8 +24,9 @@ def get_experiment(name: str) -> ExperimentDef:
 def _register_builtin() -> None:
     from structbench.experiments.orth_error import ORTH_ERROR
     from structbench.experiments.quant_error import QUANT_ERROR
+    from structbench.experiments.update_cond import UPDATE_COND
 
-    for definition in (ORTH_ERROR, QUANT_ERROR):
+    for definition in (ORTH_ERROR, QUANT_ERROR, UPDATE_COND):
         register_experiment(definition)
 
 
