@@ -322,9 +322,7 @@ def test_report_numbers_are_the_medians_of_the_store(tmp_path, cli):
 def test_smoke_suite_runs_every_optimizer_and_checks_losses(cli, tmp_path):
     from structbench import optim
 
-    started = time.perf_counter()
     result = cli("run", "--suite", "smoke", "--quiet", "--out", tmp_path)
-    elapsed = time.perf_counter() - started
     assert result.exit_code == 0, result.output
     runs = read_runs(tmp_path)
     assert sorted(runs.suite.unique()) == ["smoke-mlp", "smoke-quadratic"]
@@ -333,7 +331,6 @@ def test_smoke_suite_runs_every_optimizer_and_checks_losses(cli, tmp_path):
     assert (runs.status == "ok").all()
     assert (runs.final_eval_loss < runs.initial_eval_loss).all()
     assert set(runs[runs.suite == "smoke-mlp"].data_source) == {"synthetic gaussian mixture"}
-    assert elapsed < 60
 
 
 def test_smoke_check_fails_when_a_loss_does_not_fall(cli, tmp_path):
