@@ -178,6 +178,8 @@ def _validate_group(group: Mapping[str, Any]) -> None:
 class Alice(StructuredOptimizer):
     """Alice / Alice-0 (Alg. 4) over matrix parameters; see the module docstring."""
 
+    matrices_only = "Alice"
+
     def __init__(
         self,
         params: Iterable[Tensor] | Iterable[dict[str, Any]],
@@ -211,20 +213,8 @@ class Alice(StructuredOptimizer):
         }
         super().__init__(params, defaults)
 
-    def add_param_group(self, param_group: dict[str, Any]) -> None:
-        super().add_param_group(param_group)
-        group = self.param_groups[-1]
-        try:
-            _validate_group(group)
-            for param in group["params"]:
-                if param.ndim < 2:
-                    raise ValueError(
-                        f"Alice takes matrices (2-D, or conv filters); got a {param.ndim}-D parameter of shape "
-                        f"{tuple(param.shape)}: route it to the fallback optimizer"
-                    )
-        except ValueError:
-            self.param_groups.pop()
-            raise
+    def check_group(self, group: dict[str, Any]) -> None:
+        _validate_group(group)
 
     @torch.no_grad()
     def step(self, closure: Callable[[], Tensor] | None = None) -> Tensor | None:

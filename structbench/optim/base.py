@@ -10,13 +10,49 @@ the dtype it was saved with, so a resumed run continues bit-identically.
 from __future__ import annotations
 
 import copy
-from typing import Any
+from collections.abc import Callable
+from typing import Any, ClassVar
 
 import torch
 
 
 class StructuredOptimizer(torch.optim.Optimizer):
     solver_failures: int = 0
+    matrices_only: ClassVar[str | None] = None
+    """The optimizer's name, when it owns only matrices: a 1-D parameter is then a ValueError naming it."""
+
+    def check_group(self, group: dict[str, Any]) -> None:
+        """Validate a new param group's hyperparameters; raise ValueError to reject the group."""
+
+    def add_param_group(self, param_group: dict[str, Any]) -> None:
+        super().add_param_group(param_group)
+        group = self.param_groups[-1]
+        try:
+            self.check_group(group)
+            for param in group["params"] if self.matrices_only else ():
+                if param.ndim < 2:
+                    raise ValueError(
+                        f"{self.matrices_only} takes matrices (2-D, or conv filters); got a {param.ndim}-D parameter "
+                        f"of shape {tuple(param.shape)}: route it to the fallback optimizer (make_optimizer does this)"
+                    )
+        except ValueError:
+            self.param_groups.pop()
+            raise
+
+    @torch.no_grad()
+    def step(self, closure: Callable[[], torch.Tensor] | None = None) -> torch.Tensor | None:
+        """Evaluate the closure (with gradients enabled), then update each param group."""
+        loss = None
+        if closure is not None:
+            with torch.enable_grad():
+                loss = closure()
+        for group in self.param_groups:
+            self.step_group(group)
+        return loss
+
+    def step_group(self, group: dict[str, Any]) -> None:
+        """Update one param group; optimizers that use the shared `step` define it."""
+        raise TypeError(f"{type(self).__name__} defines neither step nor step_group")
 
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
         saved = copy.deepcopy(state_dict)

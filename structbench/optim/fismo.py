@@ -127,6 +127,8 @@ def _validate_group(group: Mapping[str, Any]) -> None:
 class Fismo(StructuredOptimizer):
     """FISMO (Algorithm 1) over matrix parameters (2-D, or conv filters through their (out, in*kh*kw) view)."""
 
+    matrices_only = "FISMO"
+
     def __init__(
         self,
         params: Iterable[Tensor] | Iterable[dict[str, Any]],
@@ -173,20 +175,8 @@ class Fismo(StructuredOptimizer):
         _validate_group({**defaults, "params": []})
         super().__init__(params, defaults)
 
-    def add_param_group(self, param_group: dict[str, Any]) -> None:
-        super().add_param_group(param_group)
-        group = self.param_groups[-1]
-        try:
-            _validate_group(group)
-            for param in group["params"]:
-                if param.ndim < 2:
-                    raise ValueError(
-                        f"FISMO takes matrices (2-D, or conv filters); got a {param.ndim}-D parameter of shape "
-                        f"{tuple(param.shape)}: route it to the fallback optimizer (make_optimizer does this)"
-                    )
-        except ValueError:
-            self.param_groups.pop()
-            raise
+    def check_group(self, group: dict[str, Any]) -> None:
+        _validate_group(group)
 
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
         super().load_state_dict(state_dict)

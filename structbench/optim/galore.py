@@ -52,7 +52,7 @@ from __future__ import annotations
 
 import math
 from collections import defaultdict
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Iterable, Mapping
 from typing import Any
 
 import torch
@@ -132,6 +132,8 @@ class GaLore(StructuredOptimizer):
     `step` (Adam steps taken) and `svd_failures` (consecutive failed refreshes).
     """
 
+    matrices_only = "GaLore"
+
     def __init__(
         self,
         params: Iterable[Tensor] | Iterable[dict[str, Any]],
@@ -165,32 +167,10 @@ class GaLore(StructuredOptimizer):
         }
         super().__init__(params, defaults)
 
-    def add_param_group(self, param_group: dict[str, Any]) -> None:
-        super().add_param_group(param_group)
-        group = self.param_groups[-1]
-        try:
-            _validate_group(group)
-            for param in group["params"]:
-                if param.ndim < 2:
-                    raise ValueError(
-                        f"GaLore takes matrices (2-D, or conv filters); got a {param.ndim}-D parameter of shape "
-                        f"{tuple(param.shape)}: route it to the fallback optimizer"
-                    )
-        except ValueError:
-            self.param_groups.pop()
-            raise
+    def check_group(self, group: dict[str, Any]) -> None:
+        _validate_group(group)
 
-    @torch.no_grad()
-    def step(self, closure: Callable[[], Tensor] | None = None) -> Tensor | None:
-        loss = None
-        if closure is not None:
-            with torch.enable_grad():
-                loss = closure()
-        for group in self.param_groups:
-            self._step_group(group)
-        return loss
-
-    def _step_group(self, group: dict[str, Any]) -> None:
+    def step_group(self, group: dict[str, Any]) -> None:
         live = [p for p in group["params"] if p.grad is not None]
         if any(p.grad.is_sparse for p in live):
             raise RuntimeError("GaLore does not support sparse gradients")

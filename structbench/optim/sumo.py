@@ -178,6 +178,8 @@ class Sumo(StructuredOptimizer):
     parameter's device — and the CPU int64 scalars `step` (t), `refresh_failures`, `orth_failures`.
     """
 
+    matrices_only = "SUMO"
+
     def __init__(
         self,
         params: Iterable[Tensor] | Iterable[dict[str, Any]],
@@ -226,20 +228,8 @@ class Sumo(StructuredOptimizer):
         _validate_group({**defaults, "params": []})
         super().__init__(params, defaults)
 
-    def add_param_group(self, param_group: dict[str, Any]) -> None:
-        super().add_param_group(param_group)
-        group = self.param_groups[-1]
-        try:
-            _validate_group(group)
-            for param in group["params"]:
-                if param.ndim < 2:
-                    raise ValueError(
-                        f"SUMO takes matrices (2-D, or conv filters); got a {param.ndim}-D parameter of shape "
-                        f"{tuple(param.shape)}: route it to the fallback optimizer"
-                    )
-        except ValueError:
-            self.param_groups.pop()
-            raise
+    def check_group(self, group: dict[str, Any]) -> None:
+        _validate_group(group)
 
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
         super().load_state_dict(state_dict)
