@@ -180,7 +180,13 @@ class Muon(StructuredOptimizer):
         return state["momentum_buffer"]
 
     def _orthogonalize(self, stacked: Tensor, owned: list[Tensor], group: Mapping[str, Any]) -> Tensor:
-        """The polar factor (or its NS approximation) of each matrix of the (k, m, n) stack."""
+        """The polar factor (or its NS approximation) of each matrix of the (k, m, n) stack; a lone matrix is
+        orthogonalized as a plain 2-D matrix (2-D matmuls, as torch.optim.Muon does, not a batch of one)."""
+        if stacked.shape[0] == 1:
+            return self._orthogonalize_batch(stacked[0], owned, group).unsqueeze(0)
+        return self._orthogonalize_batch(stacked, owned, group)
+
+    def _orthogonalize_batch(self, stacked: Tensor, owned: list[Tensor], group: Mapping[str, Any]) -> Tensor:
         if group["polar"] == "svd":
             try:
                 ortho = polar_svd(stacked)
