@@ -15,7 +15,7 @@ b_t^2 (a parameter without a gradient at a step contributes nothing to that step
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Iterable, Mapping
 from typing import Any
 
 import torch
@@ -35,19 +35,12 @@ class AdaGradNorm(StructuredOptimizer):
             raise ValueError(f"b0 must be > 0 (Ward et al., Algorithm 1); got {b0}")
         super().__init__(params, {"lr": lr, "b0": b0})
 
-    @torch.no_grad()
-    def step(self, closure: Callable[[], Tensor] | None = None) -> Tensor | None:
-        loss = None
-        if closure is not None:
-            with torch.enable_grad():
-                loss = closure()
-        for group in self.param_groups:
-            params = [p for p in group["params"] if p.grad is not None]
-            if params:
-                self._step_group(group, params)
-        return loss
+    def step_group(self, group: dict[str, Any]) -> None:
+        params = [p for p in group["params"] if p.grad is not None]
+        if params:
+            self._step_matrices(group, params)
 
-    def _step_group(self, group: Mapping[str, Any], params: list[Tensor]) -> None:
+    def _step_matrices(self, group: Mapping[str, Any], params: list[Tensor]) -> None:
         for p in params:
             state = self.state[p]
             if not state:

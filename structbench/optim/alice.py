@@ -66,7 +66,7 @@ from structbench.errors import SolverError
 from structbench.optim import linalg, memory
 from structbench.optim.base import StructuredOptimizer
 from structbench.optim.hybrid import adamw_state_bytes, build_hybrid
-from structbench.optim.partition import matrix_view, split
+from structbench.optim.partition import matrix_view, route_with_head_switch
 from structbench.optim.racs import PAPER_ADAM_FALLBACK, limiter_factor
 from structbench.optim.registry import NamedParams, OptimizerEntry, Routing, register
 
@@ -437,10 +437,6 @@ def make_alice(params: list[nn.Parameter], hp: Mapping[str, Any]) -> Alice:
     )
 
 
-def _route(model: nn.Module | None, named: NamedParams, hp: Mapping[str, Any]) -> Routing:
-    return split(model, named, head_to_fallback=bool(hp["head_to_fallback"]))
-
-
 def _build(named: NamedParams, routing: Routing, hp: dict[str, Any]) -> torch.optim.Optimizer:
     return build_hybrid(named, routing, hp, make_alice)
 
@@ -490,7 +486,7 @@ ALICE_ENTRY = register(
         reference=_REFERENCE,
         defaults={**ALICE_DEFAULTS, **PAPER_ADAM_FALLBACK},
         build=_build,
-        route=_route,
+        route=route_with_head_switch,
         notes=_NOTES,
         lr_keys=("lr", "adamw_lr"),
         state_bytes=alice_state_bytes,
@@ -513,7 +509,7 @@ ALICE0_ENTRY = register(
         reference=_REFERENCE,
         defaults={**ALICE_DEFAULTS, "beta3": 0.0, **PAPER_ADAM_FALLBACK},
         build=_build,
-        route=_route,
+        route=route_with_head_switch,
         notes="Alice with beta3 = 0 (Alg. 4, Table 11). " + _NOTES + ALICE0_COMPILE_NOTE,
         lr_keys=("lr", "adamw_lr"),
         state_bytes=alice_state_bytes,

@@ -211,19 +211,12 @@ class ASGO(StructuredOptimizer):
         if group["root"] == "newton" and (group["eps"] <= 0.0 or group["eps_placement"] != "inside"):
             raise ValueError('root="newton" computes (V + eps I)^{-1/2}: it needs eps > 0 and eps_placement="inside"')
 
-    @torch.no_grad()
-    def step(self, closure: Callable[[], Tensor] | None = None) -> Tensor | None:
-        loss = None
-        if closure is not None:
-            with torch.enable_grad():
-                loss = closure()
-        for group in self.param_groups:
-            params = [p for p in group["params"] if p.grad is not None]
-            if params:
-                self._step_group(group, params)
-        return loss
+    def step_group(self, group: dict[str, Any]) -> None:
+        params = [p for p in group["params"] if p.grad is not None]
+        if params:
+            self._step_matrices(group, params)
 
-    def _step_group(self, group: dict[str, Any], params: list[Tensor]) -> None:
+    def _step_matrices(self, group: dict[str, Any], params: list[Tensor]) -> None:
         due: dict[tuple[int, torch.device], list[Tensor]] = defaultdict(list)
         for p in params:
             state = self._state(p, group["side"])

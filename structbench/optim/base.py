@@ -20,6 +20,8 @@ class StructuredOptimizer(torch.optim.Optimizer):
     solver_failures: int = 0
     matrices_only: ClassVar[str | None] = None
     """The optimizer's name, when it owns only matrices: a 1-D parameter is then a ValueError naming it."""
+    cpu_state_keys: ClassVar[tuple[str, ...]] = ()
+    """State entries (host-side counters) that stay on the CPU when state is loaded, whatever the param's device."""
 
     def check_group(self, group: dict[str, Any]) -> None:
         """Validate a new param group's hyperparameters; raise ValueError to reject the group."""
@@ -65,6 +67,8 @@ class StructuredOptimizer(torch.optim.Optimizer):
         for saved_id, values in saved["state"].items():
             param = params[saved_id]
             self.state[param] = {
-                key: value.to(device=param.device) if isinstance(value, torch.Tensor) else value
+                key: value.to(device="cpu" if key in self.cpu_state_keys else param.device)
+                if isinstance(value, torch.Tensor)
+                else value
                 for key, value in values.items()
             }

@@ -128,6 +128,7 @@ class Fismo(StructuredOptimizer):
     """FISMO (Algorithm 1) over matrix parameters (2-D, or conv filters through their (out, in*kh*kw) view)."""
 
     matrices_only = "FISMO"
+    cpu_state_keys = _COUNTERS
 
     def __init__(
         self,
@@ -177,13 +178,6 @@ class Fismo(StructuredOptimizer):
 
     def check_group(self, group: dict[str, Any]) -> None:
         _validate_group(group)
-
-    def load_state_dict(self, state_dict: dict[str, Any]) -> None:
-        super().load_state_dict(state_dict)
-        for state in self.state.values():
-            for key in _COUNTERS:
-                if key in state:
-                    state[key] = state[key].cpu()
 
     @torch.compiler.disable
     @torch.no_grad()

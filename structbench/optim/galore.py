@@ -62,7 +62,7 @@ from structbench.errors import SolverError
 from structbench.optim import linalg
 from structbench.optim.base import StructuredOptimizer
 from structbench.optim.hybrid import FALLBACK_ADAMW_DEFAULTS, adamw_state_bytes, build_hybrid
-from structbench.optim.partition import matrix_shape, matrix_view, split
+from structbench.optim.partition import matrix_shape, matrix_view, route_with_head_switch
 from structbench.optim.registry import NamedParams, OptimizerEntry, Routing, register
 
 PROJ_TYPES = ("std", "reverse_std")
@@ -346,10 +346,6 @@ def make_galore(params: list[nn.Parameter], hp: Mapping[str, Any]) -> GaLore:
     )
 
 
-def _route(model: nn.Module | None, named: NamedParams, hp: Mapping[str, Any]) -> Routing:
-    return split(model, named, head_to_fallback=bool(hp["head_to_fallback"]))
-
-
 def _build(named: NamedParams, routing: Routing, hp: dict[str, Any]) -> torch.optim.Optimizer:
     return build_hybrid(named, routing, hp, make_galore)
 
@@ -379,7 +375,7 @@ GALORE = register(
         ),
         defaults={**GALORE_DEFAULTS, **GALORE_FALLBACK_ADAMW},
         build=_build,
-        route=_route,
+        route=route_with_head_switch,
         notes=(
             "lr 0.02, scale 0.3, rank 128, update_proj_gap 200: the RACS/Alice paper's GaLore baseline (Table 7, "
             "60M row; its 1.3B row is lr 0.01, scale 0.25, rank 512, the values of the reference README). "

@@ -29,7 +29,7 @@ from __future__ import annotations
 
 import math
 from collections import defaultdict
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Iterable, Mapping
 from typing import Any
 
 import torch
@@ -133,19 +133,12 @@ class Muon(StructuredOptimizer):
                     "Give 1-D parameters to the fallback optimizer (make_optimizer does this)."
                 )
 
-    @torch.no_grad()
-    def step(self, closure: Callable[[], Tensor] | None = None) -> Tensor | None:
-        loss = None
-        if closure is not None:
-            with torch.enable_grad():
-                loss = closure()
-        for group in self.param_groups:
-            params = [p for p in group["params"] if p.grad is not None]
-            if params:
-                self._step_group(group, params)
-        return loss
+    def step_group(self, group: dict[str, Any]) -> None:
+        params = [p for p in group["params"] if p.grad is not None]
+        if params:
+            self._step_matrices(group, params)
 
-    def _step_group(self, group: dict[str, Any], params: list[Tensor]) -> None:
+    def _step_matrices(self, group: dict[str, Any], params: list[Tensor]) -> None:
         grads = [p.grad for p in params]
         for grad in grads:
             if grad.is_sparse or grad.is_complex():

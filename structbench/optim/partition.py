@@ -9,7 +9,8 @@ LM head); a method whose paper keeps the head structured says so with `head_to_f
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
+from typing import Any
 
 import torch
 from torch import nn
@@ -64,6 +65,11 @@ def split(
     structured = tuple(n for n, _ in named if kinds[n] in owned and _is_matrix_like(dict(named)[n]))
     fallback = tuple(n for n, _ in named if n not in structured)
     return Routing(structured=structured, fallback=fallback, fallback_name=fallback_name if fallback else None)
+
+
+def route_with_head_switch(model: nn.Module | None, named: NamedParams, hp: Mapping[str, Any]) -> Routing:
+    """The default split, the head routed by the `head_to_fallback` hyperparameter (a paper's Ppl / Ppl* choice)."""
+    return split(model, named, head_to_fallback=bool(hp["head_to_fallback"]))
 
 
 def _is_matrix_like(param: torch.Tensor) -> bool:

@@ -46,7 +46,7 @@ from torch import Tensor, nn
 from structbench.optim import memory
 from structbench.optim.base import StructuredOptimizer
 from structbench.optim.hybrid import adamw_state_bytes, build_hybrid
-from structbench.optim.partition import matrix_view, split
+from structbench.optim.partition import matrix_view, route_with_head_switch
 from structbench.optim.registry import NamedParams, OptimizerEntry, Routing, register
 
 
@@ -215,10 +215,6 @@ def make_racs(params: list[nn.Parameter], hp: Mapping[str, Any]) -> RACS:
     )
 
 
-def _route(model: nn.Module | None, named: NamedParams, hp: Mapping[str, Any]) -> Routing:
-    return split(model, named, head_to_fallback=bool(hp["head_to_fallback"]))
-
-
 def _build(named: NamedParams, routing: Routing, hp: dict[str, Any]) -> torch.optim.Optimizer:
     return build_hybrid(named, routing, hp, make_racs)
 
@@ -239,7 +235,7 @@ RACS_ENTRY = register(
         ),
         defaults={**RACS_DEFAULTS, **PAPER_ADAM_FALLBACK},
         build=_build,
-        route=_route,
+        route=route_with_head_switch,
         notes=(
             "lr 0.02, beta 0.9, alpha 0.05 (Table 9, 60M-350M; 1.3B uses alpha 0.02), gamma 1.01 (F.2), "
             "iterations 5 with q initialised to 1 and a 1-sample estimate (Sec. 4). Order inside an iteration: s "

@@ -235,8 +235,9 @@ class SOAP(StructuredOptimizer):
                 self._step_bucket(group, params, rows, cols, (left, right))
         return loss
 
-    def _step_bucket(self, group: dict[str, Any], params: list[Tensor], rows: int, cols: int,
-                     sides: tuple[bool, bool]) -> None:
+    def _step_bucket(
+        self, group: dict[str, Any], params: list[Tensor], rows: int, cols: int, sides: tuple[bool, bool]
+    ) -> None:
         """One step for same-shape matrices that rotate the same sides, batched."""
         fresh = [not self.state[p] for p in params]
         for p, new in zip(params, fresh, strict=True):
@@ -274,8 +275,9 @@ class SOAP(StructuredOptimizer):
         self._refresh_basis(group, [state for state in run_states if state["step"] % every == 0])
 
     @staticmethod
-    def _init_state(state: dict[str, Any], rows: int, cols: int, sides: tuple[bool, bool],
-                    device: torch.device) -> None:
+    def _init_state(
+        state: dict[str, Any], rows: int, cols: int, sides: tuple[bool, bool], device: torch.device
+    ) -> None:
         state["step"] = 0
         state["failures_in_a_row"] = 0
         for side, size, rotated in zip(_SIDE_NAMES, (rows, cols), sides, strict=True):
@@ -315,8 +317,9 @@ class SOAP(StructuredOptimizer):
         in_eigenbasis = group["momentum_in_eigenbasis"]
         old = {side: _gather([state[f"q_{side}"] for state in states]) for side in sides}
         if in_eigenbasis:
-            exp_avg = _rotate(_gather([state["exp_avg"] for state in states]),
-                              old.get("left"), old.get("right"), back=True)
+            exp_avg = _rotate(
+                _gather([state["exp_avg"] for state in states]), old.get("left"), old.get("right"), back=True
+            )
         exp_avg_sq = _gather([state["exp_avg_sq"] for state in states])
         new: dict[str, Tensor] = {}
         failed = [False] * len(states)
@@ -357,8 +360,9 @@ class SOAP(StructuredOptimizer):
                     "in a row"
                 )
 
-    def _adam_step(self, group: dict[str, Any], params: list[Tensor], states: list[dict[str, Any]],
-                   grads: Tensor) -> None:
+    def _adam_step(
+        self, group: dict[str, Any], params: list[Tensor], states: list[dict[str, Any]], grads: Tensor
+    ) -> None:
         """Adam in the rotated space, the update rotated back, then decoupled weight decay (raw lr)."""
         beta1, beta2 = group["betas"]
         q_left = _gather([s["q_left"] for s in states]) if "q_left" in states[0] else None

@@ -64,7 +64,7 @@ from structbench.errors import SolverError
 from structbench.optim import linalg
 from structbench.optim.base import StructuredOptimizer
 from structbench.optim.hybrid import FALLBACK_ADAMW_DEFAULTS, adamw_state_bytes, build_hybrid
-from structbench.optim.partition import matrix_shape, matrix_view, split
+from structbench.optim.partition import matrix_shape, matrix_view, route_with_head_switch
 from structbench.optim.registry import NamedParams, OptimizerEntry, Routing, register
 
 ORTH_METHODS: dict[str, tuple[float, float, float] | None] = {
@@ -179,6 +179,7 @@ class Sumo(StructuredOptimizer):
     """
 
     matrices_only = "SUMO"
+    cpu_state_keys = _COUNTERS
 
     def __init__(
         self,
@@ -230,13 +231,6 @@ class Sumo(StructuredOptimizer):
 
     def check_group(self, group: dict[str, Any]) -> None:
         _validate_group(group)
-
-    def load_state_dict(self, state_dict: dict[str, Any]) -> None:
-        super().load_state_dict(state_dict)
-        for state in self.state.values():
-            for key in _COUNTERS:
-                if key in state:
-                    state[key] = state[key].cpu()
 
     def full_moment(self, param: Tensor) -> Tensor | None:
         """The moment in the parameter's matrix space, Q M (left) or (Q M)^T (right); None before the first step."""
@@ -456,10 +450,6 @@ def make_sumo(params: list[nn.Parameter], hp: Mapping[str, Any]) -> Sumo:
     return Sumo(params, **{key: hp[key] for key in SUMO_DEFAULTS})
 
 
-def _route(model: nn.Module | None, named: NamedParams, hp: Mapping[str, Any]) -> Routing:
-    return split(model, named, fallback_name="adamw", head_to_fallback=bool(hp["head_to_fallback"]))
-
-
 def _build(named: NamedParams, routing: Routing, hp: dict[str, Any]) -> torch.optim.Optimizer:
     return build_hybrid(named, routing, hp, make_sumo)
 
@@ -512,7 +502,7 @@ SUMO = register(
         ),
         defaults={**SUMO_DEFAULTS, "head_to_fallback": True, **SUMO_FALLBACK_ADAMW},
         build=_build,
-        route=_route,
+        route=route_with_head_switch,
         notes=_NOTES,
         lr_keys=("lr", "adamw_lr"),
         state_bytes=sumo_state_bytes,
@@ -530,7 +520,7 @@ SUMO_NS5 = register(
         ),
         defaults={**SUMO_DEFAULTS, "orth": "ns_quintic", "head_to_fallback": True, **SUMO_FALLBACK_ADAMW},
         build=_build,
-        route=_route,
+        route=route_with_head_switch,
         notes=(
             "As 'sumo' with orth 'ns_quintic': the paper does not print its NS5 polynomial; it cites Muon, so "
             "Muon's quintic (3.4445, -4.7750, 2.0315) from X0 = M/(||M||_F + 1e-7), 5 steps (sumo.md §2.4 (b)); "
