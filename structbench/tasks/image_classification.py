@@ -11,13 +11,10 @@ from typing import Any, Literal
 
 import torch
 import torch.nn.functional as F
-from torch import nn
 
 from structbench.data import load, require
-from structbench.errors import UsageError
 from structbench.tasks.base import EvalResult, TaskContext, TaskDef
-
-MODELS = ("mlp", "cnn")
+from structbench.tasks.vision.models import build_model
 
 DEFAULTS: dict[str, Any] = {
     "dataset": "digits",
@@ -26,31 +23,6 @@ DEFAULTS: dict[str, Any] = {
     "label_smoothing": 0.0,
     "eval_batch_size": 1024,
 }
-
-
-def build_model(name: str, channels: int, height: int, width: int, hidden: int, classes: int) -> nn.Module:
-    """`mlp`: two hidden ReLU layers; `cnn`: two 3x3 conv + max-pool stages and a linear classifier."""
-    if name == "mlp":
-        return nn.Sequential(
-            nn.Flatten(),
-            nn.Linear(channels * height * width, hidden),
-            nn.ReLU(),
-            nn.Linear(hidden, hidden),
-            nn.ReLU(),
-            nn.Linear(hidden, classes),
-        )
-    if name == "cnn":
-        return nn.Sequential(
-            nn.Conv2d(channels, 32, 3, padding=1),
-            nn.ReLU(),
-            nn.MaxPool2d(2),
-            nn.Conv2d(32, 64, 3, padding=1),
-            nn.ReLU(),
-            nn.MaxPool2d(2),
-            nn.Flatten(),
-            nn.Linear(64 * (height // 4) * (width // 4), classes),
-        )
-    raise UsageError(f"unknown model {name!r}; valid: {', '.join(MODELS)}.")
 
 
 class ImageClassificationTask:
@@ -67,9 +39,15 @@ class ImageClassificationTask:
         self.train_x = ((train_x - mean) / std).to(ctx.device)
         self.test_x = ((test.inputs.float() / scale - mean) / std).to(ctx.device)
         self.train_y, self.test_y = train.labels.to(ctx.device), test.labels.to(ctx.device)
-        _, channels, height, width = self.train_x.shape
+        _, channels, height, _ = self.train_x.shape
         torch.manual_seed(ctx.seed)
-        self.model = build_model(args["model"], channels, height, width, int(args["hidden"]), meta.num_classes)
+        self.model = build_model(
+            args["model"],
+            in_channels=channels,
+            image_size=height,
+            num_classes=meta.num_classes,
+            hidden=int(args["hidden"]),
+        )
         self.model = self.model.to(ctx.device)
         self.label_smoothing = float(args["label_smoothing"])
         self.eval_batch_size = int(args["eval_batch_size"])

@@ -1,0 +1,1 @@
+"""Vision: image-classification models and the training task on real on-disk datasets."""
