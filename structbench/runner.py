@@ -8,6 +8,7 @@ Ctrl-C `interrupted` — the partial record is returned and the interrupt re-rai
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 import random
@@ -95,8 +96,6 @@ def execute(
     """Train one run and measure it; see the module docstring for how failures are recorded."""
     started = datetime.now(timezone.utc)
     run_id = new_run_id(suite.name, optim_name, seed)
-    spec = suite.run_spec(optim_name, seed)
-    budget = suite.budget
     probe = measure.MemoryProbe(device)
     state = _RunState()
     task: Task | None = None
@@ -108,8 +107,15 @@ def execute(
     interrupted = False
 
     seed_everything(seed)
-    ctx = TaskContext(seed=seed, device=device, data_root=data_root, batch_size=budget["batch_size"])
+    micro_batch = suite.budget["batch_size"] // suite.budget["grad_accum"]
+    ctx = TaskContext(seed=seed, device=device, data_root=data_root, batch_size=micro_batch)
     task = get_task(suite.task).build(dict(suite.task_args), ctx)
+    suite = resolve_epochs(suite, task)
+    budget = suite.budget
+    spec = suite.run_spec(optim_name, seed)
+    resolved_args = getattr(task, "resolved_args", None)
+    if resolved_args is not None:
+        spec["task_args_resolved"] = resolved_args
     target_metric = suite.target["metric"]
     if target_metric and target_metric not in (task.metric_name, "loss"):
         raise UsageError(
@@ -180,8 +186,32 @@ def execute(
         "data_source": task.data_source,
         "analytic_state_bytes": analytic_bytes,
         "claims": None,
+        **_throughput(task, budget, state),
     }
     return RunOutcome(row=row, curves=state.curves, interrupted=interrupted)
+
+
+def resolve_epochs(suite: SuiteSpec, task: Task) -> SuiteSpec:
+    """The suite with `budget.epochs` turned into optimizer steps (and per-epoch evaluation) for this task."""
+    budget = suite.budget
+    if budget["epochs"] <= 0:
+        return suite
+    micro_per_epoch = getattr(task, "steps_per_epoch", None)
+    if micro_per_epoch is None:
+        raise UsageError(f"task {suite.task!r} has no notion of an epoch; set budget.steps instead of budget.epochs.")
+    per_epoch = max(1, micro_per_epoch // budget["grad_accum"])
+    steps = max(1, round(budget["epochs"] * per_epoch))
+    eval_every = budget["eval_every"] or per_epoch
+    return dataclasses.replace(suite, budget={**budget, "steps": steps, "eval_every": eval_every})
+
+
+def _throughput(task: Task, budget: dict[str, Any], state: _RunState) -> dict[str, Any]:
+    """Items (tokens, images) per second of training, over the timed steps (the first, warm-up step excluded)."""
+    items_per_call = getattr(task, "items_per_call", None)
+    if items_per_call is None or not state.step_times:
+        return {"throughput_per_s": None, "throughput_unit": None}
+    items = items_per_call * budget["grad_accum"] * len(state.step_times)
+    return {"throughput_per_s": items / sum(state.step_times), "throughput_unit": f"{task.item_unit}/s"}
 
 
 def execute_experiment(suite: SuiteSpec, seed: int, device: torch.device) -> RunOutcome:
@@ -265,6 +295,7 @@ def _eval_point(step: int, wall_s: float, result: Any) -> dict[str, Any]:
         "lr": None,
         "step_time_s": None,
         "optim_time_s": None,
+        "grad_norm": None,
     }
 
 
@@ -292,11 +323,15 @@ def _train(
     def train_wall() -> float:
         return time.perf_counter() - loop_start - (state.eval_s - eval_at_start)
 
+    accum, clip = budget["grad_accum"], budget["grad_clip"]
+    params = [p for group in optimizer.param_groups for p in group["params"]]
+    pending_norms: list[torch.Tensor] = []
     for step in range(total):
         clock.step_start()
         optimizer.zero_grad(set_to_none=True)
-        loss = task.train_loss(step)
-        loss.backward()
+        loss = _accumulate_gradients(task, step, accum)
+        if clip > 0:
+            pending_norms.append(torch.nn.utils.clip_grad_norm_(params, clip))
         clock.optim_start()
         optimizer.step()
         clock.step_end()
@@ -307,10 +342,13 @@ def _train(
         if done % log_every and done != total and (not eval_every or done % eval_every):
             continue
         losses = torch.stack(pending_losses).double().cpu().tolist()
+        norms = torch.stack(pending_norms).double().cpu().tolist() if pending_norms else [None] * len(losses)
         timings = clock.drain()
         wall = train_wall()
         first = done - len(losses) + 1
-        for offset, (value, (step_s, optim_s), lr) in enumerate(zip(losses, timings, pending_lrs, strict=True)):
+        for offset, (value, (step_s, optim_s), lr, grad_norm) in enumerate(
+            zip(losses, timings, pending_lrs, norms, strict=True)
+        ):
             index = first + offset
             if not math.isfinite(value):
                 state.status, state.steps_done, state.wall_s = "diverged", index, wall
@@ -332,11 +370,12 @@ def _train(
                         "lr": lr,
                         "step_time_s": step_s,
                         "optim_time_s": optim_s,
+                        "grad_norm": grad_norm,
                     }
                 )
         state.last_train_loss = losses[-1]
         state.steps_done, state.wall_s = done, wall
-        pending_losses, pending_lrs = [], []
+        pending_losses, pending_lrs, pending_norms = [], [], []
         if on_progress is not None:
             on_progress(Progress(done, total, losses[-1], done / wall if wall > 0 else math.nan))
         if eval_every and done % eval_every == 0 and done != total:
@@ -349,6 +388,20 @@ def _train(
     state.curves.append(_eval_point(total, state.wall_s, final))
     _check_target(state, total, state.wall_s, final, task, target_metric, target_value)
     return final
+
+
+def _accumulate_gradients(task: Task, step: int, accum: int) -> torch.Tensor:
+    """Backpropagate `accum` micro-batches, each loss scaled by 1/accum; return their mean loss (detached)."""
+    if accum == 1:
+        loss = task.train_loss(step)
+        loss.backward()
+        return loss
+    total = torch.zeros((), device=next(task.model.parameters()).device)
+    for _ in range(accum):
+        loss = task.train_loss(step) / accum
+        loss.backward()
+        total += loss.detach()
+    return total
 
 
 def _check_target(state: _RunState, step: int, wall: float, result: Any, task: Task, metric: str, value: float) -> None:

@@ -27,7 +27,18 @@ if sys.version_info >= (3, 11):
 else:
     import tomli as tomllib
 
-BUDGET_DEFAULTS: dict[str, Any] = {"steps": 100, "batch_size": 64, "eval_every": 0, "log_every": 1}
+BUDGET_DEFAULTS: dict[str, Any] = {
+    "steps": 100,
+    "epochs": 0.0,
+    "batch_size": 64,
+    "grad_accum": 1,
+    "grad_clip": 0.0,
+    "eval_every": 0,
+    "log_every": 1,
+}
+"""`epochs` > 0 replaces `steps` by epochs x the task's steps per epoch (and, with `eval_every` 0, evaluates at every
+epoch's end); `batch_size` counts examples per optimizer step, split into `grad_accum` equal micro-batches;
+`grad_clip` > 0 clips the global gradient norm to that value before each optimizer step."""
 SCHEDULE_DEFAULTS: dict[str, Any] = {"kind": "constant", "warmup_steps": 0, "min_lr_ratio": 0.0}
 TARGET_DEFAULTS: dict[str, Any] = {"metric": "", "value": math.nan}
 CHECK_DEFAULTS: dict[str, Any] = {"require_ok": False, "require_loss_decrease": False}
@@ -286,6 +297,14 @@ def _validate_budget(budget: dict[str, Any], schedule: dict[str, Any]) -> None:
             raise UsageError(f"budget.{key} must be >= 1, got {budget[key]}.")
     if budget["eval_every"] < 0:
         raise UsageError(f"budget.eval_every must be >= 0, got {budget['eval_every']}.")
+    if budget["grad_accum"] < 1 or budget["batch_size"] % budget["grad_accum"]:
+        raise UsageError(
+            f"budget.grad_accum must be >= 1 and divide budget.batch_size ({budget['batch_size']}), "
+            f"got {budget['grad_accum']}."
+        )
+    for key in ("epochs", "grad_clip"):
+        if not (math.isfinite(budget[key]) and budget[key] >= 0):
+            raise UsageError(f"budget.{key} must be a finite number >= 0, got {budget[key]}.")
     if schedule["kind"] not in SCHEDULES:
         raise UsageError(f"unknown schedule.kind {schedule['kind']!r}; valid: {', '.join(SCHEDULES)}.")
     if schedule["warmup_steps"] < 0 or not 0.0 <= schedule["min_lr_ratio"] <= 1.0:

@@ -74,8 +74,12 @@ RUN_SCHEMA = pa.schema(
         ("data_source", pa.string()),
         ("analytic_state_bytes", pa.int64()),
         ("claims", pa.string()),
+        ("throughput_per_s", pa.float64()),
+        ("throughput_unit", pa.string()),
     ]
 )
+OPTIONAL_RUN_COLUMNS = frozenset({"throughput_per_s", "throughput_unit"})
+"""Columns added after the first stores were written: a row may omit them (stored as null)."""
 
 CURVE_SCHEMA = pa.schema(
     [
@@ -88,6 +92,7 @@ CURVE_SCHEMA = pa.schema(
         ("lr", pa.float64()),
         ("step_time_s", pa.float64()),
         ("optim_time_s", pa.float64()),
+        ("grad_norm", pa.float64()),
     ]
 )
 
@@ -138,7 +143,7 @@ def write_run(
     table: pd.DataFrame | None = None,
 ) -> Path:
     """Store one run (its experiment table and curve file first, then its row); return the run file's path."""
-    missing = [f.name for f in RUN_SCHEMA if f.name not in row]
+    missing = [f.name for f in RUN_SCHEMA if f.name not in row and f.name not in OPTIONAL_RUN_COLUMNS]
     if missing:
         raise ValueError(f"run row lacks contract columns: {missing}")
     if row["status"] not in STATUSES:
@@ -149,7 +154,7 @@ def write_run(
         _write_atomic(result, tables_dir(out) / f"{run_id}.parquet", writer)
     curve_table = pa.Table.from_pylist([dict(c, run_id=run_id) for c in curves], schema=CURVE_SCHEMA)
     _write_atomic(curve_table, curves_dir(out) / f"{run_id}.parquet", writer)
-    run_table = pa.Table.from_pylist([{f.name: row[f.name] for f in RUN_SCHEMA}], schema=RUN_SCHEMA)
+    run_table = pa.Table.from_pylist([{f.name: row.get(f.name) for f in RUN_SCHEMA}], schema=RUN_SCHEMA)
     path = runs_dir(out) / f"{run_id}.parquet"
     _write_atomic(run_table, path, writer)
     return path
