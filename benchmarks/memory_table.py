@@ -14,14 +14,16 @@ import argparse
 
 from structbench.optim import memory
 
-OPTIMIZERS = ("adamw", "sgd", "galore", "racs", "alice", "alice-0")
+OPTIMIZERS = ("adamw", "sgd", "galore", "fira", "apollo-mini", "apollo-svd", "racs", "alice", "alice-0")
+RANK_OVERRIDES = {"apollo-mini": 1}
+"""Apollo-mini is rank 1 by definition (App. B.12); every other low-rank method uses --rank."""
 
 
 def table(rank: int, vocab: int) -> list[tuple[str, float, float, float | None, float | None]]:
     shapes = memory.llama_shapes(vocab=vocab)
-    hp = {"rank": rank, "beta3": 0.999}
     rows = []
     for name in OPTIMIZERS:
+        hp = {"rank": RANK_OVERRIDES.get(name, rank), "beta3": 0.999}
         head_candidate = memory.whole_model_gib(name, shapes["matrix"] + shapes["head"], shapes["other"], hp)
         head_adam = memory.whole_model_gib(name, shapes["matrix"], shapes["head"] + shapes["other"], hp)
         paper = memory.PAPER_TABLE3_GIB.get(name, (None, None))
@@ -37,13 +39,13 @@ def main() -> None:
     shapes = memory.llama_shapes(vocab=args.vocab)
     params = sum(memory._numel(s) for group in shapes.values() for s in group)
     print(f"LLaMA-60M shape set: {params / 1e6:.2f}M parameters, r = {args.rank}, BF16, GiB")
-    print(f"{'optimizer':<10} {'Mem':>8} {'Mem*':>8} {'paper Mem':>10} {'paper Mem*':>11}")
+    print(f"{'optimizer':<12} {'Mem':>8} {'Mem*':>8} {'paper Mem':>10} {'paper Mem*':>11}")
     for name, mem, mem_star, paper, paper_star in table(args.rank, args.vocab):
 
         def fmt(x: float | None) -> str:
             return "NA" if x is None else f"{x:.2f}"
 
-        print(f"{name:<10} {mem:>8.3f} {mem_star:>8.3f} {fmt(paper):>10} {fmt(paper_star):>11}")
+        print(f"{name:<12} {mem:>8.3f} {mem_star:>8.3f} {fmt(paper):>10} {fmt(paper_star):>11}")
 
 
 if __name__ == "__main__":

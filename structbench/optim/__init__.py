@@ -5,8 +5,10 @@ Importing this package registers every optimizer.
 
 from structbench.optim import adagrad_norm as adagrad_norm
 from structbench.optim import alice as alice
+from structbench.optim import apollo as apollo
 from structbench.optim import asgo as asgo
 from structbench.optim import baselines as baselines
+from structbench.optim import fira as fira
 from structbench.optim import fismo as fismo
 from structbench.optim import galore as galore
 from structbench.optim import muon as muon

@@ -53,6 +53,7 @@ from __future__ import annotations
 import math
 from collections import defaultdict
 from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
 from typing import Any
 
 import torch
@@ -124,12 +125,42 @@ def _validate_group(group: Mapping[str, Any]) -> None:
         raise ValueError(f"svd_seed must be an int; got {group['svd_seed']!r}")
 
 
+@dataclass
+class LowRankAdam:
+    """One step's low-rank Adam (Alg. 8 up to Delta), per parameter that has a projection, in matching order."""
+
+    params: list[nn.Parameter]
+    grads: list[Tensor]
+    """float32 (m x n) views of the gradients (conv filters as (out, in*kh*kw))."""
+    projections: list[Tensor]
+    """V_r^T (r x n) on the right side, U_r (m x r) on the left."""
+    rights: list[bool]
+    projected: list[Tensor]
+    """sigma = G V_r (m x r) on the right side, U_r^T G (r x n) on the left."""
+    normalized: list[Tensor]
+    """N = m_t / (sqrt(v_t) + eps), the projected shape, before the bias corrections."""
+    step_sizes: list[float]
+    """lr * sqrt(1 - b2^t) / (1 - b1^t): the HF-style bias corrections folded into the step size."""
+
+    def factors(self, i: int, low: Tensor) -> tuple[Tensor, Tensor]:
+        """(left, right) with left @ right = back(low): low V_r^T on the right side, U_r low on the left."""
+        return (low, self.projections[i]) if self.rights[i] else (self.projections[i], low)
+
+    def back(self, i: int, low: Tensor) -> Tensor:
+        """A projected-shape tensor mapped back to (m x n)."""
+        left, right = self.factors(i, low)
+        return left @ right
+
+
 class GaLore(StructuredOptimizer):
     """GaLore-Adam over matrix parameters (2-D, or conv filters seen as (out, in*kh*kw)).
 
     State per parameter (all tensors float32): `projection` (r x n for the right side, m x r for the
     left), `exp_avg` and `exp_avg_sq` of the projected shape (m x r or r x n); plus the Python ints
     `step` (Adam steps taken) and `svd_failures` (consecutive failed refreshes).
+
+    Fira and APOLLO build on it: `low_rank_adam` is the projection and projected Adam they share, and
+    `extra_defaults` adds their own param-group keys.
     """
 
     matrices_only = "GaLore"
@@ -149,6 +180,8 @@ class GaLore(StructuredOptimizer):
         reproject_moments: bool = False,
         svd_method: str = "exact",
         svd_seed: int = 0,
+        *,
+        extra_defaults: Mapping[str, Any] | None = None,
     ) -> None:
         self.solver_failures = 0
         defaults = {
@@ -164,6 +197,7 @@ class GaLore(StructuredOptimizer):
             "reproject_moments": reproject_moments,
             "svd_method": svd_method,
             "svd_seed": svd_seed,
+            **(extra_defaults or {}),
         }
         super().__init__(params, defaults)
 
@@ -171,28 +205,34 @@ class GaLore(StructuredOptimizer):
         _validate_group(group)
 
     def step_group(self, group: dict[str, Any]) -> None:
+        low = self.low_rank_adam(group)
+        if low is not None:
+            self.apply_low_rank_update(group, low)
+            self.decay_weights(group, low.params)
+
+    def low_rank_adam(self, group: dict[str, Any]) -> LowRankAdam | None:
+        """Refresh due projections, project the gradients and advance the Adam moments (Alg. 8 up to Delta).
+
+        Returns None when no parameter of the group has both a gradient and a projection.
+        """
         live = [p for p in group["params"] if p.grad is not None]
         if any(p.grad.is_sparse for p in live):
-            raise RuntimeError("GaLore does not support sparse gradients")
+            raise RuntimeError(f"{type(self).__name__} does not support sparse gradients")
         grads = [matrix_view(p.grad).to(torch.float32) for p in live]
-        due = [
-            i
-            for i, p in enumerate(live)
-            if "projection" not in self.state[p]
-            or self.state[p]["svd_failures"] > 0
-            or refresh_due(self.state[p]["step"] + 1, group["update_proj_gap"], group["refresh_schedule"])
-        ]
+        due = [i for i, p in enumerate(live) if self._refresh_due(group, self.state[p])]
         if due:
             self._refresh(group, [live[i] for i in due], [grads[i] for i in due])
-        ready = [i for i, p in enumerate(live) if "projection" in self.state[p]]
+        ready = [i for i, p in enumerate(live) if "exp_avg" in self.state[p]]
         if not ready:
-            return
+            return None
         params = [live[i] for i in ready]
         states = [self.state[p] for p in params]
-        rights = [projects_right(tuple(grads[i].shape), group["proj_type"]) for i in ready]
+        ready_grads = [grads[i] for i in ready]
+        projections = self._projections(group, params, ready_grads)
+        rights = [projects_right(tuple(g.shape), group["proj_type"]) for g in ready_grads]
         projected = [
-            grads[i] @ st["projection"].mT if right else st["projection"].mT @ grads[i]
-            for i, st, right in zip(ready, states, rights, strict=True)
+            g @ proj.mT if right else proj.mT @ g
+            for g, proj, right in zip(ready_grads, projections, rights, strict=True)
         ]
         beta1, beta2 = group["betas"]
         exp_avgs = [st["exp_avg"] for st in states]
@@ -204,18 +244,45 @@ class GaLore(StructuredOptimizer):
         denoms = torch._foreach_sqrt(exp_avg_sqs)
         torch._foreach_add_(denoms, group["eps"])
         normalized = torch._foreach_div(exp_avgs, denoms)
-        for param, st, right, low in zip(params, states, rights, normalized, strict=True):
+        step_sizes = []
+        for st in states:
             st["step"] += 1
-            step = st["step"]
-            step_size = group["lr"] * math.sqrt(1.0 - beta2**step) / (1.0 - beta1**step)
-            left_factor, right_factor = (low, st["projection"]) if right else (st["projection"], low)
-            alpha = -step_size * group["scale"]
+            step_sizes.append(group["lr"] * math.sqrt(1.0 - beta2 ** st["step"]) / (1.0 - beta1 ** st["step"]))
+        return LowRankAdam(params, ready_grads, projections, rights, projected, list(normalized), step_sizes)
+
+    def apply_low_rank_update(
+        self, group: Mapping[str, Any], low: LowRankAdam, extras: list[Tensor] | None = None
+    ) -> None:
+        """W <- W - step_size * (scale * back(N) + extra), `extra` a full (m x n) term per parameter (or none)."""
+        for i, param in enumerate(low.params):
+            left_factor, right_factor = low.factors(i, low.normalized[i])
+            if extras is not None:
+                update = torch.addmm(extras[i], left_factor, right_factor, alpha=group["scale"])
+                param.add_(update.reshape(param.shape), alpha=-low.step_sizes[i])
+                continue
+            alpha = -low.step_sizes[i] * group["scale"]
             if param.dtype == torch.float32 and param.is_contiguous():
                 matrix_view(param).addmm_(left_factor, right_factor, alpha=alpha)
             else:
                 param.add_((left_factor @ right_factor).reshape(param.shape), alpha=alpha)
+
+    @staticmethod
+    def decay_weights(group: Mapping[str, Any], params: list[nn.Parameter]) -> None:
+        """Decoupled weight decay after the update, with the raw lr (the reference code's order)."""
         if group["weight_decay"] > 0:
             torch._foreach_add_(params, params, alpha=-group["lr"] * group["weight_decay"])
+
+    @staticmethod
+    def _refresh_due(group: Mapping[str, Any], state: Mapping[str, Any]) -> bool:
+        return (
+            "exp_avg" not in state
+            or state.get("svd_failures", 0) > 0
+            or refresh_due(state["step"] + 1, group["update_proj_gap"], group["refresh_schedule"])
+        )
+
+    def _projections(self, group: Mapping[str, Any], params: list[nn.Parameter], grads: list[Tensor]) -> list[Tensor]:
+        """The projection of each parameter for this step (GaLore: the stored SVD basis)."""
+        return [self.state[p]["projection"] for p in params]
 
     def _refresh(self, group: dict[str, Any], params: list[nn.Parameter], grads: list[Tensor]) -> None:
         """New projections from the SVD of the current gradients, one batched SVD per (shape, step) bucket."""

@@ -11,16 +11,20 @@ filters are seen as (out, in*kh*kw)); the rank r is capped at m. Every count her
 
     adamw / adam   2mn                      (first and second moment)
     sgd            0                        (plain SGD, the paper's "SGD-like" reference point)
-    galore / fira  2nr + mr                 (Table 6: moments r x n, projection U m x r)
+    galore         2nr + mr                 (Table 6: moments r x n, projection U m x r)
+    fira           2nr + mr + 1             (Table 6 lists Fira = GaLore; + the limiter scalar it omits)
+    apollo-svd     2nr + mr + 1             (App. B.12: "the same memory as GaLore"; + the limiter scalar)
+    apollo-mini    2nr + 2 = 2n + 2 (r = 1) (App. B.12 / E.5: rank-1 moments + the projection seed + the
+                                            limiter scalar; the random projection is regenerated from the seed)
     racs           m + n + 1                (Table 1 / Sec. 4: s, q and the limiter scalar)
     alice          2nr + mr + n + r^2 + 1   (Table 6 + the limiter scalar phi of Alg. 3, which Table 6 omits)
     alice-0        2nr + mr + n + 1         (no tracking state Q~)
     eigen-adam     2mn + 2m^2               (Table 1: m, v, Q and U_f)
     soap           2mn + 2m^2 + 2n^2        (Table 1)
-    apollo-mini    2n + 2                   (Table 3 / E.5, rank-1 projection of the smaller side)
 
-structbench stores statistics in float32, so an optimizer's measured state in bytes is 4 x these counts
-(plus its AdamW fallback) — the registry entries' `state_bytes` are built from this module.
+structbench stores statistics in float32 (and Apollo's seed in int32), so an optimizer's measured state in
+bytes is 4 x these counts (plus its AdamW fallback) — the registry entries' `state_bytes` are built from this
+module or, for the GaLore family (whose `proj_type` may project the larger side), from the same counts per side.
 """
 
 from __future__ import annotations
@@ -57,13 +61,18 @@ def matrix_state_elements(name: str, shape: Sequence[int], hp: Mapping[str, Any]
     """State elements the paper's formula gives optimizer `name` for one matrix of `shape`."""
     hp = dict(hp or {})
     m, n = oriented(shape)
-    r = min(int(hp.get("rank", 128)), m)
+    r = min(int(hp.get("rank", 1 if name == "apollo-mini" else 128)), m)
     if name in ("adamw", "adam"):
         return 2 * m * n
     if name == "sgd":
         return 0
-    if name in ("galore", "fira", "apollo-svd"):
+    if name == "galore":
         return 2 * n * r + m * r
+    if name == "fira":
+        return 2 * n * r + m * r + 1
+    if name in ("apollo-mini", "apollo-svd"):
+        projection = hp.get("projection", "random" if name == "apollo-mini" else "svd")
+        return 2 * n * r + m * r + 1 if projection == "svd" else 2 * n * r + 2
     if name == "racs":
         return m + n + 1
     if name == "alice":
@@ -75,8 +84,6 @@ def matrix_state_elements(name: str, shape: Sequence[int], hp: Mapping[str, Any]
         return 2 * m * n + 2 * m * m
     if name == "soap":
         return 2 * m * n + 2 * m * m + 2 * n * n
-    if name == "apollo-mini":
-        return 2 * n + 2
     raise ValueError(f"no memory formula for optimizer {name!r}")
 
 
