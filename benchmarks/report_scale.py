@@ -5,10 +5,12 @@ run): suites x optimizers x learning rates x seeds runs (5,000 by default) whose
 by the optimizer and learning rate, with diverged and out-of-memory runs among them, half the suites with
 a loss target and half with an accuracy target. It then times the real command line for each format,
 first with a cold report cache (`<out>/.report-cache` removed) and then warm, and prints wall-clock and
-CPU time (CPU time is the better guide on a shared machine):
+CPU time (CPU time, the command's and its worker processes', is the better guide on a shared machine;
+with --repeat N each figure is the median of N cold-then-warm pairs):
 
     python benchmarks/report_scale.py                       # 5,000 runs in a temporary directory
     python benchmarks/report_scale.py --keep /tmp/big       # keep (and reuse) the store there
+    python benchmarks/report_scale.py --keep /tmp/big --repeat 3 --format term --format md
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ import math
 import os
 import resource
 import shutil
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -31,6 +34,7 @@ import numpy as np
 from structbench import store
 
 STEPS, LOG_EVERY, EVAL_EVERY = 400, 10, 40
+FORMATS = ("term", "md", "html", "all")
 ENVIRONMENT = {
     "device": "cpu",
     "device_name": "synthetic",
@@ -179,6 +183,10 @@ def main() -> None:
     parser.add_argument("--lrs", type=int, default=10)
     parser.add_argument("--seeds", type=int, default=5)
     parser.add_argument("--keep", type=Path, help="Write (or reuse) the store here instead of a temporary directory.")
+    parser.add_argument("--repeat", type=int, default=1, help="Cold-then-warm pairs per format (medians printed).")
+    parser.add_argument(
+        "--format", dest="formats", action="append", choices=FORMATS, help="Format to time (repeatable; default: all)."
+    )
     args = parser.parse_args()
     root = args.keep or Path(tempfile.mkdtemp(prefix="structbench-report-scale-"))
     out = root / "results"
@@ -193,11 +201,15 @@ def main() -> None:
     print(f"\n{expected} runs, {args.suites} suites, {os.cpu_count()} CPUs, load average {os.getloadavg()[0]:.1f}")
     print(f"CLI start-up alone (structbench --help): {wall:.2f} s wall, {cpu:.2f} s CPU\n")
     print(f"{'format':8}{'cold wall':>11}{'cold CPU':>10}{'warm wall':>11}{'warm CPU':>10}   (seconds)")
-    for fmt in ("term", "md", "html", "all"):
-        shutil.rmtree(out / ".report-cache", ignore_errors=True)
-        cold = timed(report_command(out, fmt, root / "report"))
-        warm = timed(report_command(out, fmt, root / "report"))
-        print(f"{fmt:8}{cold[0]:11.2f}{cold[1]:10.2f}{warm[0]:11.2f}{warm[1]:10.2f}")
+    for fmt in args.formats or FORMATS:
+        command = report_command(out, fmt, root / "report")
+        pairs = []
+        for _ in range(args.repeat):
+            shutil.rmtree(out / ".report-cache", ignore_errors=True)
+            cold, warm = timed(command), timed(command)
+            pairs.append((*cold, *warm))
+        cells = [statistics.median(column) for column in zip(*pairs, strict=True)]
+        print(f"{fmt:8}{cells[0]:11.2f}{cells[1]:10.2f}{cells[2]:11.2f}{cells[3]:10.2f}")
     print(f"load average after: {os.getloadavg()[0]:.1f}")
     if args.keep is None:
         shutil.rmtree(root)

@@ -7,7 +7,7 @@ import math
 import sys
 from collections.abc import Callable
 from pathlib import Path
-from typing import Annotated, Any, TypeVar
+from typing import TYPE_CHECKING, Annotated, Any, TypeVar
 
 import typer
 from rich.console import Console
@@ -22,13 +22,14 @@ from rich.progress import (
 )
 from rich.table import Table
 
-from structbench import measure, optim, spec, store
-from structbench.data.root import resolve_data_root
 from structbench.errors import UsageError
-from structbench.report import build, options, terminal
-from structbench.runner import Progress as RunProgress
-from structbench.runner import RunOutcome, execute, execute_experiment
-from structbench.tasks import get_task
+
+if TYPE_CHECKING:
+    from structbench.runner import Progress as RunProgress
+    from structbench.runner import RunOutcome
+
+# Modules that load torch (runner, optim, tasks, spec, measure, data) are imported inside the commands that use
+# them, so `structbench report`, `--help` and the like start without torch.
 
 app = typer.Typer(
     help="Benchmark structured optimizers: run suites, record measurements to Parquet, report.",
@@ -67,6 +68,8 @@ def list_cmd(
     what: Annotated[str, typer.Argument(help="suites, optims, or all")] = "all",
 ) -> None:
     """List the registered suites and optimizers."""
+    from structbench import optim, spec
+
     if what not in ("suites", "optims", "all"):
         raise UsageError(f"list takes suites, optims or all, got {what!r}.")
     if what in ("suites", "all"):
@@ -85,7 +88,7 @@ def list_cmd(
                     else "include: " + ", ".join(raw.get("include", []))
                 ),
                 ", ".join(raw.get("optims", [])) or "-",
-                f"{budget['steps']} steps" if "steps" in budget else "-",
+                f"{budget['epochs']} epochs" if budget.get("epochs") else f"{budget.get('steps', '-')} steps",
                 raw.get("description", ""),
             )
         console.print(table)
@@ -110,7 +113,7 @@ def run(
     seeds: Annotated[
         list[int] | None, typer.Option("--seed", help="Seed (repeatable); default: the suite's seeds.")
     ] = None,
-    steps: Annotated[int | None, typer.Option(min=1, help="Override budget.steps.")] = None,
+    steps: Annotated[int | None, typer.Option(min=1, help="Override budget.steps (and drop budget.epochs).")] = None,
     overrides: Annotated[
         list[str] | None, typer.Option("--set", help="Override a spec field: section.key=value.")
     ] = None,
@@ -122,7 +125,13 @@ def run(
     quiet: Annotated[bool, typer.Option("--quiet", help="No progress bars or per-run lines.")] = False,
 ) -> None:
     """Run a suite over optimizers x seeds and store every run in the results directory."""
-    all_overrides = list(overrides or []) + ([f"budget.steps={steps}"] if steps is not None else [])
+    from structbench import measure, spec, store
+    from structbench.data.root import resolve_data_root
+    from structbench.report import terminal
+    from structbench.runner import execute_experiment
+    from structbench.tasks import get_task
+
+    all_overrides = list(overrides or []) + ([f"budget.steps={steps}", "budget.epochs=0"] if steps is not None else [])
     suites, checks = spec.load_suites(suite, all_overrides, optims or [], seeds or [])
     torch_device = measure.resolve_device(device)
     data_root = resolve_data_root(data_dir)
@@ -167,6 +176,7 @@ def run(
                             progress.update(
                                 bar,
                                 completed=p.step,
+                                total=p.total,
                                 loss=terminal.fmt_num(p.loss),
                                 rate=terminal.fmt_num(p.steps_per_s, 3),
                             )
@@ -195,8 +205,17 @@ def run(
         raise typer.Exit(EXIT_RUN_ERROR)
 
 
+def execute(*args: Any, **kwargs: Any) -> RunOutcome:
+    """One training run: structbench.runner.execute, imported on first use (`run` calls it by this name)."""
+    from structbench.runner import execute as execute_run
+
+    return execute_run(*args, **kwargs)
+
+
 def show_experiment(suite: str, seed: int, outcome: RunOutcome) -> None:
     """Print an experiment's table and its verdict on each claim."""
+    from structbench.report import terminal
+
     if outcome.table is not None:
         table = Table(title=f"{suite} (seed {seed}) — run {outcome.row['run_id']}")
         for column in outcome.table.columns:
@@ -241,10 +260,12 @@ def report(
     ] = None,
 ) -> None:
     """Compare optimizers per suite and across suites: in the terminal, as Markdown, or as one HTML page."""
+    from structbench.report import build, options, terminal
+
     if not out.is_dir():
         raise UsageError(f"results directory {out} does not exist; run `structbench run` first.")
     formats = options.formats(fmt)
-    wanted = [name for s in suites or [] for name in expand_suite(s)]
+    wanted = [name for s in suites or [] for name in options.expand_suite(s)]
     plotted = bool(formats & {"md", "html"})
     result = build.build_report(out, wanted, optims or [], baseline, options.since(since), plotted)
     for problem in result.problems:
@@ -272,20 +293,13 @@ def report(
             console.print(f"wrote {path}")
 
 
-def expand_suite(name: str) -> list[str]:
-    """A suite's stored names: itself, or the suites it includes."""
-    if name not in spec.suite_names():
-        return [name]
-    _, _, raw = spec.read_suite_file(name)
-    return [n for child in raw.get("include", []) for n in expand_suite(child)] or [name]
-
-
 @app.command()
 @usage_errors_exit_2
 def check(
     optims: Annotated[list[str] | None, typer.Option("--optim", help="Optimizer (repeatable); default: all.")] = None,
 ) -> None:
     """Run the conformance kit and print a pass/fail table; exit 1 if any check fails."""
+    from structbench import optim
     from structbench.optim import conformance
 
     names = optims or optim.names()
@@ -315,8 +329,10 @@ app.add_typer(data_app, name="data")
 def data_status(
     data_dir: Annotated[Path | None, typer.Option(help="Data root (else $STRUCTBENCH_DATA, else default).")] = None,
 ) -> None:
-    """List which datasets are present under the data root, and where."""
+    """List which datasets, corpora and vocabularies are present under the data root, and where."""
     from structbench.data import dataset_status
+    from structbench.data.root import resolve_data_root
+    from structbench.data.text import corpus_status
 
     root = resolve_data_root(data_dir)
     table = Table(title=f"datasets under {root}")
@@ -325,12 +341,18 @@ def data_status(
     for row in dataset_status(root):
         present = "[green]yes[/green]" if row["present"] else "[red]no[/red]"
         table.add_row(str(row["name"]), present, str(row["where"] or "-"), str(row["note"] or ""))
+    for row in corpus_status(root):
+        present = "[green]yes[/green]" if row["present"] else "[red]no[/red]"
+        note = "" if row["present"] else str(row["how_to_get"])
+        table.add_row(str(row["name"]), present, str(row["where"] or "-"), note)
     console.print(table)
 
 
 @app.command()
 def env() -> None:
     """Show the device, versions, CPU/GPU and the memory probe a run would use."""
+    from structbench import measure
+
     table = Table(title="structbench environment", show_header=False)
     for key, value in measure.environment_report().items():
         table.add_row(key, value)

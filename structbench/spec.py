@@ -20,6 +20,7 @@ from typing import Any
 from structbench import optim
 from structbench.errors import UsageError
 from structbench.optim.registry import unknown_name_message
+from structbench.schedule import SCHEDULE_DEFAULTS, validate_schedule
 from structbench.tasks import get_task
 
 if sys.version_info >= (3, 11):
@@ -39,10 +40,8 @@ BUDGET_DEFAULTS: dict[str, Any] = {
 """`epochs` > 0 replaces `steps` by epochs x the task's steps per epoch (and, with `eval_every` 0, evaluates at every
 epoch's end); `batch_size` counts examples per optimizer step, split into `grad_accum` equal micro-batches;
 `grad_clip` > 0 clips the global gradient norm to that value before each optimizer step."""
-SCHEDULE_DEFAULTS: dict[str, Any] = {"kind": "constant", "warmup_steps": 0, "min_lr_ratio": 0.0}
 TARGET_DEFAULTS: dict[str, Any] = {"metric": "", "value": math.nan}
 CHECK_DEFAULTS: dict[str, Any] = {"require_ok": False, "require_loss_decrease": False}
-SCHEDULES = ("constant", "cosine", "linear")
 SUITE_KEYS = {
     "experiment",
     "description",
@@ -305,7 +304,4 @@ def _validate_budget(budget: dict[str, Any], schedule: dict[str, Any]) -> None:
     for key in ("epochs", "grad_clip"):
         if not (math.isfinite(budget[key]) and budget[key] >= 0):
             raise UsageError(f"budget.{key} must be a finite number >= 0, got {budget[key]}.")
-    if schedule["kind"] not in SCHEDULES:
-        raise UsageError(f"unknown schedule.kind {schedule['kind']!r}; valid: {', '.join(SCHEDULES)}.")
-    if schedule["warmup_steps"] < 0 or not 0.0 <= schedule["min_lr_ratio"] <= 1.0:
-        raise UsageError("schedule.warmup_steps must be >= 0 and schedule.min_lr_ratio in [0, 1].")
+    validate_schedule(schedule)

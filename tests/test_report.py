@@ -20,8 +20,9 @@ import pytest
 from PIL import Image
 
 from structbench import store
-from structbench.report import build, plots, render, tables
+from structbench.report import build, render, tables
 from structbench.report.cached_read import CACHE_DIR
+from structbench.report.figure_file import optimizer_colors
 from tests.conftest import read_curves, read_runs
 
 T0 = datetime(2025, 3, 1, tzinfo=timezone.utc)
@@ -466,7 +467,7 @@ def test_forked_figure_workers_give_the_same_figures(hand_store):
     assert render.render_figures(report, workers=2, cache=False) == serial  # same PNG bytes, names and run ids
 
 
-def test_figure_cache_reuses_unchanged_suites_only(tmp_path):
+def test_figure_cache_reuses_unchanged_suites_only(tmp_path, monkeypatch):
     from structbench.report import figure_cache
 
     out = tmp_path / "results"
@@ -475,10 +476,15 @@ def test_figure_cache_reuses_unchanged_suites_only(tmp_path):
         write_run(out, f"adamw-{seed}", "adamw", seed, adamw_evals(seed))
     report = build.build_report(out, plotted=True)
     drawn = render.render_figures(report, workers=1)
-    colors = plots.optimizer_colors(report.optims)
-    assert figure_cache.load(out, report.suites[0], colors) == [f for f in drawn if f.suite == "hand"]
+    assert any(f.suite is None for f in drawn)
+    colors = optimizer_colors(report.optims)
+    suite = report.suites[0]
+    assert figure_cache.load(out, suite.name, suite.digest, colors) == [f for f in drawn if f.suite == "hand"]
+    with monkeypatch.context() as patched:  # every figure, the cross-suite ones included, now comes from the cache
+        patched.setattr(render, "_draw", lambda task: pytest.fail(f"drew the figures of task {task} again"))
+        assert render.render_figures(build.build_report(out, plotted=True), workers=1) == drawn
     write_run(out, "adamw-2", "adamw", 2, adamw_evals(2))
     changed = build.build_report(out, plotted=True)
-    assert changed.suites[0].digest != report.suites[0].digest
-    assert figure_cache.load(out, changed.suites[0], colors) is None
+    assert changed.suites[0].digest != suite.digest
+    assert figure_cache.load(out, suite.name, changed.suites[0].digest, colors) is None
     assert "adamw-2" in render.render_figures(changed, workers=1)[1].run_ids

@@ -21,6 +21,7 @@ from structbench import tasks
 from structbench.errors import UsageError
 from structbench.runner import execute
 from structbench.tasks.base import EvalResult, TaskContext, TaskDef
+from tests.conftest import read_runs
 
 INPUTS = torch.tensor([[1.0, 2.0], [3.0, -1.0], [0.5, 0.5], [-2.0, 1.0]])
 TARGETS = torch.tensor([1.0, -1.0, 2.0, 0.0])
@@ -188,3 +189,10 @@ def test_clip_norm_matches_torch_clip_grad_norm_definition(fixed_task, tmp_path)
     outcome = _run(_suite(tmp_path, "steps = 1\nbatch_size = 1\ngrad_clip = 1e6\nlog_every = 1"))
     grad = _grad(w0, 0)
     assert outcome.curves[1]["grad_norm"] == pytest.approx(math.sqrt(float((grad**2).sum())), rel=1e-6)
+
+
+def test_the_steps_flag_replaces_an_epoch_budget(fixed_task, cli, tmp_path):
+    path = _suite(tmp_path, "epochs = 3.0\nbatch_size = 1\nlog_every = 1")
+    result = cli("run", "--suite", path, "--steps", "2", "--out", tmp_path / "r", "--quiet")
+    assert result.exit_code == 0, result.output
+    assert read_runs(tmp_path / "r").steps.tolist() == [2]

@@ -38,7 +38,7 @@ def test_defaults_fill_in_and_overrides_are_typed():
         ("hparams.muonx.lr=1", "unknown key 'hparams.muonx.lr'"),
         ("seeds=[1.5]", "seeds must be integers"),
         ("budget.steps=0", "budget.steps must be >= 1"),
-        ("schedule.kind=step", "unknown schedule.kind"),
+        ("schedule.kind=exponential", "unknown schedule.kind"),
     ],
 )
 def test_bad_overrides_are_usage_errors(override, message):

@@ -4,9 +4,11 @@
 
 The key is a SHA-256 over everything a suite's figures depend on: the suite's data digest (every run row
 and curve point it reads, build.digest), the colours assigned to its optimizers, the source of the plotting
-module and the matplotlib version. Entries hold plain JSON and PNG bytes, nothing executable. Only the
-newest `KEEP` entries of a suite are kept. As with the read cache, an unreadable entry is ignored and an
-unwritable directory only means nothing is kept.
+module and the matplotlib version. The cross-suite figures are kept the same way under the name ACROSS, with
+the digest of every suite's digest. Entries hold plain JSON and PNG bytes, nothing executable. Only the
+newest `KEEP` entries of a name are kept. As with the read cache, an unreadable entry is ignored and an
+unwritable directory only means nothing is kept. Reading an entry loads neither the plotting module nor
+matplotlib's drawing machinery.
 """
 
 from __future__ import annotations
@@ -20,31 +22,37 @@ from pathlib import Path
 
 import matplotlib
 
-from structbench.report import plots
-from structbench.report.build import SuiteReport
 from structbench.report.cached_read import CACHE_DIR
-from structbench.report.plots import FigureFile
+from structbench.report.figure_file import FigureFile
 
 KEEP = 3
-_CODE = hashlib.sha256(Path(plots.__file__).read_bytes()).hexdigest()
+ACROSS = "across suites"
+"""The name the cross-suite figures are kept under (a suite of that name shares only the KEEP budget: keys differ)."""
+_CODE = hashlib.sha256(Path(__file__).with_name("plots.py").read_bytes()).hexdigest()
 
 
 def _root(out: Path) -> Path:
     return out / CACHE_DIR / "figures"
 
 
-def _slug(suite: str) -> str:
-    return "".join(c if c.isalnum() or c in "-_" else "-" for c in suite)
+def _slug(name: str) -> str:
+    return "".join(c if c.isalnum() or c in "-_" else "-" for c in name)
 
 
-def key(suite: SuiteReport, colors: Mapping[str, tuple[float, ...]]) -> str:
-    mine = {o: list(colors[o]) for o in sorted(suite.selected)}
-    text = json.dumps([suite.name, suite.digest, mine, _CODE, matplotlib.__version__])
+def key(name: str, digest: str, colors: Mapping[str, tuple[float, ...]]) -> str:
+    """The entry key of figures called `name` drawn from data with `digest` in `colors` (only the ones drawn)."""
+    mine = {o: list(colors[o]) for o in sorted(colors)}
+    text = json.dumps([name, digest, mine, _CODE, matplotlib.__version__])
     return hashlib.sha256(text.encode()).hexdigest()[:32]
 
 
-def load(out: Path, suite: SuiteReport, colors: Mapping[str, tuple[float, ...]]) -> list[FigureFile] | None:
-    entry = _root(out) / f"{_slug(suite.name)}-{key(suite, colors)}"
+def _entry(out: Path, name: str, digest: str, colors: Mapping[str, tuple[float, ...]]) -> Path:
+    return _root(out) / f"{_slug(name)}-{key(name, digest, colors)}"
+
+
+def load(out: Path, name: str, digest: str, colors: Mapping[str, tuple[float, ...]]) -> list[FigureFile] | None:
+    """The kept figures of `name` for this digest and these colours, or None."""
+    entry = _entry(out, name, digest, colors)
     try:
         manifest = json.loads((entry / "manifest.json").read_text(encoding="utf-8"))
         return [
@@ -54,7 +62,7 @@ def load(out: Path, suite: SuiteReport, colors: Mapping[str, tuple[float, ...]])
                 caption=m["caption"],
                 png=(entry / f"{m['name']}.png").read_bytes(),
                 run_ids=tuple(m["run_ids"]),
-                suite=suite.name,
+                suite=m["suite"],
                 width=int(m["width"]),
                 height=int(m["height"]),
             )
@@ -65,12 +73,13 @@ def load(out: Path, suite: SuiteReport, colors: Mapping[str, tuple[float, ...]])
 
 
 def store(
-    out: Path, suite: SuiteReport, colors: Mapping[str, tuple[float, ...]], figures: Sequence[FigureFile]
+    out: Path, name: str, digest: str, colors: Mapping[str, tuple[float, ...]], figures: Sequence[FigureFile]
 ) -> None:
     root = _root(out)
-    entry = root / f"{_slug(suite.name)}-{key(suite, colors)}"
+    entry = _entry(out, name, digest, colors)
     tmp = root / f".{entry.name}.{os.getpid()}.tmp"
-    manifest = [{k: getattr(f, k) for k in ("name", "title", "caption", "run_ids", "width", "height")} for f in figures]
+    fields = ("name", "title", "caption", "run_ids", "suite", "width", "height")
+    manifest = [{k: getattr(f, k) for k in fields} for f in figures]
     try:
         tmp.mkdir(parents=True, exist_ok=True)
         for figure in figures:
@@ -78,13 +87,13 @@ def store(
         (tmp / "manifest.json").write_text(json.dumps(manifest), encoding="utf-8")
         shutil.rmtree(entry, ignore_errors=True)
         os.replace(tmp, entry)
-        _prune(root, _slug(suite.name))
+        _prune(root, _slug(name))
     except OSError:
         shutil.rmtree(tmp, ignore_errors=True)
 
 
 def _prune(root: Path, slug: str) -> None:
-    """Keep the newest KEEP entries of the suite."""
+    """Keep the newest KEEP entries of the name."""
     entries = [p for p in root.glob(f"{slug}-*") if p.is_dir() and len(p.name) == len(slug) + 33]
     entries.sort(key=lambda p: p.stat().st_mtime_ns, reverse=True)
     for old in entries[KEEP:]:

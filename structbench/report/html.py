@@ -14,8 +14,8 @@ from pathlib import Path
 
 from structbench.report import tables
 from structbench.report.build import Report, SuiteReport
+from structbench.report.figure_file import FigureFile, figure_links
 from structbench.report.glossary import DEFINITIONS
-from structbench.report.plots import FigureFile, figure_links
 
 STYLE = """
 :root { color-scheme: light dark; --bg: #ffffff; --fg: #1b1f24; --muted: #656d76; --line: #d0d7de;

@@ -7,8 +7,8 @@ from pathlib import Path
 
 from structbench.report import tables
 from structbench.report.build import Report, SuiteReport
+from structbench.report.figure_file import FigureFile, figure_links
 from structbench.report.glossary import DEFINITIONS
-from structbench.report.plots import FigureFile, figure_links
 
 FIGURE_DIR = "figures"
 

@@ -3,7 +3,8 @@
 For CPU-bound Python work that holds the GIL (drawing figures with matplotlib), where threads do not help.
 Forked workers start in milliseconds and share the parent's memory; tasks are small keys and only results
 travel back. It pays only for tasks of a second or more: for many small ones (reading Parquet files was
-measured) the copy-on-write and pickling overhead eats the gain. Where fork is unavailable (not Linux),
+measured) the copy-on-write and pickling overhead eats the gain, and threads do better where the work
+releases the GIL (cached_read.py reads on threads). Where fork is unavailable (not Linux),
 with one core, with fewer than `min_tasks` tasks, or if the pool fails, the function runs here: the
 results are the same either way.
 """
@@ -23,10 +24,16 @@ T = TypeVar("T")
 R = TypeVar("R")
 
 
+def usable_cores() -> int:
+    """The cores this process may run on, at most MAX_WORKERS."""
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+    return max(1, min(cores, MAX_WORKERS))
+
+
 def workers_for(tasks: int, min_tasks: int) -> int:
     if not sys.platform.startswith("linux") or tasks < min_tasks:
         return 1
-    return max(1, min(len(os.sched_getaffinity(0)), tasks, MAX_WORKERS))
+    return min(usable_cores(), tasks)
 
 
 def fork_map(fn: Callable[[T], R], tasks: Sequence[T], min_tasks: int, workers: int | None = None) -> list[R]:

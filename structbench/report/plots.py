@@ -26,6 +26,7 @@ from matplotlib.ticker import NullLocator
 
 from structbench.report.build import Report, SuiteReport
 from structbench.report.curve_index import CurveIndex
+from structbench.report.figure_file import FigureFile
 from structbench.report.profiles import TAU_GRID, TAU_MAX, Profile
 from structbench.report.summary import VariantSummary
 from structbench.report.variants import varying_keys
@@ -48,26 +49,8 @@ STYLE = {
 }
 
 
-@dataclass(frozen=True)
-class FigureFile:
-    name: str
-    title: str
-    caption: str
-    png: bytes
-    run_ids: tuple[str, ...]
-    suite: str | None
-    width: int
-    height: int
-
-
 def _slug(text: str) -> str:
     return "".join(c if c.isalnum() or c in "-_" else "-" for c in text).strip("-").lower()
-
-
-def optimizer_colors(names: Sequence[str]) -> dict[str, tuple[float, ...]]:
-    """One fixed colour per optimizer across every figure."""
-    palette = matplotlib.colormaps["tab10" if len(names) <= 10 else "tab20"]
-    return {name: palette(i % palette.N) for i, name in enumerate(sorted(names))}
 
 
 def _png(fig: Figure, title: str, run_ids: Sequence[str]) -> bytes:
@@ -528,15 +511,3 @@ def suite_figures(suite: SuiteReport, colors: dict[str, tuple[float, ...]]) -> l
             _sweep_figure(suite, colors),
         ]
     return [f for f in figures if f is not None]
-
-
-def figure_links(figure: FigureFile, report: Report) -> list[tuple[str, str]]:
-    """(label, run-list anchor) of every setting whose runs the figure draws."""
-    ids = set(figure.run_ids)
-    return [
-        (v.label if figure.suite else f"{s.name}: {v.label}", v.variant.anchor)
-        for s in report.suites
-        if figure.suite in (None, s.name)
-        for v in s.variants
-        if not ids.isdisjoint(v.variant.run_ids)
-    ]

@@ -1,40 +1,66 @@
-"""Draw the report's figures: reuse a suite's cached figures when its data did not change, and draw the
-rest suite by suite in forked workers (parallel.py) when there are enough suites to pay for it; forking
-shares the assembled report with the workers without copying it, and only the PNG bytes travel back.
+"""Draw the report's figures: reuse the figures of a suite (and the cross-suite ones) from the figure cache when
+their data did not change, and draw the rest suite by suite in forked workers (parallel.py) when there are enough
+suites to pay for it; forking shares the assembled report with the workers without copying it, and only the PNG
+bytes travel back. The plotting module (and matplotlib's drawing machinery) is loaded only when something is drawn.
 """
 
 from __future__ import annotations
 
+import hashlib
+import importlib
+from collections.abc import Mapping
+
 from structbench.report import figure_cache
 from structbench.report.build import Report
+from structbench.report.figure_file import FigureFile, optimizer_colors
 from structbench.report.parallel import fork_map
-from structbench.report.plots import FigureFile, cross_suite_figures, optimizer_colors, suite_figures
 
 MIN_TASKS_FOR_WORKERS = 4
+ACROSS = -1
+"""The task (and cache slot) of the cross-suite figures; task i >= 0 is suite i."""
 
 _shared: tuple[Report, dict[str, tuple[float, ...]]] | None = None
 
 
 def _draw(task: int) -> list[FigureFile]:
-    """Task -1: the cross-suite figures; task i: suite i's. Reads the report the parent shared by forking."""
+    """The figures of one task (ACROSS or a suite's index). Reads the report the parent shared by forking."""
+    from structbench.report import plots
+
     assert _shared is not None
     report, colors = _shared
-    return cross_suite_figures(report, colors) if task < 0 else suite_figures(report.suites[task], colors)
+    if task == ACROSS:
+        return plots.cross_suite_figures(report, colors)
+    return plots.suite_figures(report.suites[task], colors)
+
+
+def _cache_slot(
+    report: Report, task: int, colors: Mapping[str, tuple[float, ...]]
+) -> tuple[str, str, dict[str, tuple[float, ...]]]:
+    """(name, digest, the colours drawn) under which the task's figures are cached."""
+    if task == ACROSS:
+        digests = hashlib.sha256("\n".join(f"{s.name}\t{s.digest}" for s in report.suites).encode()).hexdigest()
+        return figure_cache.ACROSS, digests, dict(colors)
+    suite = report.suites[task]
+    return suite.name, suite.digest, {o: colors[o] for o in suite.selected}
 
 
 def render_figures(report: Report, workers: int | None = None, cache: bool = True) -> list[FigureFile]:
     """Every figure: cross-suite first, then suite by suite (`workers`: processes; default from the cores)."""
     global _shared
     colors = optimizer_colors(report.optims)
-    by_suite = {i: (figure_cache.load(report.out, s, colors) if cache else None) for i, s in enumerate(report.suites)}
-    missing = [i for i, figures in by_suite.items() if figures is None]
-    _shared = (report, colors)
-    try:
-        drawn = fork_map(_draw, [-1, *missing], MIN_TASKS_FOR_WORKERS, workers)
-    finally:
-        _shared = None
-    for i, figures in zip(missing, drawn[1:], strict=True):
-        by_suite[i] = figures
-        if cache:
-            figure_cache.store(report.out, report.suites[i], colors, figures)
-    return [*drawn[0], *(f for i in range(len(report.suites)) for f in by_suite[i] or [])]
+    tasks = [ACROSS, *range(len(report.suites))]
+    slots = {task: _cache_slot(report, task, colors) for task in tasks}
+    found = {task: figure_cache.load(report.out, *slots[task]) if cache else None for task in tasks}
+    missing = [task for task in tasks if found[task] is None]
+    if missing:
+        importlib.import_module("structbench.report.plots")  # once here, before forking, rather than in each worker
+        _shared = (report, colors)
+        try:
+            drawn = fork_map(_draw, missing, MIN_TASKS_FOR_WORKERS, workers)
+        finally:
+            _shared = None
+        for task, figures in zip(missing, drawn, strict=True):
+            found[task] = figures
+            if cache:
+                figure_cache.store(report.out, *slots[task], figures)
+    return [f for task in tasks for f in found[task] or []]

@@ -5,11 +5,14 @@ from __future__ import annotations
 from structbench.errors import UsageError
 from structbench.optim.registry import unknown_name_message
 from structbench.tasks.base import EvalResult, Task, TaskContext, TaskDef
-from structbench.tasks.image_classification import IMAGE_CLASSIFICATION
+from structbench.tasks.language.task import LANGUAGE_MODEL
 from structbench.tasks.quadratic import QUADRATIC
 from structbench.tasks.synthetic_classification import SYNTHETIC_CLASSIFICATION
+from structbench.tasks.vision.task import IMAGE_CLASSIFICATION
 
-TASKS: dict[str, TaskDef] = {t.name: t for t in (QUADRATIC, SYNTHETIC_CLASSIFICATION, IMAGE_CLASSIFICATION)}
+TASKS: dict[str, TaskDef] = {
+    t.name: t for t in (QUADRATIC, SYNTHETIC_CLASSIFICATION, IMAGE_CLASSIFICATION, LANGUAGE_MODEL)
+}
 
 
 def get_task(name: str) -> TaskDef:

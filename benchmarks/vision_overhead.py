@@ -1,0 +1,124 @@
+"""Harness overhead on a vision suite: steps/s of `structbench.runner.execute` against a bare hand-written loop.
+
+Both sides train the same suite's task — the same model, the same on-device data pipeline and augmentation
+(`task.next_batch()`), the same optimizer with the same routing and hyperparameters, the same learning-rate
+schedule and batch size — in the same process, alternating harness and bare runs `--repeats` times. The bare loop
+is the textbook one: zero_grad, forward (under the task's autocast), cross-entropy, backward, optimizer step,
+scheduler step. The harness adds what it measures and records: per-step clocks, learning-rate and loss
+bookkeeping, and a host sync at every log point. Both exclude the first step (warm-up; the harness reports it as
+`compile_s`) and evaluation. The issue's target is harness / bare >= 0.98. Both the median and the best run of
+each side are reported: on a shared machine the best run is the one least disturbed by other work. Usage:
+
+    python -m benchmarks.vision_overhead                                  # Fashion-MNIST, CPU-sized
+    python -m benchmarks.vision_overhead --set task_args.model=cnn --set budget.batch_size=32
+    python -m benchmarks.vision_overhead --suite cifar10 --steps 400      # on a GPU, CIFAR-10 under the data root
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import gc
+import statistics
+import time
+from collections.abc import Sequence
+from pathlib import Path
+
+import torch
+import torch.nn.functional as F
+
+from structbench import measure, spec
+from structbench.data import resolve_data_root
+from structbench.optim import build_with_routing
+from structbench.runner import execute, seed_everything
+from structbench.schedule import make_scheduler
+from structbench.spec import SuiteSpec
+from structbench.tasks import TaskContext, get_task
+
+
+def harness_rate(suite: SuiteSpec, optim_name: str, seed: int, device: torch.device, data_root: Path) -> float:
+    """Steps per second of one full harness run, first step excluded (its `train_s`)."""
+    row = execute(suite, optim_name, seed, device, data_root).row
+    if row["status"] != "ok":
+        raise RuntimeError(f"harness run ended {row['status']}: {row['error']}")
+    return (row["steps"] - 1) / row["train_s"]
+
+
+def bare_rate(suite: SuiteSpec, optim_name: str, seed: int, device: torch.device, data_root: Path) -> float:
+    """Steps per second of a hand-written loop over the same task, optimizer and schedule, first step excluded."""
+    seed_everything(seed)
+    ctx = TaskContext(seed=seed, device=device, data_root=data_root, batch_size=suite.budget["batch_size"])
+    task = get_task(suite.task).build(dict(suite.task_args), ctx)
+    model = task.model
+    optimizer, _ = build_with_routing(optim_name, model, suite.hparams[optim_name])
+    steps = suite.budget["steps"]
+    scheduler = make_scheduler(optimizer, steps, suite.schedule)
+    smoothing = suite.task_args["label_smoothing"]
+    autocast = torch.autocast(device.type, dtype=torch.bfloat16) if task.autocast else contextlib.nullcontext()
+    model.train()
+    start = 0.0
+    for step in range(steps):
+        if step == 1:
+            measure.synchronize(device)
+            start = time.perf_counter()
+        optimizer.zero_grad(set_to_none=True)
+        inputs, labels = task.next_batch()
+        with autocast:
+            logits = model(inputs)
+        loss = F.cross_entropy(logits.float(), labels, label_smoothing=smoothing)
+        loss.backward()
+        optimizer.step()
+        scheduler.step()
+    measure.synchronize(device)
+    return (steps - 1) / (time.perf_counter() - start)
+
+
+def main(argv: Sequence[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--suite", default="fashion-mnist")
+    parser.add_argument("--optim", default=None, help="default: the suite's first optimizer")
+    parser.add_argument("--steps", type=int, default=300)
+    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--device", default="auto")
+    parser.add_argument("--data-dir", type=Path, default=None)
+    parser.add_argument("--set", dest="overrides", action="append", default=[], help="suite override key=value")
+    args = parser.parse_args(argv)
+
+    overrides = ["budget.epochs=0", f"budget.steps={args.steps}", "budget.eval_every=0", *args.overrides]
+    optims = [args.optim] if args.optim else []
+    (suite,), _ = spec.load_suites(args.suite, overrides, optims, [args.seed])
+    optim_name = suite.optims[0]
+    device = measure.resolve_device(args.device)
+    data_root = resolve_data_root(args.data_dir)
+    print(
+        f"suite {suite.name}: model {suite.task_args['model']}, batch {suite.budget['batch_size']}, optimizer "
+        f"{optim_name}, {args.steps} steps (first excluded), device {device} "
+        f"({measure.environment(device)['device_name']}), torch threads {torch.get_num_threads()}"
+    )
+    rates: dict[str, list[float]] = {"bare": [], "harness": []}
+    for repeat in range(args.repeats):
+        order = ("bare", "harness") if repeat % 2 == 0 else ("harness", "bare")
+        for mode in order:
+            measure_rate = bare_rate if mode == "bare" else harness_rate
+            rate = measure_rate(suite, optim_name, args.seed, device, data_root)
+            rates[mode].append(rate)
+            print(f"  repeat {repeat}  {mode:<8} {rate:9.2f} steps/s")
+            gc.collect()
+            if device.type == "cuda":
+                torch.cuda.empty_cache()
+    bare, harness = statistics.median(rates["bare"]), statistics.median(rates["harness"])
+    best_bare, best_harness = max(rates["bare"]), max(rates["harness"])
+    pairs = [h / b for h, b in zip(rates["harness"], rates["bare"], strict=True)]
+    print(
+        f"steps/s, median (best) of {args.repeats}: bare {bare:.2f} ({best_bare:.2f}), harness {harness:.2f} "
+        f"({best_harness:.2f})"
+    )
+    print(
+        f"harness / bare: medians {harness / bare:.4f}, best runs {best_harness / best_bare:.4f}; per repeat "
+        f"{', '.join(f'{r:.4f}' for r in pairs)}; target >= 0.98"
+    )
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,51 @@
+"""`structbench report` and `--help` start without torch, and a report whose figures are all cached draws none."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+from structbench import store
+from tests.test_report import adamw_evals, muon_evals, write_run
+
+ROOT = Path(__file__).resolve().parents[1]
+
+# Runs in a fresh interpreter: the test process has usually imported torch already.
+PROBE = """
+import json, sys
+from typer.testing import CliRunner
+from structbench.cli import app
+
+out, to = sys.argv[1:3]
+for args in (
+    ["--help"],
+    ["report", "--help"],
+    ["report", "--out", out, "--format", "all", "--to", to],
+    ["report", "--out", out, "--suite", "smoke", "--suite", "hand"],
+):
+    result = CliRunner().invoke(app, args, catch_exceptions=False)
+    assert result.exit_code == 0, (args, result.output)
+torch = sorted(name for name in sys.modules if name.split(".")[0] == "torch")
+print(json.dumps({"torch": torch, "drew": "structbench.report.plots" in sys.modules}))
+"""
+
+
+def probe(out: Path, to: Path) -> dict[str, object]:
+    done = subprocess.run(
+        [sys.executable, "-c", PROBE, str(out), str(to)], cwd=ROOT, capture_output=True, text=True, timeout=300
+    )
+    assert done.returncode == 0, done.stderr
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+def test_report_does_not_import_torch_and_reuses_cached_figures(tmp_path: Path) -> None:
+    out = tmp_path / "results"
+    store.prepare(out)
+    for seed in range(2):
+        write_run(out, f"adamw-{seed}", "adamw", seed, adamw_evals(seed))
+        write_run(out, f"muon-{seed}", "muon", seed, muon_evals(seed))
+    assert probe(out, tmp_path / "report") == {"torch": [], "drew": True}
+    assert (tmp_path / "report" / "report.html").is_file()
+    assert probe(out, tmp_path / "again") == {"torch": [], "drew": False}
