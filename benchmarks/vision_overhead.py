@@ -17,9 +17,6 @@ each side are reported: on a shared machine the best run is the one least distur
 from __future__ import annotations
 
 import argparse
-import contextlib
-import gc
-import statistics
 import time
 from collections.abc import Sequence
 from pathlib import Path
@@ -27,21 +24,14 @@ from pathlib import Path
 import torch
 import torch.nn.functional as F
 
+from benchmarks.harness import alternate, autocast_for, harness_rate, report_overhead, timing_overrides
 from structbench import measure, spec
 from structbench.data import resolve_data_root
 from structbench.optim import build_with_routing
-from structbench.runner import execute, seed_everything
+from structbench.runner import seed_everything
 from structbench.schedule import make_scheduler
 from structbench.spec import SuiteSpec
 from structbench.tasks import TaskContext, get_task
-
-
-def harness_rate(suite: SuiteSpec, optim_name: str, seed: int, device: torch.device, data_root: Path) -> float:
-    """Steps per second of one full harness run, first step excluded (its `train_s`)."""
-    row = execute(suite, optim_name, seed, device, data_root).row
-    if row["status"] != "ok":
-        raise RuntimeError(f"harness run ended {row['status']}: {row['error']}")
-    return (row["steps"] - 1) / row["train_s"]
 
 
 def bare_rate(suite: SuiteSpec, optim_name: str, seed: int, device: torch.device, data_root: Path) -> float:
@@ -54,7 +44,7 @@ def bare_rate(suite: SuiteSpec, optim_name: str, seed: int, device: torch.device
     steps = suite.budget["steps"]
     scheduler = make_scheduler(optimizer, steps, suite.schedule)
     smoothing = suite.task_args["label_smoothing"]
-    autocast = torch.autocast(device.type, dtype=torch.bfloat16) if task.autocast else contextlib.nullcontext()
+    autocast = autocast_for(task.autocast, device)
     model.train()
     start = 0.0
     for step in range(steps):
@@ -85,9 +75,8 @@ def main(argv: Sequence[str] | None = None) -> None:
     parser.add_argument("--set", dest="overrides", action="append", default=[], help="suite override key=value")
     args = parser.parse_args(argv)
 
-    overrides = ["budget.epochs=0", f"budget.steps={args.steps}", "budget.eval_every=0", *args.overrides]
     optims = [args.optim] if args.optim else []
-    (suite,), _ = spec.load_suites(args.suite, overrides, optims, [args.seed])
+    (suite,), _ = spec.load_suites(args.suite, timing_overrides(args.steps, args.overrides), optims, [args.seed])
     optim_name = suite.optims[0]
     device = measure.resolve_device(args.device)
     data_root = resolve_data_root(args.data_dir)
@@ -96,28 +85,13 @@ def main(argv: Sequence[str] | None = None) -> None:
         f"{optim_name}, {args.steps} steps (first excluded), device {device} "
         f"({measure.environment(device)['device_name']}), torch threads {torch.get_num_threads()}"
     )
-    rates: dict[str, list[float]] = {"bare": [], "harness": []}
-    for repeat in range(args.repeats):
-        order = ("bare", "harness") if repeat % 2 == 0 else ("harness", "bare")
-        for mode in order:
-            measure_rate = bare_rate if mode == "bare" else harness_rate
-            rate = measure_rate(suite, optim_name, args.seed, device, data_root)
-            rates[mode].append(rate)
-            print(f"  repeat {repeat}  {mode:<8} {rate:9.2f} steps/s")
-            gc.collect()
-            if device.type == "cuda":
-                torch.cuda.empty_cache()
-    bare, harness = statistics.median(rates["bare"]), statistics.median(rates["harness"])
-    best_bare, best_harness = max(rates["bare"]), max(rates["harness"])
-    pairs = [h / b for h, b in zip(rates["harness"], rates["bare"], strict=True)]
-    print(
-        f"steps/s, median (best) of {args.repeats}: bare {bare:.2f} ({best_bare:.2f}), harness {harness:.2f} "
-        f"({best_harness:.2f})"
+    rates = alternate(
+        args.repeats,
+        lambda: bare_rate(suite, optim_name, args.seed, device, data_root),
+        lambda: harness_rate(suite, optim_name, args.seed, device, data_root),
+        device,
     )
-    print(
-        f"harness / bare: medians {harness / bare:.4f}, best runs {best_harness / best_bare:.4f}; per repeat "
-        f"{', '.join(f'{r:.4f}' for r in pairs)}; target >= 0.98"
-    )
+    report_overhead(rates)
 
 
 if __name__ == "__main__":

@@ -1,0 +1,242 @@
+"""Language-model benchmarks of issue #8: harness overhead, training tokens/s, and peak memory per optimizer.
+
+Three parts, each selected by its flag (none given: all three):
+
+- `--overhead`: steps/s of `structbench.runner.execute` against a bare hand-written loop on the same suite, in the
+  same process, alternating the two `--repeats` times. The bare loop draws the task's training windows itself —
+  `batch_size / grad_accum` windows of `seq_len + 1` tokens at offsets from the task's own generator
+  (`task.batch_gen`, seeded as the harness seeds it), gathered from the same on-device token tensor — runs the
+  task's forward under the same bf16 autocast, cross entropy, backward once per micro-batch (`budget.grad_accum`,
+  losses scaled by 1/grad_accum), clips the global gradient norm when `budget.grad_clip` > 0, and steps the
+  optimizer and the schedule. Both exclude the first step and evaluation (`budget.eval_every=0`). Target:
+  harness / bare >= 0.98 (medians).
+- `--throughput`: the harness rows' `throughput_per_s` (training tokens over the clocked steps, first excluded),
+  with the device's name. For `--suite llama-60m --optim adamw` it is printed beside the paper's figure.
+- `--memory`: one short harness run (`--memory-steps`) per optimizer of `--optims` (default: the suite's list):
+  peak memory and its source (CUDA: max allocated; CPU: the process's peak RSS, indicative only), optimizer state
+  bytes as held (measured) and from the registry's formula (analytic), median step time, tokens/s, status.
+
+The reference figure. /work/shared/specs/racs-alice.md §6.3: "At the paper's Adam 60M throughput (97,748 tokens/s
+on A100)". Its source is the RACS/Alice paper (Gong, Scetbon, Ma, Meeds, "Towards Efficient Optimizer Design for
+LLM via Structured Fisher Approximation with a Low-Rank Extension"), Table 2, 60M column: "Throughput(TP)/Effect TP
+(Adam) 97748/97748", whose caption says "The TP is the number of training tokens processed per second". Its setup
+(§7.1 and App. F.2, digits as printed once): LLaMA pre-training on C4; the 60M model is hidden 512, intermediate
+1376, 8 heads, 8 layers, 10K steps, 1.3B tokens (Table 10); "We use context length of 256 and batch size of 128
+with 4 gradient accumulations, apart from 60M and 1.3B (batch size 256 with 2 gradient accumulations)"; "For all
+model parameters, optimizer states, we use BF16 format"; "All experiments are conduced on NVIDIA A100 GPUs". The
+number of A100s behind the figure is not stated. structbench's `llama-60m` differs: float32 weights and states
+under bf16 autocast, a 32,000-entry BPE on the Shakespeare plays instead of C4 with its tokenizer. Usage:
+
+    python -m benchmarks.lm_throughput                                   # shakespeare-llama, AdamW, CPU-sized
+    python -m benchmarks.lm_throughput --memory --optims adamw muon racs --memory-steps 10
+    python -m benchmarks.lm_throughput --suite llama-60m --steps 100    # on a GPU: against the paper's 97,748
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import time
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+
+from benchmarks.harness import (
+    OVERHEAD_TARGET,
+    alternate,
+    autocast_for,
+    harness_row,
+    release,
+    report_overhead,
+    row_rate,
+    timing_overrides,
+)
+from structbench import measure, spec
+from structbench.data import resolve_data_root
+from structbench.optim import build_with_routing
+from structbench.runner import execute, seed_everything
+from structbench.schedule import make_scheduler
+from structbench.spec import SuiteSpec
+from structbench.tasks import TaskContext, get_task
+
+PAPER_TOKENS_PER_S = 97_748
+PAPER_SUITE, PAPER_OPTIM = "llama-60m", "adamw"
+PAPER_SETUP = (
+    "RACS/Alice paper Table 2, Adam on LLaMA-60M, C4, context 256, batch 256 x 2 accumulations, "
+    "BF16 weights and states, NVIDIA A100 (count not stated)"
+)
+MIB = 2**20
+
+
+def bare_rate(suite: SuiteSpec, optim_name: str, seed: int, device: torch.device, data_root: Path) -> float:
+    """Steps per second of a hand-written loop drawing the task's windows itself, first step excluded."""
+    seed_everything(seed)
+    budget = suite.budget
+    steps, accum, clip = budget["steps"], budget["grad_accum"], budget["grad_clip"]
+    micro = budget["batch_size"] // accum
+    ctx = TaskContext(seed=seed, device=device, data_root=data_root, batch_size=micro)
+    task = get_task(suite.task).build(dict(suite.task_args), ctx)
+    optimizer, _ = build_with_routing(optim_name, task.model, suite.hparams[optim_name])
+    scheduler = make_scheduler(optimizer, steps, suite.schedule)
+    params = [p for group in optimizer.param_groups for p in group["params"]]
+    tokens, generator, seq_len = task.train_tokens, task.batch_gen, task.seq_len
+    offsets = torch.arange(seq_len + 1)
+    autocast = autocast_for(task.autocast, device)
+    task.model.train()
+    start = 0.0
+    for step in range(steps):
+        if step == 1:
+            measure.synchronize(device)
+            start = time.perf_counter()
+        optimizer.zero_grad(set_to_none=True)
+        for _ in range(accum):
+            starts = torch.randint(len(tokens) - seq_len - 1, (micro,), generator=generator)
+            windows = tokens[(starts[:, None] + offsets).to(device)]
+            with autocast:
+                logits = task.forward(windows[:, :-1].long())
+            loss = F.cross_entropy(logits.float().flatten(0, 1), windows[:, 1:].long().flatten())
+            (loss / accum if accum > 1 else loss).backward()
+        if clip > 0:
+            torch.nn.utils.clip_grad_norm_(params, clip)
+        optimizer.step()
+        scheduler.step()
+    measure.synchronize(device)
+    return (steps - 1) / (time.perf_counter() - start)
+
+
+def _mib(value: int | None, decimals: int) -> str:
+    return "-" if value is None else f"{value / MIB:.{decimals}f}"
+
+
+def _load() -> str:
+    return f"load average {os.getloadavg()[0]:.2f} (1 min) on {os.cpu_count()} CPUs"
+
+
+def overhead_and_rows(
+    suite: SuiteSpec, optim_name: str, args: argparse.Namespace, device: torch.device, data_root: Path, bare: bool
+) -> list[dict[str, Any]]:
+    """Harness rows of `--repeats` runs, alternated with bare-loop runs and the overhead reported when `bare`."""
+    rows: list[dict[str, Any]] = []
+
+    def harness() -> float:
+        row = harness_row(suite, optim_name, args.seed, device, data_root)
+        rows.append(row)
+        return row_rate(row)
+
+    if not bare:
+        for repeat in range(args.repeats):
+            print(f"  repeat {repeat}  {'harness':<8} {harness():9.2f} steps/s")
+            release(device)
+        return rows
+    rates = alternate(args.repeats, lambda: bare_rate(suite, optim_name, args.seed, device, data_root), harness, device)
+    ratio = report_overhead(rates)
+    verdict = "met" if ratio >= OVERHEAD_TARGET else "NOT met"
+    print(f"overhead target harness / bare >= {OVERHEAD_TARGET} (medians {ratio:.4f}): {verdict}")
+    return rows
+
+
+def report_throughput(rows: list[dict[str, Any]], suite: SuiteSpec, optim_name: str, device: torch.device) -> None:
+    device_name = measure.environment(device)["device_name"]
+    tokens_per_step = suite.budget["batch_size"] * suite.task_args["seq_len"]
+    clocked = [row["throughput_per_s"] for row in rows]
+    wall = [(row["steps"] - 1) * tokens_per_step / row["train_s"] for row in rows]
+    autocast = json.loads(rows[0]["spec"])["task_args_resolved"]["autocast"]
+    print(f"throughput on {device_name} ({suite.name}, {optim_name}, autocast {autocast}), median of {len(rows)}:")
+    print(
+        f"  {statistics.median(clocked):,.0f} tokens/s (row throughput_per_s: clocked steps; runs "
+        f"{', '.join(f'{v:,.0f}' for v in clocked)})"
+    )
+    print(f"  {statistics.median(wall):,.0f} tokens/s over train_s (wall, with the per-step bookkeeping)")
+    if suite.name == PAPER_SUITE and optim_name == PAPER_OPTIM:
+        ratio = statistics.median(clocked) / PAPER_TOKENS_PER_S
+        versus = f"measured / paper {ratio:.3f}" if device.type == "cuda" else "no ratio: not a GPU"
+        print(f"  paper: {PAPER_TOKENS_PER_S:,} tokens/s ({PAPER_SETUP}); {versus}")
+
+
+def memory_table(suite: SuiteSpec, seed: int, device: torch.device, data_root: Path) -> list[dict[str, Any]]:
+    """One harness run per optimizer of the suite, printed as a row of the table as each ends."""
+    print(
+        f"{'optimizer':<13} {'status':<12} {'peak MiB':>10} {'source':<6} {'state MiB':>10} {'analytic MiB':>12} "
+        f"{'step ms':>9} {'tokens/s':>10}"
+    )
+    rows = []
+    for optim_name in suite.optims:
+        row = execute(suite, optim_name, seed, device, data_root).row
+        rows.append(row)
+        step_ms = row["step_time_median_s"] * 1e3
+        tokens = row["throughput_per_s"]
+        print(
+            f"{optim_name:<13} {row['status']:<12} {_mib(row['peak_mem_bytes'], 1):>10} {row['peak_mem_source']:<6} "
+            f"{_mib(row['state_bytes'], 3):>10} {_mib(row['analytic_state_bytes'], 3):>12} {step_ms:>9.1f} "
+            f"{'-' if tokens is None else f'{tokens:,.0f}':>10}"
+        )
+        release(device)
+    for row in rows:
+        if row["status"] != "ok":
+            print(f"  {row['optim']} {row['status']}: {(row['error'] or '').strip().splitlines()[-1]}")
+    return rows
+
+
+def main(argv: Sequence[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--overhead", action="store_true", help="harness vs bare loop")
+    parser.add_argument("--throughput", action="store_true", help="tokens/s of the harness runs")
+    parser.add_argument("--memory", action="store_true", help="peak and state memory per optimizer")
+    parser.add_argument("--suite", default="shakespeare-llama")
+    parser.add_argument("--optim", default="adamw", help="optimizer of the overhead and throughput runs")
+    parser.add_argument("--optims", nargs="+", default=[], help="optimizers of the memory table (default: suite's)")
+    parser.add_argument("--steps", type=int, default=300, help="steps of each overhead / throughput run")
+    parser.add_argument("--memory-steps", type=int, default=20, help="steps of each memory run")
+    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--device", default="auto")
+    parser.add_argument("--data-dir", type=Path, default=None)
+    parser.add_argument("--set", dest="overrides", action="append", default=[], help="suite override key=value")
+    args = parser.parse_args(argv)
+    everything = not (args.overhead or args.throughput or args.memory)
+
+    device = measure.resolve_device(args.device)
+    data_root = resolve_data_root(args.data_dir)
+    device_name = measure.environment(device)["device_name"]
+    print(f"device {device} ({device_name}), torch threads {torch.get_num_threads()}, {_load()}")
+    memory_rows: list[dict[str, Any]] = []
+    if everything or args.overhead or args.throughput:
+        (suite,), _ = spec.load_suites(
+            args.suite, timing_overrides(args.steps, args.overrides), [args.optim], [args.seed]
+        )
+        budget, task_args = suite.budget, suite.task_args
+        print(
+            f"suite {suite.name}: model {task_args['model']}, seq_len {task_args['seq_len']}, batch "
+            f"{budget['batch_size']} sequences in {budget['grad_accum']} micro-batches, grad_clip "
+            f"{budget['grad_clip']}, autocast {task_args['autocast']}, compile {task_args['compile']}; optimizer "
+            f"{args.optim}, {args.steps} steps (first excluded)"
+        )
+        rows = overhead_and_rows(suite, args.optim, args, device, data_root, everything or args.overhead)
+        if everything or args.throughput:
+            report_throughput(rows, suite, args.optim, device)
+    if everything or args.memory:
+        overrides = timing_overrides(args.memory_steps, args.overrides)
+        (suite,), _ = spec.load_suites(args.suite, overrides, args.optims, [args.seed])
+        print(f"memory: suite {suite.name}, {args.memory_steps} steps per optimizer (first excluded from times)")
+        memory_rows = memory_table(suite, args.seed, device, data_root)
+    print(f"notes: {_load()} at the end.")
+    if device.type != "cuda":
+        print(
+            f"  no CUDA device: the issue's {PAPER_SUITE} + AdamW tokens/s on an H100 (against the paper's "
+            f"{PAPER_TOKENS_PER_S:,} on an A100) was not measured; CPU tokens/s are not comparable with it."
+        )
+    if any(row["peak_mem_source"] == "rss" for row in memory_rows):
+        print(
+            "  peak memory 'rss' is the process's peak resident set from just before the optimizer is built to the "
+            "run's end, evaluation included (interpreter, torch, corpus, model, activations, and what earlier runs "
+            "left in the allocator): indicative only."
+        )
+
+
+if __name__ == "__main__":
+    main()
