@@ -488,3 +488,21 @@ def test_figure_cache_reuses_unchanged_suites_only(tmp_path, monkeypatch):
     assert changed.suites[0].digest != suite.digest
     assert figure_cache.load(out, suite.name, changed.suites[0].digest, colors) is None
     assert "adamw-2" in render.render_figures(changed, workers=1)[1].run_ids
+
+
+def test_throughput_column_is_the_median_over_seeds_and_absent_without_data(tmp_path):
+    out = tmp_path / "results"
+    store.prepare(out)
+    for seed, rate in enumerate((900.0, 1500.0, 1200.0)):
+        write_run(
+            out, f"lm-{seed}", "adamw", seed, adamw_evals(seed), throughput_per_s=rate, throughput_unit="tokens/s"
+        )
+    write_run(out, "old-0", "adamw", 0, adamw_evals(0), suite="old")
+    path = out / "runs" / "old-0.parquet"
+    pq.write_table(pq.read_table(path).drop_columns(["throughput_per_s", "throughput_unit"]), path)
+    report = build.build_report(out)
+    by_suite = {s.name: tables.suite_table(s) for s in report.suites}
+    names = [c.name for c in by_suite["hand"].columns]
+    cell = by_suite["hand"].rows[0][names.index("throughput")]
+    assert (cell.text, cell.sub) == ("1,200", "tokens/s")
+    assert "throughput" not in [c.name for c in by_suite["old"].columns]

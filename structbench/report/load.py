@@ -32,6 +32,8 @@ RUN_COLUMNS = (
     "peak_mem_source",
     "state_bytes",
     "analytic_state_bytes",
+    "throughput_per_s",
+    "throughput_unit",
     "param_count",
     "final_eval_loss",
     "final_eval_metric",

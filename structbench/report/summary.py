@@ -52,6 +52,9 @@ class VariantSummary:
     state_bytes: float
     analytic_state_bytes: float
     """NaN when the store has no analytic figure for this variant."""
+    throughput_per_s: float
+    """Median items (tokens, images) per second of training; NaN when the task reports none."""
+    throughput_unit: str
     routing: str
     routing_detail: str
     stored_target_used: int
@@ -163,6 +166,8 @@ def summarize_variant(variant: Variant, evals: CurveIndex, metric_name: str, met
         mem_source=", ".join(sorted({m for m in variant.values("peak_mem_source") if isinstance(m, str)})) or "-",
         state_bytes=_median(variant.values("state_bytes")[ok]),
         analytic_state_bytes=_median(variant.values("analytic_state_bytes")[ok]),
+        throughput_per_s=_median(variant.values("throughput_per_s")[ok]),
+        throughput_unit=next((u for u in variant.values("throughput_unit") if isinstance(u, str)), ""),
         routing=routing_text,
         routing_detail=routing_detail,
         stored_target_used=stored,

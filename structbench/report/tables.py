@@ -127,6 +127,7 @@ def suite_table(suite: SuiteReport, every_setting: bool = False) -> Table:
     variants = suite.variants if every_setting else list(suite.selected.values())
     arrow = "↓" if suite.metric_mode == "min" else "↑"
     timed = bool(suite.targets)
+    throughput = any(not math.isnan(v.throughput_per_s) for v in variants)
     columns = [
         Column("optimizer", "all", left=True),
         Column("runs", "results", left=True, wrap=False),
@@ -136,6 +137,7 @@ def suite_table(suite: SuiteReport, every_setting: bool = False) -> Table:
         Column("step time", "cost"),
         Column("optimizer share", "cost"),
         Column("compile", "cost"),
+        *([Column("throughput", "cost")] if throughput else []),
         Column("peak memory", "cost"),
         Column("state (measured)", "cost"),
         Column("state (analytic)", "cost"),
@@ -173,6 +175,7 @@ def suite_table(suite: SuiteReport, every_setting: bool = False) -> Table:
                 Cell(fmt_seconds(v.step_time_s)),
                 Cell(fmt_percent(v.optim_share)),
                 Cell(fmt_seconds(v.compile_s)),
+                *([_throughput_cell(v)] if throughput else []),
                 Cell(fmt_bytes(v.peak_mem_bytes), v.mem_source),
                 measured,
                 analytic,
@@ -194,6 +197,12 @@ def suite_table(suite: SuiteReport, every_setting: bool = False) -> Table:
             "metric); the Markdown and HTML reports also list every setting."
         )
     return Table(f"{suite.name}: results per optimizer", columns, rows, caption, key=f"suite-{suite.name}")
+
+
+def _throughput_cell(v: VariantSummary) -> Cell:
+    if math.isnan(v.throughput_per_s):
+        return Cell("-")
+    return Cell(f"{v.throughput_per_s:,.0f}", v.throughput_unit)
 
 
 def _paired_cells(paired: Paired | None, fmt: Callable[[Any], str]) -> tuple[Cell, Cell]:
