@@ -4,9 +4,14 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
+import torch
 from typer.testing import CliRunner
 
 from structbench.cli import app
+
+# One intra-op thread for the whole test run: its tensors are small, and OpenMP threads that spin at barriers slow
+# a run many times over when another process shares the cores (a 2-core CI rehearsal took 23 min instead of 2).
+torch.set_num_threads(1)
 
 
 @pytest.fixture
