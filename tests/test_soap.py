@@ -93,8 +93,9 @@ def _known_state_step(momentum_in_eigenbasis: bool):
     gen = torch.Generator().manual_seed(3)
     (p,) = _params([(4, 5)], seed=2)
     lr, wd, eps = 0.1, 0.01, 1e-8
-    opt = SOAP([p], lr=lr, weight_decay=wd, eps=eps, precondition_frequency=1,
-               momentum_in_eigenbasis=momentum_in_eigenbasis)
+    opt = SOAP(
+        [p], lr=lr, weight_decay=wd, eps=eps, precondition_frequency=1, momentum_in_eigenbasis=momentum_in_eigenbasis
+    )
     p.grad = torch.randn(4, 5, generator=gen)
     opt.step()
     state = opt.state[p]
@@ -357,8 +358,9 @@ def test_bfloat16_parameters_keep_float32_state_and_follow_the_float32_run():
         largest = [torch.maximum(m, p.detach().abs()) for m, p in zip(largest, runs[torch.float32], strict=True)]
     for dtype, opt in opts.items():
         assert all(p.dtype == dtype for p in runs[dtype])
-        assert all(t.dtype == torch.float32 for s in opt.state.values() for t in s.values()
-                   if isinstance(t, torch.Tensor))
+        assert all(
+            t.dtype == torch.float32 for s in opt.state.values() for t in s.values() if isinstance(t, torch.Tensor)
+        )
     for a, b, m in zip(runs[torch.float32], runs[torch.bfloat16], largest, strict=True):
         assert bool(((b.detach().float() - a.detach()).abs() <= 5 * 2**-9 * m).all())
 
@@ -422,10 +424,18 @@ def test_state_bytes_match_the_format():
 def test_registry_entries():
     soap_entry, eigen_entry = registry.get("soap"), registry.get("eigen-adam")
     assert soap_entry.lr_keys == eigen_entry.lr_keys == ("lr", "adamw_lr")
-    assert {k: soap_entry.defaults[k] for k in ("lr", "beta1", "beta2", "eps", "weight_decay",
-                                                 "precondition_frequency", "max_precond_dim")} == {
-        "lr": 3e-3, "beta1": 0.95, "beta2": 0.95, "eps": 1e-8, "weight_decay": 0.01,
-        "precondition_frequency": 10, "max_precond_dim": 10000}
+    assert {
+        k: soap_entry.defaults[k]
+        for k in ("lr", "beta1", "beta2", "eps", "weight_decay", "precondition_frequency", "max_precond_dim")
+    } == {
+        "lr": 3e-3,
+        "beta1": 0.95,
+        "beta2": 0.95,
+        "eps": 1e-8,
+        "weight_decay": 0.01,
+        "precondition_frequency": 10,
+        "max_precond_dim": 10000,
+    }
     assert soap_entry.defaults["shampoo_beta"] == -1.0 and soap_entry.defaults["correct_bias"] is True
     assert eigen_entry.defaults["sides"] == "smaller" and eigen_entry.defaults["basis_from_current_grad"] is True
     assert all(k in d for d in (soap_entry.defaults, eigen_entry.defaults) for k in ("adamw_lr", "adamw_eps"))
@@ -438,8 +448,11 @@ def test_registry_entries():
 def test_resume_is_bit_identical_for_every_switch():
     shapes = [(5, 5), (5, 5), (3, 8)]
     grads = _grads(shapes, 6, seed=14)
-    variants = [{"momentum_in_eigenbasis": True}, {"refresh": "eigh", "sides": "right"},
-                {"basis_from_current_grad": True, "normalize_grads": True}]
+    variants = [
+        {"momentum_in_eigenbasis": True},
+        {"refresh": "eigh", "sides": "right"},
+        {"basis_from_current_grad": True, "normalize_grads": True},
+    ]
     for variant in variants:
         params = _params(shapes)
         opt = SOAP(params, precondition_frequency=2, **variant)
