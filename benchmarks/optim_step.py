@@ -6,10 +6,14 @@ For each shape set (GPT-2-small-like layers; a ResNet-18's conv and linear weigh
 - each optimizer's median and mean step time and its ratio to `torch.optim.AdamW(foreach=True)` and to
   our `muon`;
 - for optimizers with an independent implementation of the same algorithm (torch.optim.Muon,
-  pytorch-optimizer's SOAP, Shampoo and GaLore), our time over theirs under settings that match.
+  pytorch-optimizer's SOAP, Shampoo and GaLore), our time over theirs under settings that match, by
+  median and by mean. The two are stepped alternately (ours, theirs, theirs, ours, ...), so load from
+  other processes falls on both alike.
 
 Means include the amortised refreshes (roots, eigenbases, projections) that fall inside the timed
-window; `--steps` should cover the interval being compared. Usage:
+window; `--steps` should cover the interval being compared. `--threads` sets torch's intra-op threads
+(default: torch's own choice); on a machine whose cores are busy with other work, multi-threaded step
+times mostly measure how often each op's threads wait for a descheduled peer. Usage:
 
     python benchmarks/optim_step.py --shapes gpt2-small --layers 2 --steps 12
     python benchmarks/optim_step.py --device cuda --layers 12 --steps 50      # on a GPU
@@ -65,6 +69,8 @@ class Oracle:
     ours: dict[str, Any]
     build: Callable[[list[torch.nn.Parameter]], torch.optim.Optimizer]
     matrices_only: bool = False
+    variants: tuple[dict[str, Any], ...] = ({},)
+    """Further settings of ours, each timed against the independent implementation in the same rounds."""
 
 
 def oracles() -> dict[str, Oracle]:
@@ -74,6 +80,7 @@ def oracles() -> dict[str, Oracle]:
         {"weight_decay": 0.0, "ns_dtype": "bfloat16"},  # torch.optim.Muon runs Newton-Schulz in bf16 on every device
         lambda ps: torch.optim.Muon(ps, lr=0.02, momentum=0.95, weight_decay=0.0, adjust_lr_fn="original"),
         matrices_only=True,
+        variants=({"batch_matrices": "off"}, {"batch_matrices": "on"}),
     )
     try:
         import pytorch_optimizer as po
@@ -132,25 +139,78 @@ def make_params(shapes: Sequence[tuple[int, ...]], device: torch.device, matrice
     return params
 
 
+class OracleError(Exception):
+    """The independent implementation raised while stepping (its own solver failures)."""
+
+
+def oracle_step(optimizer: torch.optim.Optimizer) -> Callable[[], None]:
+    """`optimizer.step`, its RuntimeErrors raised as OracleError so that they are told apart from ours."""
+
+    def step() -> None:
+        try:
+            optimizer.step()
+        except RuntimeError as exc:
+            raise OracleError(str(exc).splitlines()[0]) from exc
+
+    return step
+
+
 def time_steps(optimizer: torch.optim.Optimizer, device: torch.device, warmup: int, steps: int) -> list[float]:
+    (times,) = time_alternately([optimizer.step], device, warmup, steps)
+    return times
+
+
+def time_alternately(
+    step_fns: Sequence[Callable[[], object]], device: torch.device, warmup: int, steps: int
+) -> list[list[float]]:
+    """Times of each step function, called in turn (the order reversed every round, so none always goes first)."""
+
     def sync() -> None:
         if device.type == "cuda":
             torch.cuda.synchronize(device)
 
-    for _ in range(warmup):
-        optimizer.step()
-    times = []
-    for _ in range(steps):
-        sync()
-        start = time.perf_counter()
-        optimizer.step()
-        sync()
-        times.append(time.perf_counter() - start)
+    for step in step_fns:
+        for _ in range(warmup):
+            step()
+    times: list[list[float]] = [[] for _ in step_fns]
+    for round_index in range(steps):
+        order = list(enumerate(step_fns))
+        for index, step in order if round_index % 2 == 0 else reversed(order):
+            sync()
+            start = time.perf_counter()
+            step()
+            sync()
+            times[index].append(time.perf_counter() - start)
     return times
 
 
 def ours(name: str, params: list[torch.nn.Parameter], overrides: dict[str, Any]) -> torch.optim.Optimizer:
     return optim.make_optimizer(name, [(f"p{i}", p) for i, p in enumerate(params)], **overrides)
+
+
+def compare_with_oracle(
+    name: str, oracle: Oracle, shapes: Shapes, device: torch.device, warmup: int, steps: int
+) -> str:
+    """Ours (each variant) and the independent implementation stepped in turn; their time ratios as text."""
+    mine = [
+        ours(name, make_params(shapes, device, oracle.matrices_only), {**oracle.ours, **v}) for v in oracle.variants
+    ]
+    theirs = oracle.build(make_params(shapes, device, oracle.matrices_only))
+    try:
+        *mine_times, theirs_times = time_alternately(
+            [*(opt.step for opt in mine), oracle_step(theirs)], device, warmup, steps
+        )
+    except OracleError as exc:
+        return f"   {oracle.label} failed: {exc}"
+    their_median, their_mean = statistics.median(theirs_times), statistics.mean(theirs_times)
+    parts = []
+    for variant, times in zip(oracle.variants, mine_times, strict=True):
+        median = statistics.median(times)
+        parts.append(
+            f"ours{variant or ''}/{oracle.label} = {median / their_median:.2f} by median, "
+            f"{statistics.mean(times) / their_mean:.2f} by mean ({median * 1e3:.1f} vs {their_median * 1e3:.1f} ms)"
+        )
+    return f"   [ours with {oracle.ours or 'defaults'}] " + "; ".join(parts)
 
 
 def main(argv: Sequence[str] | None = None) -> None:
@@ -161,7 +221,10 @@ def main(argv: Sequence[str] | None = None) -> None:
     parser.add_argument("--steps", type=int, default=20)
     parser.add_argument("--warmup", type=int, default=2)
     parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
+    parser.add_argument("--threads", type=int, help="torch intra-op threads (default: torch's)")
     args = parser.parse_args(argv)
+    if args.threads is not None:
+        torch.set_num_threads(args.threads)
     device = torch.device(args.device)
     names = args.optim or optim.names()
     sets = list(SHAPE_SETS) if args.shapes == "all" else [args.shapes]
@@ -197,24 +260,7 @@ def main(argv: Sequence[str] | None = None) -> None:
             )
             oracle = found.get(name)
             if oracle is not None:
-                mine = time_steps(
-                    ours(name, make_params(shapes, device, oracle.matrices_only), oracle.ours),
-                    device,
-                    args.warmup,
-                    args.steps,
-                )
-                try:
-                    theirs = time_steps(
-                        oracle.build(make_params(shapes, device, oracle.matrices_only)), device, args.warmup, args.steps
-                    )
-                except RuntimeError as exc:  # the independent implementation's own solver failures
-                    print(f"{line}   {oracle.label} failed: {str(exc).splitlines()[0]}", flush=True)
-                    continue
-                ratio = statistics.mean(mine) / statistics.mean(theirs)
-                line += (
-                    f"   ours/{oracle.label} = {ratio:.2f} (mean {statistics.mean(mine) * 1e3:.1f} vs "
-                    f"{statistics.mean(theirs) * 1e3:.1f} ms, ours with {oracle.ours or 'defaults'})"
-                )
+                line += compare_with_oracle(name, oracle, shapes, device, args.warmup, args.steps)
             print(line, flush=True)
 
 

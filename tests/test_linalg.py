@@ -311,6 +311,18 @@ def test_ns_quintic_does_not_converge_to_polar_factor() -> None:
     assert float((sv - 1).abs().max()) > 0.02
 
 
+@pytest.mark.parametrize("shape", [(24, 24), (40, 96), (300, 70)])
+def test_ns_in_bfloat16_is_torch_optim_muons_iteration_bit_for_bit(shape: tuple[int, int]) -> None:
+    """torch.optim.Muon's NS (torch/optim/_muon.py): cast to bf16, divide by the bf16 Frobenius norm, then
+    the fused addmm pair; ours with dtype=bfloat16 rounds at the same points. (300, 70) is tall (transposed)
+    and has 21,000 entries, enough for a differently accumulated or rounded norm to show."""
+    from torch.optim._muon import _zeropower_via_newtonschulz
+
+    g = torch.randn(*shape, generator=_gen(10))
+    theirs = _zeropower_via_newtonschulz(g, NS_QUINTIC, 5, 1e-7)
+    assert torch.equal(newton_schulz(g, dtype=torch.bfloat16), theirs.float())
+
+
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
 @pytest.mark.parametrize("shape", [(9, 4), (4, 9), (2, 5, 5)])
 def test_ns_does_not_mutate_input(dtype: torch.dtype, shape: tuple[int, ...]) -> None:

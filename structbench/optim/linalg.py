@@ -119,20 +119,23 @@ def newton_schulz(
     dtype: torch.dtype | None = None,
     *,
     normalize: str = "frobenius",
+    cast_back: bool = True,
 ) -> Tensor:
     """Newton–Schulz approximation of the polar factor U V^T (Muon's NS5, Jordan et al. 2024).
 
-    X0 = G / (||G|| + eps) per matrix; then `steps` times A = X X^T, B = b A + c A^2, X = a X + B X
-    with (a, b, c) = `coefficients`; B and X are each one fused addmm / baddbmm, rounded once, as in
-    torch.optim.Muon and pytorch_optimizer (bfloat16 results match theirs bit for bit; Jordan's reference
-    rounds b A, (c A) A and their sum separately, so it differs in the last bits). Tall inputs are transposed
-    so that A is the smaller Gram matrix.
+    X0 = G / (||G|| + eps) per matrix, with G cast to the iteration dtype first and ||G||_F computed in it, as
+    in torch.optim.Muon (a bfloat16 norm is accumulated in float32 and rounded once); then `steps` times
+    A = X X^T, B = b A + c A^2, X = a X + B X with (a, b, c) = `coefficients`; B and X are each one fused
+    addmm / baddbmm, rounded once, as in torch.optim.Muon and pytorch_optimizer (bfloat16 results match
+    theirs bit for bit; Jordan's reference rounds b A, (c A) A and their sum separately, so it differs in the
+    last bits). Tall inputs are transposed so that A is the smaller Gram matrix.
     `NS_QUINTIC` is Muon's iteration (singular values end near [0.7, 1.2]); `NS_CUBIC` is the classic
     iteration (Higham 2008), which converges to U V^T when the normalized singular values lie in (0, sqrt 3).
 
     `normalize` picks ||G||: "frobenius" (Muon's, cheap) or "spectral" (the X0 of SUMO's Lemma 3.2 proof,
     costs an SVD; for analysis). `dtype` is the iteration dtype: None means bfloat16 on CUDA and float32
-    elsewhere. The input is never modified; the result has the input dtype.
+    elsewhere. The input is never modified; the result has the input dtype, or with `cast_back=False` the
+    iteration dtype (for a caller that applies it with a mixed-dtype op, sparing a float32 copy).
     """
     _check_matrix(g, "g")
     if steps < 0:
@@ -144,11 +147,10 @@ def newton_schulz(
     a, b, c = coefficients
     transpose = g.size(-2) > g.size(-1)
     x = (g.mT if transpose else g).to(dtype)
-    norm_dtype = _compute_dtype(dtype)
     if normalize == "frobenius":
-        norm = torch.linalg.vector_norm(x, dim=(-2, -1), keepdim=True, dtype=norm_dtype)
+        norm = torch.linalg.vector_norm(x, dim=(-2, -1), keepdim=True)
     else:
-        norm = torch.linalg.matrix_norm(x.to(norm_dtype), ord=2, keepdim=True)
+        norm = torch.linalg.matrix_norm(x.to(_compute_dtype(dtype)), ord=2, keepdim=True)
     x = x / (norm + eps).to(dtype)
     batch_shape = x.shape[:-2]
     if x.dim() > 3:
@@ -159,7 +161,8 @@ def newton_schulz(
         poly = fused(gram, gram, gram, beta=b, alpha=c) if c != 0.0 else b * gram
         x = fused(x, poly, x, beta=a)
     x = x.reshape(*batch_shape, *x.shape[-2:])
-    return (x.mT if transpose else x).to(g.dtype)
+    x = x.mT if transpose else x
+    return x.to(g.dtype) if cast_back else x
 
 
 def eigh_with_retry(a: Tensor) -> tuple[Tensor, Tensor]:

@@ -19,10 +19,14 @@ m and n are the rows and columns of the matrix view. The reference code instead 
 original tensor's last two dims, which for a 4-D conv filter is kh/kw (reference-implementations.md §7);
 here a conv filter is scaled like the (out, in*kh*kw) matrix it is orthogonalized as.
 
-Same-shape matrices of a param group are stacked and orthogonalized in one batched call. The caller's
-`p.grad` is never modified (the reference code's Nesterov path overwrites it). The momentum buffer has
-the parameter's dtype; the Newton–Schulz iteration runs in `ns_dtype` ("auto": bfloat16 on CUDA, float32
-elsewhere).
+`batch_matrices` picks how matrices are orthogonalized. "off": each on its own with 2-D matmuls, op for op
+as in torch.optim.Muon (its bfloat16 NS output is matched bit for bit). "on": the same-shape matrices of a
+param group are stacked and orthogonalized by one batched Newton–Schulz call (batched matmuls), which saves a
+kernel launch chain per matrix on a GPU. "auto" (default) is "on" on CUDA and "off" elsewhere: on CPU,
+stacking was measured no faster at GPT-2 and ResNet-18 sizes (benchmarks/optim_step.py): the matmuls are
+compute-bound either way and the transient stacks are large fresh allocations. The caller's `p.grad` is
+never modified (the reference code's Nesterov path overwrites it). The momentum buffer has the parameter's
+dtype; the Newton–Schulz iteration runs in `ns_dtype` ("auto": bfloat16 on CUDA, float32 elsewhere).
 """
 
 from __future__ import annotations
@@ -47,6 +51,7 @@ NS_DTYPES: dict[str, torch.dtype | None] = {"auto": None, "bfloat16": torch.bflo
 MOMENTUM_FORMS = ("ema", "sum")
 POLAR_METHODS = ("ns", "svd")
 SCALES = ("shape", "rms", "none")
+BATCH_MODES = ("auto", "on", "off")
 RMS_MATCH = 0.2
 """Moonlight's target update RMS (AdamW's typical RMS): s = 0.2 sqrt(max(m, n))."""
 MAX_CONSECUTIVE_SOLVER_FAILURES = 3
@@ -90,6 +95,7 @@ class Muon(StructuredOptimizer):
         polar: str = "ns",
         scale: str = "shape",
         weight_decay: float = 0.0,
+        batch_matrices: str = "auto",
     ) -> None:
         defaults = {
             "lr": lr,
@@ -103,6 +109,7 @@ class Muon(StructuredOptimizer):
             "polar": polar,
             "scale": scale,
             "weight_decay": weight_decay,
+            "batch_matrices": batch_matrices,
         }
         super().__init__(params, defaults)
         for group in self.param_groups:
@@ -126,6 +133,7 @@ class Muon(StructuredOptimizer):
         _choice("ns_dtype", group["ns_dtype"], NS_DTYPES)
         _choice("polar", group["polar"], POLAR_METHODS)
         _choice("scale", group["scale"], SCALES)
+        _choice("batch_matrices", group["batch_matrices"], BATCH_MODES)
         for p in group["params"]:
             if p.dim() < 2:
                 raise ValueError(
@@ -135,36 +143,49 @@ class Muon(StructuredOptimizer):
 
     def step_group(self, group: dict[str, Any]) -> None:
         params = [p for p in group["params"] if p.grad is not None]
-        if params:
-            self._step_matrices(group, params)
-
-    def _step_matrices(self, group: dict[str, Any], params: list[Tensor]) -> None:
-        grads = [p.grad for p in params]
-        for grad in grads:
-            if grad.is_sparse or grad.is_complex():
+        for p in params:
+            if p.grad.is_sparse or p.grad.is_complex():
                 raise RuntimeError("Muon supports dense real gradients only")
-        buffers = [self._momentum_buffer(p) for p in params]
-        beta = group["momentum"]
-        if group["momentum_form"] == "ema":
-            torch._foreach_lerp_(buffers, grads, 1.0 - beta)
-            updates = torch._foreach_lerp(grads, buffers, beta) if group["nesterov"] else buffers
+        if not params:
+            return
+        mode = group["batch_matrices"]
+        if mode == "on" or (mode == "auto" and params[0].device.type == "cuda"):
+            self._step_stacked(params, group)
         else:
-            torch._foreach_mul_(buffers, beta)
-            torch._foreach_add_(buffers, grads)
-            updates = torch._foreach_add(grads, buffers, alpha=beta) if group["nesterov"] else buffers
+            for p in params:
+                ortho = self._orthogonalize(matrix_view(self._momentum_update(p, group)), [p], group)
+                self._apply(p, ortho, group)
 
-        buckets: dict[tuple[tuple[int, int], torch.dtype, torch.device], list[int]] = defaultdict(list)
-        for index, p in enumerate(params):
-            buckets[(matrix_shape(p.shape), p.dtype, p.device)].append(index)
+    def _step_stacked(self, params: list[Tensor], group: dict[str, Any]) -> None:
+        """Orthogonalize the same-shape (and dtype, device) matrices of `params` as one (k, m, n) batch."""
+        buckets: dict[tuple[tuple[int, int], torch.dtype, torch.device], list[Tensor]] = defaultdict(list)
+        for p in params:
+            buckets[(matrix_shape(p.shape), p.dtype, p.device)].append(p)
+        for owned in buckets.values():
+            updates = [matrix_view(self._momentum_update(p, group)) for p in owned]
+            if len(owned) == 1:
+                orthos = [self._orthogonalize(updates[0], owned, group)]
+            else:
+                orthos = self._orthogonalize(torch.stack(updates), owned, group).unbind(0)
+            for p, ortho in zip(owned, orthos, strict=True):
+                self._apply(p, ortho, group)
+
+    @staticmethod
+    def _apply(p: Tensor, ortho: Tensor, group: Mapping[str, Any]) -> None:
+        """W_t = (1 - lr wd) W_{t-1} - lr s(m, n) O_t, with O_t the (m, n) orthogonalized update of p."""
         lr, decay = group["lr"], 1.0 - group["lr"] * group["weight_decay"]
-        for (shape, _, _), indices in buckets.items():
-            owned = [params[i] for i in indices]
-            stacked = torch.stack([matrix_view(updates[i]) for i in indices])
-            ortho = self._orthogonalize(stacked, owned, group)
-            if decay != 1.0:
-                torch._foreach_mul_(owned, decay)
-            step = -lr * update_scale(*shape, group["scale"])
-            torch._foreach_add_(owned, [o.view_as(p) for o, p in zip(ortho.unbind(0), owned, strict=True)], alpha=step)
+        if decay != 1.0:
+            p.mul_(decay)
+        p.add_(ortho.view_as(p), alpha=-lr * update_scale(*ortho.shape, group["scale"]))
+
+    def _momentum_update(self, p: Tensor, group: Mapping[str, Any]) -> Tensor:
+        """B_t, stored in p's momentum buffer, and the U_t that is orthogonalized."""
+        grad, buf, beta = p.grad, self._momentum_buffer(p), group["momentum"]
+        if group["momentum_form"] == "ema":
+            buf.lerp_(grad, 1.0 - beta)
+            return grad.lerp(buf, beta) if group["nesterov"] else buf
+        buf.mul_(beta).add_(grad)
+        return grad.add(buf, alpha=beta) if group["nesterov"] else buf
 
     def _momentum_buffer(self, p: Tensor) -> Tensor:
         state = self.state[p]
@@ -172,17 +193,12 @@ class Muon(StructuredOptimizer):
             state["momentum_buffer"] = torch.zeros_like(p, memory_format=torch.preserve_format)
         return state["momentum_buffer"]
 
-    def _orthogonalize(self, stacked: Tensor, owned: list[Tensor], group: Mapping[str, Any]) -> Tensor:
-        """The polar factor (or its NS approximation) of each matrix of the (k, m, n) stack; a lone matrix is
-        orthogonalized as a plain 2-D matrix (2-D matmuls, as torch.optim.Muon does, not a batch of one)."""
-        if stacked.shape[0] == 1:
-            return self._orthogonalize_batch(stacked[0], owned, group).unsqueeze(0)
-        return self._orthogonalize_batch(stacked, owned, group)
-
-    def _orthogonalize_batch(self, stacked: Tensor, owned: list[Tensor], group: Mapping[str, Any]) -> Tensor:
+    def _orthogonalize(self, update: Tensor, owned: list[Tensor], group: Mapping[str, Any]) -> Tensor:
+        """The polar factor (or its NS approximation) of the (m, n) update, or of each matrix of a (k, m, n)
+        stack of the updates of the `owned` parameters."""
         if group["polar"] == "svd":
             try:
-                ortho = polar_svd(stacked)
+                ortho = polar_svd(update)
             except SolverError:
                 self._count_failure(owned)
             else:
@@ -190,11 +206,12 @@ class Muon(StructuredOptimizer):
                     self.state[p].pop("consecutive_solver_failures", None)
                 return ortho
         return newton_schulz(
-            stacked,
+            update,
             steps=group["ns_steps"],
             coefficients=NS_COEFFICIENTS[group["ns_coefficients"]],
             eps=group["ns_eps"],
             dtype=NS_DTYPES[group["ns_dtype"]],
+            cast_back=False,  # p.add_ takes the NS dtype, as in torch.optim.Muon
         )
 
     def _count_failure(self, owned: list[Tensor]) -> None:
@@ -221,6 +238,7 @@ MUON_DEFAULTS: dict[str, Any] = {
     "polar": "ns",
     "scale": "shape",
     "weight_decay": 0.0,
+    "batch_matrices": "auto",
 }
 
 
@@ -260,7 +278,9 @@ MUON = register(
             "reference (always bf16). scale='rms' is Moonlight's 0.2 sqrt(max(m, n)); polar='svd' is the exact "
             "U V^T (ASGO Prop. 1, FISMO's ideal Muon). Conv filters are scaled by their (out, in*kh*kw) view; "
             "the reference uses kh/kw. Fallback: AdamW with the reference's aux-Adam settings (lr 3e-4, "
-            "betas (0.9, 0.95), eps 1e-10, wd 0) for 1-D params, embeddings and the head."
+            "betas (0.9, 0.95), eps 1e-10, wd 0) for 1-D params, embeddings and the head. batch_matrices "
+            "'auto' stacks same-shape matrices into one batched NS call on CUDA only (a harness choice; same "
+            "algorithm)."
         ),
         lr_keys=("lr", "adamw_lr"),
         state_bytes=_state_bytes,
