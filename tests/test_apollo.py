@@ -12,7 +12,6 @@
 
 from __future__ import annotations
 
-import copy
 import math
 from typing import Any
 
@@ -23,21 +22,18 @@ from torch import Tensor, nn
 from structbench import measure
 from structbench.optim import apollo, memory, registry
 from structbench.optim.apollo import Apollo
+from tests.lowrank_helpers import (
+    F64,
+    assert_resume_is_bit_identical,
+    growth_outside_the_subspace,
+    hand_channel_ratio,
+    hand_projected_adam,
+    known_matrix,
+    spread,
+    top_basis,
+)
 
-F64 = torch.float64
 B1, B2, EPS = 0.9, 0.999, 1e-6
-
-
-def known_matrix(m: int, n: int, singular: list[float], seed: int) -> Tensor:
-    gen = torch.Generator().manual_seed(seed)
-    k = len(singular)
-    u, _ = torch.linalg.qr(torch.randn(m, k, generator=gen, dtype=F64))
-    v, _ = torch.linalg.qr(torch.randn(n, k, generator=gen, dtype=F64))
-    return (u @ torch.diag(torch.tensor(singular, dtype=F64)) @ v.T).float()
-
-
-def spread(k: int) -> list[float]:
-    return [8.0 * 0.7**i for i in range(k)]
 
 
 def gaussian(seed: int, size: tuple[int, int], rank: int) -> Tensor:
@@ -58,29 +54,20 @@ def hand_apollo(
 ) -> tuple[Tensor, list[Tensor]]:
     """W after APOLLO steps with a fixed projection (n x r right, m x r left), and each step's limited G~."""
     w = w0.to(F64)
-    m = v = None
     psi = None
     scaled_grads = []
-    for t, g in enumerate(grads, start=1):
-        g = g.to(F64)
-        sigma = g @ basis if right else basis.T @ g
-        m = (1 - B1) * sigma if m is None else B1 * m + (1 - B1) * sigma
-        v = (1 - B2) * sigma**2 if v is None else B2 * v + (1 - B2) * sigma**2
-        n_hat = m / (v.sqrt() + EPS)
+    for step in hand_projected_adam(grads, basis, right, lr, (B1, B2), EPS):
         if scaling == "tensor":
-            s = n_hat.norm() / (sigma.norm() + 1e-8)
-        elif right:  # one factor per row, norms over the r columns
-            s = torch.stack([n_hat[i].norm() / (sigma[i].norm() + 1e-8) for i in range(g.shape[0])])[:, None]
-        else:  # one factor per column, norms over the r rows
-            s = torch.stack([n_hat[:, j].norm() / (sigma[:, j].norm() + 1e-8) for j in range(g.shape[1])])[None]
-        scaled = g * s
+            s = step.normalized.norm() / (step.projected.norm() + 1e-8)
+        else:
+            s = hand_channel_ratio(step.normalized, step.projected, right)
+        scaled = step.grad * s
         norm = scaled.norm()
         if limiter and psi is not None and norm / psi > 1.01:
             scaled = scaled * (1.01 * psi / norm)
         psi = scaled.norm()
         scaled_grads.append(scaled)
-        step_size = lr * math.sqrt(1 - B2**t) / (1 - B1**t)
-        w = w - step_size * math.sqrt(scale) * scaled
+        w = w - step.step_size * math.sqrt(scale) * scaled
     return w, scaled_grads
 
 
@@ -126,8 +113,7 @@ def test_apollo_svd_channel_factors_by_hand_over_three_steps(shape: tuple[int, i
     grads = [1e-2 * known_matrix(rows, cols, spread(6), seed=4)]
     gen = torch.Generator().manual_seed(5)
     grads += [grads[0] + 3e-3 * torch.randn(shape, generator=gen) for _ in range(2)]
-    u, _, vh = torch.linalg.svd(grads[0].to(F64), full_matrices=False)
-    basis = vh[:3].T if right else u[:, :3]
+    basis = top_basis(grads[0], 3, right)
     param, _ = run(w0, grads, **SVD)
     expected, _ = hand_apollo(w0, grads, basis, right, "channel", 0.01, 1.0)
     torch.testing.assert_close(param.detach().to(F64), expected, rtol=0, atol=1e-6)
@@ -137,12 +123,7 @@ def test_apollo_svd_channel_factors_by_hand_over_three_steps(shape: tuple[int, i
 
 def test_limiter_caps_norm_growth_at_gamma() -> None:
     """Step 2 adds a large gradient component outside span(U): the scaled raw gradient grows far past 1.01x."""
-    w0 = known_matrix(6, 10, spread(6), seed=6)
-    g1 = 1e-2 * known_matrix(6, 10, spread(6), seed=7)
-    u, _, _ = torch.linalg.svd(g1.to(F64), full_matrices=False)
-    basis = u[:, :3]
-    z = torch.randn(6, 10, generator=torch.Generator().manual_seed(8), dtype=F64)
-    g2 = (g1.to(F64) + 0.2 * (z - basis @ basis.T @ z)).float()
+    w0, g1, g2, basis = growth_outside_the_subspace(seed=6)
     for limiter in (True, False):
         param, opt = run(w0, [g1, g2, g2], **SVD, limiter=limiter)
         expected, scaled = hand_apollo(w0, [g1, g2, g2], basis, False, "channel", 0.01, 1.0, limiter=limiter)
@@ -202,27 +183,13 @@ def test_state_dict_resume_is_bit_identical_across_refreshes(name: str, dtype: t
     hp = {**registry.get(name).defaults}
     kwargs = {k: hp[k] for k in ("lr", "scale", "projection", "scaling", "proj_type", "refresh_schedule") if k in hp}
     rank = 1 if name == "apollo-mini" else 3
-    gen = torch.Generator().manual_seed(11)
-    shapes = [(6, 10), (10, 6), (3, 2, 2, 2)]
-    grads = [[torch.randn(s, generator=gen).to(dtype) for s in shapes] for _ in range(6)]
-    params = [nn.Parameter(torch.randn(s, generator=gen).to(dtype)) for s in shapes]
-    opt = Apollo(params, rank=rank, update_proj_gap=2, **kwargs)
-    for g in grads[:3]:
-        for p, gi in zip(params, g, strict=True):
-            p.grad = gi.clone()
-        opt.step()
-    saved = copy.deepcopy(opt.state_dict())
-    clones = [nn.Parameter(p.detach().clone()) for p in params]
-    resumed = Apollo(clones, rank=rank, update_proj_gap=2, **kwargs)
-    resumed.load_state_dict(saved)
-    if name == "apollo-mini":
-        assert resumed.state[clones[0]]["seed"].dtype == torch.int32
-    for g in grads[3:]:
-        for p, q, gi in zip(params, clones, g, strict=True):
-            p.grad, q.grad = gi.clone(), gi.clone()
-        opt.step()
-        resumed.step()
-    assert all(torch.equal(p, q) for p, q in zip(params, clones, strict=True))
+    assert_resume_is_bit_identical(
+        lambda params: Apollo(params, rank=rank, update_proj_gap=2, **kwargs),
+        shapes=[(6, 10), (10, 6), (3, 2, 2, 2)],
+        dtype=dtype,
+        seed=11,
+        loaded_dtypes={"seed": torch.int32} if name == "apollo-mini" else {},
+    )
 
 
 # --- parity with the oracle (projected semantics only) --------------------------------------------------

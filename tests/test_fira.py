@@ -12,7 +12,6 @@
 
 from __future__ import annotations
 
-import copy
 import math
 from typing import Any
 
@@ -24,29 +23,20 @@ from structbench import measure
 from structbench.optim import memory, registry
 from structbench.optim.fira import Fira
 from structbench.optim.galore import GaLore
+from tests.lowrank_helpers import (
+    F64,
+    assert_resume_is_bit_identical,
+    growth_outside_the_subspace,
+    hand_channel_ratio,
+    hand_projected_adam,
+    known_matrix,
+    spread,
+    steps_beside_oracle,
+    svd_through_tall_orientation,
+    top_basis,
+)
 
-F64 = torch.float64
-TORCH_SVD = torch.linalg.svd
 HP = {"lr": 0.01, "betas": (0.9, 0.999), "eps": 1e-6, "scale": 0.25, "weight_decay": 0.0}
-
-
-def known_matrix(m: int, n: int, singular: list[float], seed: int) -> Tensor:
-    """U diag(s) V^T (float32) with orthonormal U, V from the QR of a float64 Gaussian."""
-    gen = torch.Generator().manual_seed(seed)
-    k = len(singular)
-    u, _ = torch.linalg.qr(torch.randn(m, k, generator=gen, dtype=F64))
-    v, _ = torch.linalg.qr(torch.randn(n, k, generator=gen, dtype=F64))
-    return (u @ torch.diag(torch.tensor(singular, dtype=F64)) @ v.T).float()
-
-
-def spread(k: int) -> list[float]:
-    return [8.0 * 0.7**i for i in range(k)]
-
-
-def top_basis(g: Tensor, r: int, right: bool) -> Tensor:
-    """float64 top-r right (n x r) or left (m x r) singular vectors."""
-    u, _, vh = torch.linalg.svd(g.to(F64), full_matrices=False)
-    return vh[:r].T if right else u[:, :r]
 
 
 def hand_fira(
@@ -54,29 +44,18 @@ def hand_fira(
 ) -> tuple[Tensor, list[Tensor]]:
     """W after Fira steps with a fixed basis, and each step's (limited) compensation C, all float64."""
     w = w0.to(F64)
-    b1, b2 = hp["betas"]
-    m = v = None
+    back = (lambda x: x @ basis.T) if right else (lambda x: basis @ x)
     psi = None
     comps = []
-    for t, g in enumerate(grads, start=1):
-        g = g.to(F64)
-        sigma = g @ basis if right else basis.T @ g
-        m = (1 - b1) * sigma if m is None else b1 * m + (1 - b1) * sigma
-        v = (1 - b2) * sigma**2 if v is None else b2 * v + (1 - b2) * sigma**2
-        n_hat = m / (v.sqrt() + hp["eps"])
-        back = (lambda x: x @ basis.T) if right else (lambda x: basis @ x)
-        if right:  # one ratio per row of G, norms over the r columns of sigma
-            phi = torch.stack([n_hat[i].norm() / (sigma[i].norm() + 1e-8) for i in range(g.shape[0])])[:, None]
-        else:  # one ratio per column of G, norms over the r rows of sigma
-            phi = torch.stack([n_hat[:, j].norm() / (sigma[:, j].norm() + 1e-8) for j in range(g.shape[1])])[None]
-        comp = (g - hp["scale"] * back(sigma)) * phi
+    for step in hand_projected_adam(grads, basis, right, hp["lr"], hp["betas"], hp["eps"]):
+        phi = hand_channel_ratio(step.normalized, step.projected, right)
+        comp = (step.grad - hp["scale"] * back(step.projected)) * phi
         norm = comp.norm()
         if psi is not None and norm / psi > gamma:
             comp = comp * (gamma * psi / norm)
         psi = comp.norm()
         comps.append(comp)
-        step_size = hp["lr"] * math.sqrt(1 - b2**t) / (1 - b1**t)
-        w = w - step_size * (hp["scale"] * back(n_hat) + comp)
+        w = w - step.step_size * (hp["scale"] * back(step.normalized) + comp)
         w = w - hp["lr"] * hp["weight_decay"] * w
     return w, comps
 
@@ -111,11 +90,7 @@ def test_first_step_is_galore_step_plus_hand_compensation(shape: tuple[int, int]
 
 def test_limiter_caps_compensation_norm_growth_at_gamma() -> None:
     """Step 2 adds a large gradient outside span(U): the raw compensation grows far more than 1.01x."""
-    w0 = known_matrix(6, 10, spread(6), seed=3)
-    g1 = 1e-2 * known_matrix(6, 10, spread(6), seed=4)
-    basis = top_basis(g1, 3, right=False)
-    z = torch.randn(6, 10, generator=torch.Generator().manual_seed(5), dtype=F64)
-    g2 = (g1.to(F64) + 0.2 * (z - basis @ basis.T @ z)).float()
+    w0, g1, g2, basis = growth_outside_the_subspace(seed=3)
     g3 = g2.clone()
     param, opt = run(Fira, w0, [g1, g2, g3])
     expected, comps = hand_fira(w0, [g1, g2, g3], basis, False, HP)
@@ -192,14 +167,6 @@ def test_fira_plus_rescales_to_the_low_rank_update_norm_times_alpha_c() -> None:
 # --- parity with the oracle -----------------------------------------------------------------------------
 
 
-def svd_through_tall_orientation(a: Tensor, full_matrices: bool = True) -> tuple[Tensor, Tensor, Tensor]:
-    """torch.linalg.svd with a wide matrix decomposed through its transpose (as structbench's GaLore does)."""
-    if a.size(-2) >= a.size(-1):
-        return tuple(TORCH_SVD(a, full_matrices=full_matrices))
-    u, s, vh = TORCH_SVD(a.mT, full_matrices=full_matrices)
-    return vh.mT, s, u.mT
-
-
 def test_parity_with_pytorch_optimizer(monkeypatch) -> None:
     """pytorch_optimizer 4.1.0 `Fira`, projection_type 'std', 8 steps with T = 3 (refreshes at t = 1, 3, 6).
 
@@ -216,27 +183,18 @@ def test_parity_with_pytorch_optimizer(monkeypatch) -> None:
     monkeypatch.setattr(torch.linalg, "svd", svd_through_tall_orientation)
     from pytorch_optimizer import Fira as OracleFira
 
-    shapes = [(12, 6), (6, 12), (8, 8), (5, 20), (20, 5)]
-    gen = torch.Generator().manual_seed(14)
-    start = [torch.randn(s, generator=gen) for s in shapes]
-    ours = [nn.Parameter(w.clone()) for w in start]
-    theirs = [nn.Parameter(w.clone()) for w in start]
-    opt = Fira(ours, lr=0.01, rank=4, update_proj_gap=3, scale=0.25, weight_decay=0.1, eps=1e-6)
-    oracle = OracleFira(
-        [{"params": theirs, "rank": 4, "update_proj_gap": 3, "scale": 0.25, "projection_type": "std"}],
-        lr=0.01,
-        weight_decay=0.1,
-        eps=1e-6,
+    moved = steps_beside_oracle(
+        lambda ours: Fira(ours, lr=0.01, rank=4, update_proj_gap=3, scale=0.25, weight_decay=0.1, eps=1e-6),
+        lambda theirs: OracleFira(
+            [{"params": theirs, "rank": 4, "update_proj_gap": 3, "scale": 0.25, "projection_type": "std"}],
+            lr=0.01,
+            weight_decay=0.1,
+            eps=1e-6,
+        ),
+        shapes=[(12, 6), (6, 12), (8, 8), (5, 20), (20, 5)],
+        seed=14,
+        atol=2e-5,
     )
-    for _ in range(8):
-        grads = [torch.randn(s, generator=gen) for s in shapes]
-        for a, b, g in zip(ours, theirs, grads, strict=True):
-            a.grad, b.grad = g.clone(), g.clone()
-        opt.step()
-        oracle.step()
-        for a, b in zip(ours, theirs, strict=True):
-            torch.testing.assert_close(a.detach(), b.detach(), rtol=0, atol=2e-5)
-    moved = max(float((a.detach() - w).abs().max()) for a, w in zip(ours, start, strict=True))
     assert moved > 5e-2
 
 
@@ -245,26 +203,13 @@ def test_parity_with_pytorch_optimizer(monkeypatch) -> None:
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
 def test_state_dict_resume_is_bit_identical_across_a_refresh(dtype: torch.dtype) -> None:
-    gen = torch.Generator().manual_seed(15)
-    shapes = [(6, 10), (10, 6), (3, 2, 2, 2)]
-    grads = [[torch.randn(s, generator=gen).to(dtype) for s in shapes] for _ in range(6)]
-    params = [nn.Parameter(torch.randn(s, generator=gen).to(dtype)) for s in shapes]
-    opt = Fira(params, rank=3, update_proj_gap=2)
-    for g in grads[:3]:
-        for p, gi in zip(params, g, strict=True):
-            p.grad = gi.clone()
-        opt.step()
-    saved = copy.deepcopy(opt.state_dict())
-    clones = [nn.Parameter(p.detach().clone()) for p in params]
-    resumed = Fira(clones, rank=3, update_proj_gap=2)
-    resumed.load_state_dict(saved)
-    assert resumed.state[clones[0]]["limiter_norm"].dtype == torch.float32
-    for g in grads[3:]:
-        for p, q, gi in zip(params, clones, g, strict=True):
-            p.grad, q.grad = gi.clone(), gi.clone()
-        opt.step()
-        resumed.step()
-    assert all(torch.equal(p, q) for p, q in zip(params, clones, strict=True))
+    assert_resume_is_bit_identical(
+        lambda params: Fira(params, rank=3, update_proj_gap=2),
+        shapes=[(6, 10), (10, 6), (3, 2, 2, 2)],
+        dtype=dtype,
+        seed=15,
+        loaded_dtypes={"limiter_norm": torch.float32},
+    )
 
 
 def test_state_bytes_are_table6_count_plus_the_limiter_scalar() -> None:

@@ -15,7 +15,6 @@
 
 from __future__ import annotations
 
-import copy
 import math
 from collections.abc import Callable
 from typing import Any
@@ -28,47 +27,31 @@ from structbench import measure
 from structbench.errors import SolverError
 from structbench.optim import linalg, registry
 from structbench.optim.galore import GaLore
+from tests.lowrank_helpers import (
+    F64,
+    Svd,
+    assert_resume_is_bit_identical,
+    hand_projected_adam,
+    known_matrix,
+    steps_beside_oracle,
+    svd_through_tall_orientation,
+    top_basis,
+)
 
-F64 = torch.float64
-Svd = tuple[Tensor, Tensor, Tensor]
 TRUNCATED_SVD = linalg.truncated_svd
-TORCH_SVD = torch.linalg.svd
-
-
-def known_matrix(m: int, n: int, singular: list[float], seed: int) -> Tensor:
-    """U diag(s) V^T (float32) with U, V orthonormal from the QR of a float64 Gaussian; rank = len(singular)."""
-    gen = torch.Generator().manual_seed(seed)
-    k = len(singular)
-    u, _ = torch.linalg.qr(torch.randn(m, k, generator=gen, dtype=F64))
-    v, _ = torch.linalg.qr(torch.randn(n, k, generator=gen, dtype=F64))
-    return (u @ torch.diag(torch.tensor(singular, dtype=F64)) @ v.T).float()
 
 
 def spread(k: int) -> list[float]:
-    """k well-separated singular values, 8, 6.4, 5.12, ..."""
+    """k well-separated singular values, 8, 6.4, 5.12, ... (ratio 0.8; the shared `lowrank_helpers.spread` uses 0.7)."""
     return [8.0 * 0.8**i for i in range(k)]
-
-
-def top_basis(g: Tensor, r: int, right: bool) -> Tensor:
-    """float64 top-r right singular vectors (n x r) or left singular vectors (m x r) of g."""
-    u, _, vh = torch.linalg.svd(g.to(F64), full_matrices=False)
-    return vh[:r].T if right else u[:, :r]
 
 
 def hand_adam_steps(w0: Tensor, grads: list[Tensor], basis: Tensor, right: bool, hp: dict[str, Any]) -> Tensor:
     """W after len(grads) GaLore steps with a fixed basis (n x r right, m x r left), all in float64."""
     w = w0.to(F64).reshape(w0.shape[0], -1)
-    b1, b2 = hp["betas"]
-    m = v = None
-    for t, g in enumerate(grads, start=1):
-        g = g.to(F64).reshape(w.shape)
-        sigma = g @ basis if right else basis.T @ g
-        m = (1 - b1) * sigma if m is None else b1 * m + (1 - b1) * sigma
-        v = (1 - b2) * sigma**2 if v is None else b2 * v + (1 - b2) * sigma**2
-        step_size = hp["lr"] * math.sqrt(1 - b2**t) / (1 - b1**t)
-        normalized = m / (v.sqrt() + hp["eps"])
-        back = normalized @ basis.T if right else basis @ normalized
-        w = w - step_size * hp["scale"] * back
+    for step in hand_projected_adam(grads, basis, right, hp["lr"], hp["betas"], hp["eps"]):
+        back = step.normalized @ basis.T if right else basis @ step.normalized
+        w = w - step.step_size * hp["scale"] * back
         w = w - hp["lr"] * hp["weight_decay"] * w
     return w.reshape(w0.shape)
 
@@ -319,14 +302,6 @@ def test_sign_of_singular_vectors_matters_only_without_reprojection(monkeypatch,
 # --- parity with the oracle -----------------------------------------------------------------------------
 
 
-def svd_through_tall_orientation(a: Tensor, full_matrices: bool = True) -> Svd:
-    """torch.linalg.svd, a wide matrix decomposed through its transpose (as structbench's GaLore does)."""
-    if a.size(-2) >= a.size(-1):
-        return tuple(TORCH_SVD(a, full_matrices=full_matrices))
-    u, s, vh = TORCH_SVD(a.mT, full_matrices=full_matrices)
-    return vh.mT, s, u.mT
-
-
 def test_parity_with_pytorch_optimizer(monkeypatch) -> None:
     """pytorch_optimizer 4.1.0 GaLore, projection_type 'std', over 8 steps with T = 3 (refreshes at 1, 3, 6).
 
@@ -348,27 +323,18 @@ def test_parity_with_pytorch_optimizer(monkeypatch) -> None:
     monkeypatch.setattr(torch.linalg, "svd", svd_through_tall_orientation)
     from pytorch_optimizer import GaLore as OracleGaLore
 
-    shapes = [(12, 6), (6, 12), (8, 8), (5, 20), (20, 5), (3, 9)]
-    gen = torch.Generator().manual_seed(14)
-    start = [torch.randn(s, generator=gen) for s in shapes]
-    ours = [nn.Parameter(w.clone()) for w in start]
-    theirs = [nn.Parameter(w.clone()) for w in start]
-    opt = GaLore(ours, lr=0.01, rank=4, update_proj_gap=3, scale=0.25, weight_decay=0.1, eps=1e-6)
-    oracle = OracleGaLore(
-        [{"params": theirs, "rank": 4, "update_proj_gap": 3, "scale": 0.25, "projection_type": "std"}],
-        lr=0.01,
-        weight_decay=0.1,
-        eps=1e-6,
+    moved = steps_beside_oracle(
+        lambda ours: GaLore(ours, lr=0.01, rank=4, update_proj_gap=3, scale=0.25, weight_decay=0.1, eps=1e-6),
+        lambda theirs: OracleGaLore(
+            [{"params": theirs, "rank": 4, "update_proj_gap": 3, "scale": 0.25, "projection_type": "std"}],
+            lr=0.01,
+            weight_decay=0.1,
+            eps=1e-6,
+        ),
+        shapes=[(12, 6), (6, 12), (8, 8), (5, 20), (20, 5), (3, 9)],
+        seed=14,
+        atol=1e-5,
     )
-    for _ in range(8):
-        grads = [torch.randn(s, generator=gen) for s in shapes]
-        set_grads(ours, grads)
-        set_grads(theirs, grads)
-        opt.step()
-        oracle.step()
-        for a, b in zip(ours, theirs, strict=True):
-            torch.testing.assert_close(a.detach(), b.detach(), rtol=0, atol=1e-5)
-    moved = max(float((a.detach() - w).abs().max()) for a, w in zip(ours, start, strict=True))
     assert moved > 1e-2
 
 
@@ -440,25 +406,13 @@ def test_one_dimensional_parameter_is_rejected() -> None:
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
 def test_state_dict_resume_is_bit_identical_across_a_refresh(dtype: torch.dtype) -> None:
-    gen = torch.Generator().manual_seed(16)
-    shapes = [(6, 10), (6, 10), (10, 6), (3, 2, 2, 2)]
-    grads = [[torch.randn(s, generator=gen).to(dtype) for s in shapes] for _ in range(6)]
-    params = [nn.Parameter(torch.randn(s, generator=gen).to(dtype)) for s in shapes]
-    opt = make(params, update_proj_gap=2, reproject_moments=True)
-    for g in grads[:3]:
-        set_grads(params, g)
-        opt.step()
-    saved = copy.deepcopy(opt.state_dict())
-    clones = [nn.Parameter(p.detach().clone()) for p in params]
-    resumed = make(clones, update_proj_gap=2, reproject_moments=True)
-    resumed.load_state_dict(saved)
-    assert resumed.state[clones[0]]["projection"].dtype == torch.float32
-    for g in grads[3:]:
-        set_grads(params, g)
-        set_grads(clones, g)
-        opt.step()
-        resumed.step()
-    assert all(torch.equal(p, q) for p, q in zip(params, clones, strict=True))
+    assert_resume_is_bit_identical(
+        lambda params: make(params, update_proj_gap=2, reproject_moments=True),
+        shapes=[(6, 10), (6, 10), (10, 6), (3, 2, 2, 2)],
+        dtype=dtype,
+        seed=16,
+        loaded_dtypes={"projection": torch.float32},
+    )
 
 
 def test_randomized_svd_is_deterministic_and_finds_an_exactly_low_rank_subspace() -> None:

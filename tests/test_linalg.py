@@ -25,6 +25,7 @@ from structbench.optim.linalg import (
     NS_QUINTIC,
     bjorck_orthonormalize,
     eigh_with_retry,
+    from_eigenpairs,
     inverse_root_eigh,
     inverse_root_newton,
     newton_schulz,
@@ -712,3 +713,16 @@ def test_polar_svd_of_a_rank_deficient_matrix_is_the_compact_factor() -> None:
     assert torch.allclose(p, u[:, :2] @ vh[:2], atol=1e-10)
     assert torch.allclose(torch.linalg.svdvals(p), torch.tensor([1.0, 1, 0, 0, 0, 0], dtype=torch.float64), atol=1e-10)
     assert torch.equal(polar_svd(torch.zeros(3, 4)), torch.zeros(3, 4))
+
+
+def test_from_eigenpairs_rebuilds_the_matrix_and_its_functions() -> None:
+    """For symmetric positive definite A = X X^T + I with float64 eigh (lambda, V): V diag(lambda) V^T is A,
+    V diag(1/lambda) V^T is A^{-1} and V diag(sqrt lambda) V^T squares to A; over a batch and for one matrix."""
+    x = torch.randn(3, 5, 5, generator=_gen(31), dtype=F64)
+    a = x @ x.mT + _eye(5)
+    evals, evecs = torch.linalg.eigh(a)
+    _close(from_eigenpairs(evals, evecs), a, atol=1e-12)
+    _close(from_eigenpairs(evals.reciprocal(), evecs) @ a, _eye(5).expand(3, 5, 5), atol=1e-12)
+    root = from_eigenpairs(evals.sqrt(), evecs)
+    _close(root @ root, a, atol=1e-12)
+    _close(from_eigenpairs(evals[0], evecs[0]), a[0], atol=1e-12)

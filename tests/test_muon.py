@@ -303,7 +303,7 @@ def test_bad_hyperparameters_are_value_errors(kwargs: dict) -> None:
 
 
 def test_a_vector_parameter_is_refused_at_construction() -> None:
-    with pytest.raises(ValueError, match="matrices only"):
+    with pytest.raises(ValueError, match="Muon takes matrices"):
         Muon([nn.Parameter(torch.zeros(5))])
 
 

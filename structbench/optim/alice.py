@@ -56,7 +56,7 @@ from __future__ import annotations
 
 import math
 from collections import defaultdict
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Iterable, Mapping
 from typing import Any
 
 import torch
@@ -65,6 +65,7 @@ from torch import Tensor, nn
 from structbench.errors import SolverError
 from structbench.optim import linalg, memory
 from structbench.optim.base import StructuredOptimizer
+from structbench.optim.checks import check_choice, is_finite_number, is_int_at_least
 from structbench.optim.hybrid import adamw_state_bytes, build_hybrid
 from structbench.optim.partition import matrix_view, route_with_head_switch
 from structbench.optim.racs import PAPER_ADAM_FALLBACK, limiter_factor
@@ -143,33 +144,25 @@ def _divide_or_zero(num: Tensor, denom: Tensor) -> Tensor:
 
 
 def _validate_group(group: Mapping[str, Any]) -> None:
-    def is_number(value: Any) -> bool:
-        return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
-
-    def is_count(value: Any, low: int) -> bool:
-        return isinstance(value, int) and not isinstance(value, bool) and value >= low
-
-    if not is_number(group["lr"]) or group["lr"] < 0:
+    if not is_finite_number(group["lr"]) or group["lr"] < 0:
         raise ValueError(f"lr must be a finite number >= 0; got {group['lr']!r}")
     for key in ("alpha", "alpha_c"):
-        if not is_number(group[key]):
+        if not is_finite_number(group[key]):
             raise ValueError(f"{key} must be a finite number; got {group[key]!r}")
     betas = group["betas"]
-    if len(betas) != 3 or not all(is_number(b) and 0.0 <= b < 1.0 for b in betas):
+    if len(betas) != 3 or not all(is_finite_number(b) and 0.0 <= b < 1.0 for b in betas):
         raise ValueError(f"betas must be three numbers (beta1, beta2, beta3) in [0, 1); got {betas!r}")
-    if not is_count(group["rank"], 1):
+    if not is_int_at_least(group["rank"], 1):
         raise ValueError(f"rank must be an int >= 1; got {group['rank']!r}")
-    if not is_count(group["leading"], 0) or group["leading"] > group["rank"]:
+    if not is_int_at_least(group["leading"], 0) or group["leading"] > group["rank"]:
         raise ValueError(f"leading must be an int in [0, rank]; got {group['leading']!r}")
-    if not is_count(group["update_interval"], 1):
+    if not is_int_at_least(group["update_interval"], 1):
         raise ValueError(f"update_interval must be an int >= 1; got {group['update_interval']!r}")
-    if not is_number(group["gamma"]) or group["gamma"] < 1.0:
+    if not is_finite_number(group["gamma"]) or group["gamma"] < 1.0:
         raise ValueError(f"gamma must be a finite number >= 1; got {group['gamma']!r}")
-    if group["switching"] not in SWITCHING:
-        raise ValueError(f"unknown switching {group['switching']!r}; valid: {', '.join(SWITCHING)}")
-    if group["compensation"] not in COMPENSATION:
-        raise ValueError(f"unknown compensation {group['compensation']!r}; valid: {', '.join(COMPENSATION)}")
-    if not is_number(group["eps"]) or group["eps"] < 0:
+    check_choice("switching", group["switching"], SWITCHING)
+    check_choice("compensation", group["compensation"], COMPENSATION)
+    if not is_finite_number(group["eps"]) or group["eps"] < 0:
         raise ValueError(f"eps must be a finite number >= 0; got {group['eps']!r}")
     if isinstance(group["switch_seed"], bool) or not isinstance(group["switch_seed"], int):
         raise ValueError(f"switch_seed must be an int; got {group['switch_seed']!r}")
@@ -196,7 +189,6 @@ class Alice(StructuredOptimizer):
         switch_seed: int = 0,
         eps: float = 0.0,
     ) -> None:
-        self.solver_failures = 0
         defaults = {
             "lr": lr,
             "alpha": alpha,
@@ -216,27 +208,20 @@ class Alice(StructuredOptimizer):
     def check_group(self, group: dict[str, Any]) -> None:
         _validate_group(group)
 
-    @torch.no_grad()
-    def step(self, closure: Callable[[], Tensor] | None = None) -> Tensor | None:
-        loss = None
-        if closure is not None:
-            with torch.enable_grad():
-                loss = closure()
+    def step_group(self, group: dict[str, Any]) -> None:
+        live = [p for p in group["params"] if p.grad is not None]
+        if any(p.grad.is_sparse for p in live):
+            raise RuntimeError("Alice does not support sparse gradients")
         index = {id(p): i for i, p in enumerate(p for g in self.param_groups for p in g["params"])}
-        for group in self.param_groups:
-            live = [p for p in group["params"] if p.grad is not None]
-            if any(p.grad.is_sparse for p in live):
-                raise RuntimeError("Alice does not support sparse gradients")
-            buckets: dict[tuple[Any, ...], list[nn.Parameter]] = defaultdict(list)
-            for param in live:
-                rows, cols = matrix_view(param.grad).shape
-                st = self.state[param]
-                due = "basis" not in st or st["solver_failures"] > 0
-                due = due or refresh_due(st["step"] + 1, group["update_interval"])
-                buckets[((rows, cols), param.device, param.dtype, due)].append(param)
-            for ((rows, cols), _, _, due), params in buckets.items():
-                self._step_bucket(group, params, rows > cols, due, [index[id(p)] for p in params])
-        return loss
+        buckets: dict[tuple[Any, ...], list[nn.Parameter]] = defaultdict(list)
+        for param in live:
+            rows, cols = matrix_view(param.grad).shape
+            st = self.state[param]
+            due = "basis" not in st or st["solver_failures"] > 0
+            due = due or refresh_due(st["step"] + 1, group["update_interval"])
+            buckets[((rows, cols), param.device, param.dtype, due)].append(param)
+        for ((rows, cols), _, _, due), params in buckets.items():
+            self._step_bucket(group, params, rows > cols, due, [index[id(p)] for p in params])
 
     def _step_bucket(
         self, group: dict[str, Any], params: list[nn.Parameter], transpose: bool, due: bool, indices: list[int]

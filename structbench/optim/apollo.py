@@ -59,21 +59,23 @@ from structbench.optim import memory
 from structbench.optim.galore import (
     GALORE_DEFAULTS,
     GALORE_FALLBACK_ADAMW,
+    SIGN_INVARIANT_CHECK_HPARAMS,
     GaLore,
     effective_rank,
+    galore_options,
     galore_state_bytes,
+    low_rank_shapes,
     projects_right,
 )
 from structbench.optim.hybrid import adamw_state_bytes, build_hybrid
-from structbench.optim.partition import matrix_shape, route_with_head_switch
+from structbench.optim.norm_scaling import NORM_EPS, channel_ratio, limiter_norm, validate_gamma
+from structbench.optim.partition import route_with_head_switch
 from structbench.optim.racs import limiter_factor
 from structbench.optim.registry import NamedParams, OptimizerEntry, Routing, register
 
 PROJECTIONS = ("random", "svd")
 SCALINGS = ("channel", "tensor")
 SCALED_GRADIENTS = ("raw", "projected")
-NORM_EPS = 1e-8
-"""Added to the projected gradient's norm in the scaling ratio (the reference code's constant)."""
 SEED_BYTES = 4
 """The stored projection seed is a 0-d int32 tensor."""
 
@@ -99,8 +101,7 @@ def scaling_factor(normalized: Tensor, projected: Tensor, right: bool, scaling: 
     """Alg. 9 line 12: ||N_c|| / (||sigma_c|| + 1e-8) per channel ((m, 1) if right, else (1, n)), or tensor-wise."""
     if scaling == "tensor":
         return torch.linalg.matrix_norm(normalized) / (torch.linalg.matrix_norm(projected) + NORM_EPS)
-    dim = -1 if right else -2
-    return normalized.norm(dim=dim, keepdim=True) / (projected.norm(dim=dim, keepdim=True) + NORM_EPS)
+    return channel_ratio(normalized, projected, right)
 
 
 def _validate_apollo(group: Mapping[str, Any]) -> None:
@@ -108,9 +109,7 @@ def _validate_apollo(group: Mapping[str, Any]) -> None:
     for key, valid in choices.items():
         if group[key] not in valid:
             raise ValueError(f"unknown {key} {group[key]!r}; valid: {', '.join(valid)}")
-    gamma = group["gamma"]
-    if isinstance(gamma, bool) or not isinstance(gamma, (int, float)) or not math.isfinite(gamma) or gamma < 1.0:
-        raise ValueError(f"gamma must be a finite number >= 1; got {gamma!r}")
+    validate_gamma(group)
     if group["scale"] < 0:
         raise ValueError(f"scale must be >= 0 (the update is multiplied by sqrt(scale)); got {group['scale']!r}")
     if not isinstance(group["limiter"], bool):
@@ -184,17 +183,12 @@ class Apollo(GaLore):
         multiplier = math.sqrt(group["scale"])
         raw = group["scaled_gradient"] == "raw"
         for i, param in enumerate(low.params):
-            state = self.state[param]
-            if "limiter_norm" not in state:
-                state["limiter_norm"] = torch.zeros((), dtype=torch.float32, device=param.device)
+            psi = limiter_norm(self.state[param], param.device)
             factor = scaling_factor(low.normalized[i], low.projected[i], low.rights[i], group["scaling"])
             scaled = (low.grads[i] if raw else low.projected[i]) * factor
             norm = torch.linalg.matrix_norm(scaled)
-            if group["limiter"]:
-                eta = limiter_factor(norm, state["limiter_norm"], group["gamma"])
-            else:
-                eta = torch.ones_like(norm)
-            state["limiter_norm"].copy_(eta * norm)
+            eta = limiter_factor(norm, psi, group["gamma"]) if group["limiter"] else torch.ones_like(norm)
+            psi.copy_(eta * norm)
             update = scaled if raw else low.back(i, scaled)
             param.add_((update * (eta * (-low.step_sizes[i] * multiplier))).reshape(param.shape))
         self.decay_weights(group, low.params)
@@ -225,9 +219,7 @@ class Apollo(GaLore):
                 shape = tuple(grad.shape)
                 rank = effective_rank(group["rank"], shape)
                 projected_shape = (shape[0], rank) if projects_right(shape, group["proj_type"]) else (rank, shape[1])
-                state["step"] = 0
-                state["exp_avg"] = torch.zeros(projected_shape, dtype=torch.float32, device=grad.device)
-                state["exp_avg_sq"] = torch.zeros(projected_shape, dtype=torch.float32, device=grad.device)
+                self._start_moments(state, projected_shape, grad.device)
             seed = projection_seed(group["proj_seed"], index[id(param)], state["step"] + 1)
             state["seed"] = torch.tensor(seed, dtype=torch.int32)
 
@@ -263,24 +255,13 @@ eps 1e-6, no wd (torch AdamW here, eps after the bias correction)."""
 def make_apollo(params: list[nn.Parameter], hp: Mapping[str, Any]) -> Apollo:
     return Apollo(
         params,
-        lr=hp["lr"],
-        rank=hp["rank"],
-        update_proj_gap=hp["update_proj_gap"],
-        scale=hp["scale"],
-        betas=(hp["beta1"], hp["beta2"]),
-        eps=hp["eps"],
-        weight_decay=hp["weight_decay"],
+        **galore_options(hp),
         projection=hp["projection"],
         scaling=hp["scaling"],
         scaled_gradient=hp["scaled_gradient"],
         limiter=hp["limiter"],
         gamma=hp["gamma"],
         proj_seed=hp["proj_seed"],
-        proj_type=hp["proj_type"],
-        refresh_schedule=hp["refresh_schedule"],
-        reproject_moments=hp["reproject_moments"],
-        svd_method=hp["svd_method"],
-        svd_seed=hp["svd_seed"],
     )
 
 
@@ -297,10 +278,8 @@ def apollo_state_bytes(
         return galore_state_bytes(structured, fallback, hp) + limiter_bytes
     total = 0
     for shape in structured:
-        rows, cols = matrix_shape(shape)
-        rank = effective_rank(hp["rank"], (rows, cols))
-        kept = rows if projects_right((rows, cols), hp["proj_type"]) else cols
-        total += memory.FLOAT32_BYTES * 2 * rank * kept + SEED_BYTES
+        _, moments_shape = low_rank_shapes(shape, hp)
+        total += memory.FLOAT32_BYTES * 2 * math.prod(moments_shape) + SEED_BYTES
     return total + limiter_bytes + adamw_state_bytes(fallback)
 
 
@@ -331,12 +310,6 @@ _NOTES = (
     "matrices. State: float32 moments and limiter norm, int32 seed (random) or float32 projection (svd)."
 )
 
-_CHECK = {"update_proj_gap": 2, "rank": 4, "reproject_moments": True}
-"""Conformance overrides: a refresh at step 2, and moments carried into the new basis so that the steps do not
-depend on singular-vector signs, which eager and compiled runs (gradients equal to roundoff) may pick
-differently — without re-projection a flipped sign reverses that direction's momentum (GaLore's check does the
-same)."""
-
 APOLLO_SVD = register(
     OptimizerEntry(
         name="apollo-svd",
@@ -353,7 +326,7 @@ APOLLO_SVD = register(
         lr_keys=("lr", "adamw_lr"),
         state_bytes=apollo_state_bytes,
         compile_supported=True,
-        check_hparams=_CHECK,
+        check_hparams=SIGN_INVARIANT_CHECK_HPARAMS,
     )
 )
 

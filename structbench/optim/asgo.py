@@ -50,7 +50,7 @@ from __future__ import annotations
 
 import math
 from collections import defaultdict
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Iterable, Mapping
 from typing import Any
 
 import torch
@@ -58,8 +58,9 @@ from torch import Tensor, nn
 
 from structbench.errors import SolverError
 from structbench.optim.base import StructuredOptimizer
+from structbench.optim.checks import check_choice, is_int_at_least
 from structbench.optim.hybrid import adamw_state_bytes, build_hybrid
-from structbench.optim.linalg import eigh_with_retry, inverse_root_newton
+from structbench.optim.linalg import eigh_with_retry, from_eigenpairs, inverse_root_newton
 from structbench.optim.partition import matrix_shape, matrix_view, parameter_kinds
 from structbench.optim.registry import NamedParams, OptimizerEntry, Routing, register
 
@@ -75,20 +76,14 @@ MAX_CONSECUTIVE_SOLVER_FAILURES = 3
 _FLOAT32_EPS = torch.finfo(torch.float32).eps
 
 
-def _choice(name: str, value: Any, valid: Iterable[str]) -> None:
-    options = tuple(valid)
-    if value not in options:
-        raise ValueError(f"unknown {name} {value!r}; valid: {', '.join(options)}")
-
-
-def _check_unit_interval(name: str, value: float) -> None:
-    if not 0.0 <= value < 1.0:
-        raise ValueError(f"{name} must be in [0, 1); got {value}")
-
-
-def _check_nonnegative(name: str, value: float) -> None:
-    if not value >= 0.0:
-        raise ValueError(f"{name} must be >= 0; got {value}")
+def _check_shared_hparams(group: Mapping[str, Any]) -> None:
+    """The checks ASGO and DASGO share: lr, eps, update_rms, weight_decay >= 0 and beta1, beta2 in [0, 1)."""
+    for key in ("lr", "eps", "update_rms", "weight_decay"):
+        if not group[key] >= 0.0:
+            raise ValueError(f"{key} must be >= 0; got {group[key]}")
+    for key in ("beta1", "beta2"):
+        if not 0.0 <= group[key] < 1.0:
+            raise ValueError(f"{key} must be in [0, 1); got {group[key]}")
 
 
 def _as_matrix(t: Tensor) -> Tensor:
@@ -128,7 +123,19 @@ def inverse_root_from_eigenpairs(evals: Tensor, evecs: Tensor, eps: float, eps_p
     roots = (lam + eps).rsqrt() if eps_placement == "inside" else (lam.sqrt() + eps).reciprocal()
     if eps == 0.0:
         roots = torch.where(lam > resolution, roots, torch.zeros_like(roots))
-    return (evecs * roots.unsqueeze(-2)) @ evecs.mT
+    return from_eigenpairs(roots, evecs)
+
+
+def _descend(p: Tensor, update: Tensor, group: Mapping[str, Any]) -> None:
+    """W <- W - lr U, U the float32 matrix update: after the released code's optional rescale of U to Frobenius
+    norm update_rms * sqrt(mn) and its decoupled weight decay W <- (1 - lr wd) W."""
+    if group["update_rms"] > 0.0:
+        norm = torch.linalg.matrix_norm(update).clamp_min(torch.finfo(torch.float32).tiny)
+        update = update * (group["update_rms"] * math.sqrt(update.numel()) / norm)
+    lr, decay = group["lr"], group["weight_decay"]
+    if decay != 0.0:
+        p.mul_(1.0 - lr * decay)
+    p.add_(update.view_as(p).to(p.dtype), alpha=-lr)
 
 
 class _FailureCounter:
@@ -191,23 +198,18 @@ class ASGO(StructuredOptimizer):
         super().__init__(params, defaults)
         for group in self.param_groups:
             self._check_group(group)
-        self.solver_failures = 0
         self._failures = _FailureCounter(self, "ASGO")
 
     @staticmethod
     def _check_group(group: Mapping[str, Any]) -> None:
-        for key in ("lr", "eps", "update_rms", "weight_decay"):
-            _check_nonnegative(key, group[key])
-        _check_unit_interval("beta1", group["beta1"])
-        _check_unit_interval("beta2", group["beta2"])
-        tau = group["tau"]
-        if isinstance(tau, bool) or not isinstance(tau, int) or tau < 1:
-            raise ValueError(f"tau must be a positive int; got {tau!r}")
-        _choice("side", group["side"], SIDES)
-        _choice("precondition_from", group["precondition_from"], PRECONDITION_SOURCES)
-        _choice("accumulation", group["accumulation"], ACCUMULATIONS)
-        _choice("eps_placement", group["eps_placement"], EPS_PLACEMENTS)
-        _choice("root", group["root"], ROOTS)
+        _check_shared_hparams(group)
+        if not is_int_at_least(group["tau"], 1):
+            raise ValueError(f"tau must be a positive int; got {group['tau']!r}")
+        check_choice("side", group["side"], SIDES)
+        check_choice("precondition_from", group["precondition_from"], PRECONDITION_SOURCES)
+        check_choice("accumulation", group["accumulation"], ACCUMULATIONS)
+        check_choice("eps_placement", group["eps_placement"], EPS_PLACEMENTS)
+        check_choice("root", group["root"], ROOTS)
         if group["root"] == "newton" and (group["eps"] <= 0.0 or group["eps_placement"] != "inside"):
             raise ValueError('root="newton" computes (V + eps I)^{-1/2}: it needs eps > 0 and eps_placement="inside"')
 
@@ -283,14 +285,7 @@ class ASGO(StructuredOptimizer):
         """Alg. 2 lines 17-21, after the optional decoupled weight decay; then t <- t + 1."""
         momentum, inv_root = _as_matrix(state["momentum"]).float(), state["inv_root"]
         left = preconditions_left(tuple(p.shape), group["side"])
-        update = inv_root @ momentum if left else momentum @ inv_root
-        if group["update_rms"] > 0.0:
-            norm = torch.linalg.matrix_norm(update).clamp_min(torch.finfo(torch.float32).tiny)
-            update = update * (group["update_rms"] * math.sqrt(update.numel()) / norm)
-        lr, decay = group["lr"], group["weight_decay"]
-        if decay != 0.0:
-            p.mul_(1.0 - lr * decay)
-        p.add_(update.view_as(p).to(p.dtype), alpha=-lr)
+        _descend(p, inv_root @ momentum if left else momentum @ inv_root, group)
         state["step"] += 1
 
 
@@ -323,30 +318,19 @@ class DASGO(StructuredOptimizer):
         }
         super().__init__(params, defaults)
         for group in self.param_groups:
-            for key in ("lr", "eps", "update_rms", "weight_decay"):
-                _check_nonnegative(key, group[key])
-            _check_unit_interval("beta1", group["beta1"])
-            _check_unit_interval("beta2", group["beta2"])
-            _choice("side", group["side"], DASGO_SIDES)
+            _check_shared_hparams(group)
+            check_choice("side", group["side"], DASGO_SIDES)
             for p in group["params"]:
                 if p.ndim < 2:
                     raise ValueError(
                         f"DASGO optimizes matrices only; got a parameter of shape {tuple(p.shape)}. "
                         "Give 1-D parameters to the fallback optimizer (make_optimizer does this)."
                     )
-        self.solver_failures = 0
 
-    @torch.no_grad()
-    def step(self, closure: Callable[[], Tensor] | None = None) -> Tensor | None:
-        loss = None
-        if closure is not None:
-            with torch.enable_grad():
-                loss = closure()
-        for group in self.param_groups:
-            for p in group["params"]:
-                if p.grad is not None:
-                    self._step_param(p, group)
-        return loss
+    def step_group(self, group: dict[str, Any]) -> None:
+        for p in group["params"]:
+            if p.grad is not None:
+                self._step_param(p, group)
 
     def _step_param(self, p: Tensor, group: Mapping[str, Any]) -> None:
         """Alg. 3 lines 6-8, after the optional decoupled weight decay."""
@@ -363,14 +347,7 @@ class DASGO(StructuredOptimizer):
         damped = col_sq + group["eps"]
         scale = torch.where(damped > 0, damped.rsqrt(), torch.zeros_like(damped))
         matrix = matrix_view(momentum).float()
-        update = matrix * scale if right else matrix * scale.unsqueeze(1)
-        if group["update_rms"] > 0.0:
-            norm = torch.linalg.matrix_norm(update).clamp_min(torch.finfo(torch.float32).tiny)
-            update = update * (group["update_rms"] * math.sqrt(update.numel()) / norm)
-        lr, decay = group["lr"], group["weight_decay"]
-        if decay != 0.0:
-            p.mul_(1.0 - lr * decay)
-        p.add_(update.view_as(p).to(p.dtype), alpha=-lr)
+        _descend(p, matrix * scale if right else matrix * scale.unsqueeze(1), group)
 
 
 # ---- registry entries ----
@@ -415,8 +392,8 @@ DASGO_ROUTING_DEFAULTS: dict[str, Any] = {"embeddings": "adamw"}
 
 def _routing(model: nn.Module | None, named: NamedParams, method: str, one_d: str, embeddings: str) -> Routing:
     """Structured unless a switch sends 1-D parameters or embedding tables to AdamW; the head stays structured."""
-    _choice("one_d", one_d, ROUTE_CHOICES[method])
-    _choice("embeddings", embeddings, ROUTE_CHOICES[method])
+    check_choice("one_d", one_d, ROUTE_CHOICES[method])
+    check_choice("embeddings", embeddings, ROUTE_CHOICES[method])
     kinds = parameter_kinds(model, named)
 
     def to_fallback(name: str, p: Tensor) -> bool:

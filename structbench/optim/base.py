@@ -72,3 +72,12 @@ class StructuredOptimizer(torch.optim.Optimizer):
                 else value
                 for key, value in values.items()
             }
+
+
+class EagerStructuredOptimizer(StructuredOptimizer):
+    """A `StructuredOptimizer` whose step runs eagerly inside a compiled training step (`torch.compiler.disable`):
+    for steps whose solver fallbacks, refresh schedules and Python-int counters are data-dependent control flow."""
+
+    @torch.compiler.disable
+    def step(self, closure: Callable[[], torch.Tensor] | None = None) -> torch.Tensor | None:
+        return super().step(closure)

@@ -56,31 +56,24 @@ from structbench.optim import memory
 from structbench.optim.galore import (
     GALORE_DEFAULTS,
     GALORE_FALLBACK_ADAMW,
+    SIGN_INVARIANT_CHECK_HPARAMS,
     GaLore,
     LowRankAdam,
+    galore_options,
     galore_state_bytes,
 )
 from structbench.optim.hybrid import build_hybrid
+from structbench.optim.norm_scaling import channel_ratio, limiter_norm, validate_gamma
 from structbench.optim.partition import route_with_head_switch
 from structbench.optim.racs import limiter_factor
 from structbench.optim.registry import NamedParams, OptimizerEntry, Routing, register
 
 COMPENSATIONS = ("fira", "fira+", "none")
 RESIDUALS = ("reference", "orthogonal")
-NORM_EPS = 1e-8
-"""Added to the projected gradient's channel norms in the ratio (the reference code's constant)."""
-
-
-def channel_ratio(normalized: Tensor, projected: Tensor, right: bool) -> Tensor:
-    """||N_c|| / (||sigma_c|| + 1e-8) per channel, norms along the r dimension: (m, 1) if right, else (1, n)."""
-    dim = -1 if right else -2
-    return normalized.norm(dim=dim, keepdim=True) / (projected.norm(dim=dim, keepdim=True) + NORM_EPS)
 
 
 def _validate_fira(group: Mapping[str, Any]) -> None:
-    gamma = group["gamma"]
-    if isinstance(gamma, bool) or not isinstance(gamma, (int, float)) or not math.isfinite(gamma) or gamma < 1.0:
-        raise ValueError(f"gamma must be a finite number >= 1; got {gamma!r}")
+    validate_gamma(group)
     alpha_c = group["alpha_c"]
     if isinstance(alpha_c, bool) or not isinstance(alpha_c, (int, float)) or not math.isfinite(alpha_c):
         raise ValueError(f"alpha_c must be a finite number; got {alpha_c!r}")
@@ -140,18 +133,16 @@ class Fira(GaLore):
         low = self.low_rank_adam(group)
         if low is None:
             return
-        for param in low.params:
-            state = self.state[param]
-            if "limiter_norm" not in state:
-                state["limiter_norm"] = torch.zeros((), dtype=torch.float32, device=param.device)
+        limiter_norms = [limiter_norm(self.state[param], param.device) for param in low.params]
         extras = None
         if group["compensation"] != "none":
-            extras = [self._compensation(group, low, i) for i in range(len(low.params))]
+            extras = [self._compensation(group, low, i, psi) for i, psi in enumerate(limiter_norms)]
         self.apply_low_rank_update(group, low, extras)
         self.decay_weights(group, low.params)
 
-    def _compensation(self, group: Mapping[str, Any], low: LowRankAdam, i: int) -> Tensor:
-        """The full-rank term C of parameter i (limited, or rescaled for Fira+), an (m x n) float32 tensor."""
+    @staticmethod
+    def _compensation(group: Mapping[str, Any], low: LowRankAdam, i: int, psi: Tensor) -> Tensor:
+        """The full-rank term C of parameter i (limited by its norm psi, or rescaled for Fira+), (m x n) float32."""
         in_span = low.back(i, low.projected[i])
         kept = group["scale"] if group["residual"] == "reference" else 1.0
         residual = low.grads[i] - kept * in_span
@@ -161,9 +152,8 @@ class Fira(GaLore):
             target = abs(group["scale"]) * torch.linalg.matrix_norm(low.normalized[i])
             factor = torch.where(norm > 0, target / torch.where(norm > 0, norm, torch.ones_like(norm)), 0.0)
             return comp * (group["alpha_c"] * factor)
-        state = self.state[low.params[i]]
-        eta = limiter_factor(norm, state["limiter_norm"], group["gamma"])
-        state["limiter_norm"].copy_(eta * norm)
+        eta = limiter_factor(norm, psi, group["gamma"])
+        psi.copy_(eta * norm)
         return comp * eta
 
 
@@ -179,22 +169,11 @@ FIRA_DEFAULTS: dict[str, Any] = {
 def make_fira(params: list[nn.Parameter], hp: Mapping[str, Any]) -> Fira:
     return Fira(
         params,
-        lr=hp["lr"],
-        rank=hp["rank"],
-        update_proj_gap=hp["update_proj_gap"],
-        scale=hp["scale"],
-        betas=(hp["beta1"], hp["beta2"]),
-        eps=hp["eps"],
-        weight_decay=hp["weight_decay"],
+        **galore_options(hp),
         gamma=hp["gamma"],
         compensation=hp["compensation"],
         alpha_c=hp["alpha_c"],
         residual=hp["residual"],
-        proj_type=hp["proj_type"],
-        refresh_schedule=hp["refresh_schedule"],
-        reproject_moments=hp["reproject_moments"],
-        svd_method=hp["svd_method"],
-        svd_seed=hp["svd_seed"],
     )
 
 
@@ -206,12 +185,6 @@ def fira_state_bytes(structured: list[tuple[int, ...]], fallback: list[tuple[int
     """GaLore's float32 projection and moments + the float32 limiter norm per matrix, + the AdamW fallback."""
     return galore_state_bytes(structured, fallback, hp) + memory.FLOAT32_BYTES * len(structured)
 
-
-_CHECK = {"update_proj_gap": 2, "rank": 4, "reproject_moments": True}
-"""Conformance overrides: a refresh at step 2, and moments carried into the new basis so that the steps do not
-depend on singular-vector signs, which eager and compiled runs (gradients equal to roundoff) may pick
-differently — without re-projection a flipped sign reverses that direction's momentum (GaLore's check does the
-same)."""
 
 FIRA = register(
     OptimizerEntry(
@@ -245,6 +218,6 @@ FIRA = register(
         lr_keys=("lr", "adamw_lr"),
         state_bytes=fira_state_bytes,
         compile_supported=True,
-        check_hparams=_CHECK,
+        check_hparams=SIGN_INVARIANT_CHECK_HPARAMS,
     )
 )

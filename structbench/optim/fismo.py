@@ -48,9 +48,8 @@ failure for one parameter raises SolverError. Under torch.compile the step runs 
 
 from __future__ import annotations
 
-import math
 from collections import defaultdict
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Iterable, Mapping
 from typing import Any
 
 import torch
@@ -58,7 +57,8 @@ from torch import Tensor, nn
 
 from structbench.errors import SolverError
 from structbench.optim import linalg
-from structbench.optim.base import StructuredOptimizer
+from structbench.optim.base import EagerStructuredOptimizer
+from structbench.optim.checks import check_choice, is_finite_number, is_int_at_least
 from structbench.optim.hybrid import FALLBACK_ADAMW_DEFAULTS, adamw_state_bytes, build_hybrid
 from structbench.optim.muon import NS_COEFFICIENTS, NS_DTYPES, POLAR_METHODS
 from structbench.optim.partition import matrix_shape, matrix_view, split
@@ -84,12 +84,6 @@ def _trace(a: Tensor) -> Tensor:
 
 
 def _validate_group(group: Mapping[str, Any]) -> None:
-    def is_number(value: Any) -> bool:
-        return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
-
-    def is_int(value: Any, low: int) -> bool:
-        return isinstance(value, int) and not isinstance(value, bool) and value >= low
-
     ranges = {
         "lr": lambda v: v >= 0.0,
         "weight_decay": lambda v: v >= 0.0,
@@ -99,13 +93,13 @@ def _validate_group(group: Mapping[str, Any]) -> None:
         "mu": lambda v: v > 0.0,
     }
     for key, ok in ranges.items():
-        if not is_number(group[key]) or not ok(group[key]):
+        if not is_finite_number(group[key]) or not ok(group[key]):
             raise ValueError(
                 "out of range (lr, weight_decay, ns_eps >= 0; beta in [0, 1); gamma in [0, 1]; mu > 0): "
                 f"{key}={group[key]!r}"
             )
     for key, low in (("ns_steps", 1), ("precond_every", 1), ("max_factor_dim", 0)):
-        if not is_int(group[key], low):
+        if not is_int_at_least(group[key], low):
             raise ValueError(f"{key} must be an int >= {low}; got {group[key]!r}")
     for key in ("whiten_momentum", "nesterov"):
         if not isinstance(group[key], bool):
@@ -120,11 +114,10 @@ def _validate_group(group: Mapping[str, Any]) -> None:
         "oversize": OVERSIZE,
     }
     for key, valid in choices.items():
-        if group[key] not in valid:
-            raise ValueError(f"unknown {key} {group[key]!r}; valid: {', '.join(valid)}")
+        check_choice(key, group[key], valid)
 
 
-class Fismo(StructuredOptimizer):
+class Fismo(EagerStructuredOptimizer):
     """FISMO (Algorithm 1) over matrix parameters (2-D, or conv filters through their (out, in*kh*kw) view)."""
 
     matrices_only = "FISMO"
@@ -152,7 +145,6 @@ class Fismo(StructuredOptimizer):
         nesterov: bool = False,
         weight_decay: float = 0.0,
     ) -> None:
-        self.solver_failures = 0
         defaults = {
             "lr": lr,
             "beta": beta,
@@ -179,26 +171,18 @@ class Fismo(StructuredOptimizer):
     def check_group(self, group: dict[str, Any]) -> None:
         _validate_group(group)
 
-    @torch.compiler.disable
-    @torch.no_grad()
-    def step(self, closure: Callable[[], Tensor] | None = None) -> Tensor | None:
-        loss = None
-        if closure is not None:
-            with torch.enable_grad():
-                loss = closure()
-        for group in self.param_groups:
-            live = [p for p in group["params"] if p.grad is not None]
-            if any(p.grad.is_sparse or p.grad.is_complex() for p in live):
-                raise RuntimeError("FISMO supports dense real gradients only")
-            buckets: dict[tuple[tuple[int, int], torch.device], list[Tensor]] = defaultdict(list)
-            for p in live:
-                buckets[(matrix_shape(p.shape), p.device)].append(p)
-            for (shape, _), params in buckets.items():
-                for p in params:
-                    if not self.state[p]:
-                        self._init_state(p, shape, group)
-                self._step_bucket(group, params, shape)
-        return loss
+    def step_group(self, group: dict[str, Any]) -> None:
+        live = [p for p in group["params"] if p.grad is not None]
+        if any(p.grad.is_sparse or p.grad.is_complex() for p in live):
+            raise RuntimeError("FISMO supports dense real gradients only")
+        buckets: dict[tuple[tuple[int, int], torch.device], list[Tensor]] = defaultdict(list)
+        for p in live:
+            buckets[(matrix_shape(p.shape), p.device)].append(p)
+        for (shape, _), params in buckets.items():
+            for p in params:
+                if not self.state[p]:
+                    self._init_state(p, shape, group)
+            self._step_bucket(group, params, shape)
 
     def _init_state(self, param: Tensor, shape: tuple[int, int], group: Mapping[str, Any]) -> None:
         rows, cols = shape
@@ -347,8 +331,7 @@ def _inverse_roots(factors: Tensor, floor: Tensor, dtype: torch.dtype) -> list[T
 
     def solve(stack: Tensor, low: Tensor) -> Tensor:
         evals, evecs = linalg.eigh_with_retry(stack.to(dtype))
-        scales = evals.clamp_min(low).rsqrt()
-        return (evecs * scales.unsqueeze(-2)) @ evecs.mT
+        return linalg.from_eigenpairs(evals.clamp_min(low).rsqrt(), evecs)
 
     try:
         roots = solve(factors, floor)

@@ -60,7 +60,7 @@ import torch
 from torch import Tensor, nn
 
 from structbench.errors import SolverError
-from structbench.optim import linalg
+from structbench.optim import linalg, memory
 from structbench.optim.base import StructuredOptimizer
 from structbench.optim.hybrid import FALLBACK_ADAMW_DEFAULTS, adamw_state_bytes, build_hybrid
 from structbench.optim.partition import matrix_shape, matrix_view, route_with_head_switch
@@ -80,6 +80,19 @@ def projects_right(shape: tuple[int, int], proj_type: str) -> bool:
 def effective_rank(rank: int, shape: tuple[int, int]) -> int:
     """The rank actually used: `rank` capped at min(m, n)."""
     return min(rank, *shape)
+
+
+def low_rank_shapes(shape: tuple[int, ...], settings: Mapping[str, Any]) -> tuple[tuple[int, int], tuple[int, int]]:
+    """(projection, moments) shapes of a parameter under `settings`' rank and proj_type (a param group or hparams).
+
+    Right side: V_r^T (r x n) and m x r moments; left side: U_r (m x r) and r x n moments. A conv filter counts as
+    (out, in*kh*kw).
+    """
+    rows, cols = matrix_shape(shape)
+    rank = effective_rank(settings["rank"], (rows, cols))
+    if projects_right((rows, cols), settings["proj_type"]):
+        return (rank, cols), (rows, rank)
+    return (rows, rank), (rank, cols)
 
 
 def refresh_due(step: int, gap: int, schedule: str) -> bool:
@@ -273,6 +286,13 @@ class GaLore(StructuredOptimizer):
             torch._foreach_add_(params, params, alpha=-group["lr"] * group["weight_decay"])
 
     @staticmethod
+    def _start_moments(state: dict[str, Any], projected_shape: tuple[int, int], device: torch.device) -> None:
+        """A parameter's first projection: step 0 (unless already counted) and float32 zero moments of sigma's shape."""
+        state.setdefault("step", 0)
+        state["exp_avg"] = torch.zeros(projected_shape, dtype=torch.float32, device=device)
+        state["exp_avg_sq"] = torch.zeros(projected_shape, dtype=torch.float32, device=device)
+
+    @staticmethod
     def _refresh_due(group: Mapping[str, Any], state: Mapping[str, Any]) -> bool:
         return (
             "exp_avg" not in state
@@ -351,9 +371,7 @@ class GaLore(StructuredOptimizer):
         old = state.get("projection")
         if old is None:
             projected_shape = (shape[0], basis.size(0)) if right else (basis.size(1), shape[1])
-            state.setdefault("step", 0)
-            state["exp_avg"] = torch.zeros(projected_shape, dtype=torch.float32, device=basis.device)
-            state["exp_avg_sq"] = torch.zeros(projected_shape, dtype=torch.float32, device=basis.device)
+            self._start_moments(state, projected_shape, basis.device)
         elif group["reproject_moments"]:
             if right:
                 overlap = old @ basis.mT
@@ -395,22 +413,26 @@ GALORE_FALLBACK_ADAMW: dict[str, Any] = {
 """The reference code's treatment of non-GaLore parameters: the same AdamW, same lr, betas, eps 1e-6, no wd."""
 
 
+def galore_options(hp: Mapping[str, Any]) -> dict[str, Any]:
+    """GaLore's constructor keywords from registry hyperparameters (Fira and APOLLO add their own to these)."""
+    return {
+        "lr": hp["lr"],
+        "rank": hp["rank"],
+        "update_proj_gap": hp["update_proj_gap"],
+        "scale": hp["scale"],
+        "betas": (hp["beta1"], hp["beta2"]),
+        "eps": hp["eps"],
+        "weight_decay": hp["weight_decay"],
+        "proj_type": hp["proj_type"],
+        "refresh_schedule": hp["refresh_schedule"],
+        "reproject_moments": hp["reproject_moments"],
+        "svd_method": hp["svd_method"],
+        "svd_seed": hp["svd_seed"],
+    }
+
+
 def make_galore(params: list[nn.Parameter], hp: Mapping[str, Any]) -> GaLore:
-    return GaLore(
-        params,
-        lr=hp["lr"],
-        rank=hp["rank"],
-        update_proj_gap=hp["update_proj_gap"],
-        scale=hp["scale"],
-        betas=(hp["beta1"], hp["beta2"]),
-        eps=hp["eps"],
-        weight_decay=hp["weight_decay"],
-        proj_type=hp["proj_type"],
-        refresh_schedule=hp["refresh_schedule"],
-        reproject_moments=hp["reproject_moments"],
-        svd_method=hp["svd_method"],
-        svd_seed=hp["svd_seed"],
-    )
+    return GaLore(params, **galore_options(hp))
 
 
 def _build(named: NamedParams, routing: Routing, hp: dict[str, Any]) -> torch.optim.Optimizer:
@@ -423,13 +445,16 @@ def galore_state_bytes(
     """float32 projection (r x n or m x r) + exp_avg and exp_avg_sq of the projected shape, + AdamW fallback."""
     total = 0
     for shape in structured:
-        rows, cols = matrix_shape(shape)
-        rank = effective_rank(hp["rank"], (rows, cols))
-        if projects_right((rows, cols), hp["proj_type"]):
-            total += 4 * (rank * cols + 2 * rows * rank)
-        else:
-            total += 4 * (rows * rank + 2 * rank * cols)
+        projection_shape, moments_shape = low_rank_shapes(shape, hp)
+        total += memory.FLOAT32_BYTES * (math.prod(projection_shape) + 2 * math.prod(moments_shape))
     return total + adamw_state_bytes(fallback)
+
+
+SIGN_INVARIANT_CHECK_HPARAMS: dict[str, Any] = {"update_proj_gap": 2, "rank": 4, "reproject_moments": True}
+"""Conformance overrides of the SVD-projected methods (GaLore, Fira, Apollo-svd): a refresh at step 2, and moments
+carried into the new basis so that the steps do not depend on singular-vector signs, which eager and compiled runs
+(gradients equal to roundoff) may pick differently — without re-projection a flipped sign reverses that
+direction's momentum."""
 
 
 GALORE = register(
@@ -463,6 +488,6 @@ GALORE = register(
         lr_keys=("lr", "adamw_lr"),
         state_bytes=galore_state_bytes,
         compile_supported=True,
-        check_hparams={"update_proj_gap": 2, "rank": 4, "reproject_moments": True},
+        check_hparams=SIGN_INVARIANT_CHECK_HPARAMS,
     )
 )

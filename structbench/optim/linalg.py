@@ -396,3 +396,12 @@ def truncated_svd(
         s[..., :rank].to(g.dtype),
         vh[..., :rank, :].to(g.dtype),
     )
+
+
+def from_eigenpairs(values: Tensor, vectors: Tensor) -> Tensor:
+    """V diag(values) V^T for eigenvectors V (columns, shape (..., n, n)) and values (..., n).
+
+    With values = f(lambda) for the eigenpairs (lambda, V) of a symmetric A, this is the matrix function f(A)
+    (e.g. an inverse root). Computed in the inputs' dtype.
+    """
+    return (vectors * values.unsqueeze(-2)) @ vectors.mT

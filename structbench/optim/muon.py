@@ -41,6 +41,7 @@ from torch import Tensor
 
 from structbench.errors import SolverError
 from structbench.optim.base import StructuredOptimizer
+from structbench.optim.checks import check_choice
 from structbench.optim.hybrid import FALLBACK_ADAMW_DEFAULTS, adamw_state_bytes, build_hybrid
 from structbench.optim.linalg import NS_CUBIC, NS_QUINTIC, newton_schulz, polar_svd
 from structbench.optim.partition import matrix_shape, matrix_view, split
@@ -68,18 +69,14 @@ def update_scale(rows: int, cols: int, scale: str) -> float:
     raise ValueError(f"unknown scale {scale!r}; valid: {', '.join(SCALES)}")
 
 
-def _choice(name: str, value: Any, valid: Iterable[str]) -> None:
-    options = tuple(valid)
-    if value not in options:
-        raise ValueError(f"unknown {name} {value!r}; valid: {', '.join(options)}")
-
-
 class Muon(StructuredOptimizer):
     """Muon over matrix parameters (2-D, or conv filters through their (out, in*kh*kw) view).
 
     `solver_failures` counts exact-SVD failures (`polar="svd"` only): that step falls back to Newton–Schulz
     for the affected matrices, and SolverError is raised after 3 consecutive failures of one parameter.
     """
+
+    matrices_only = "Muon"
 
     def __init__(
         self,
@@ -112,12 +109,8 @@ class Muon(StructuredOptimizer):
             "batch_matrices": batch_matrices,
         }
         super().__init__(params, defaults)
-        for group in self.param_groups:
-            self._check_group(group)
-        self.solver_failures = 0
 
-    @staticmethod
-    def _check_group(group: Mapping[str, Any]) -> None:
+    def check_group(self, group: dict[str, Any]) -> None:
         if not group["lr"] >= 0.0:
             raise ValueError(f"lr must be >= 0; got {group['lr']}")
         if not 0.0 <= group["momentum"] < 1.0:
@@ -128,18 +121,12 @@ class Muon(StructuredOptimizer):
             raise ValueError(f"ns_steps must be a positive int; got {group['ns_steps']!r}")
         if not group["ns_eps"] >= 0.0:
             raise ValueError(f"ns_eps must be >= 0; got {group['ns_eps']}")
-        _choice("momentum_form", group["momentum_form"], MOMENTUM_FORMS)
-        _choice("ns_coefficients", group["ns_coefficients"], NS_COEFFICIENTS)
-        _choice("ns_dtype", group["ns_dtype"], NS_DTYPES)
-        _choice("polar", group["polar"], POLAR_METHODS)
-        _choice("scale", group["scale"], SCALES)
-        _choice("batch_matrices", group["batch_matrices"], BATCH_MODES)
-        for p in group["params"]:
-            if p.dim() < 2:
-                raise ValueError(
-                    f"Muon optimizes matrices only; got a parameter of shape {tuple(p.shape)}. "
-                    "Give 1-D parameters to the fallback optimizer (make_optimizer does this)."
-                )
+        check_choice("momentum_form", group["momentum_form"], MOMENTUM_FORMS)
+        check_choice("ns_coefficients", group["ns_coefficients"], NS_COEFFICIENTS)
+        check_choice("ns_dtype", group["ns_dtype"], NS_DTYPES)
+        check_choice("polar", group["polar"], POLAR_METHODS)
+        check_choice("scale", group["scale"], SCALES)
+        check_choice("batch_matrices", group["batch_matrices"], BATCH_MODES)
 
     def step_group(self, group: dict[str, Any]) -> None:
         params = [p for p in group["params"] if p.grad is not None]

@@ -107,6 +107,13 @@ def _root_key(side: str, k: int) -> str:
     return f"{side}_root_{k}"
 
 
+def statistic_weights(group: Mapping[str, Any]) -> tuple[float, float]:
+    """(beta, weight) of the statistic update L <- beta L + weight G G^T: beta = `stat_decay` and weight = 1 - beta,
+    or weight = 1 when beta = 1 (plain sums, Eq. 1)."""
+    beta = group["stat_decay"]
+    return beta, 1.0 if beta == 1.0 else 1.0 - beta
+
+
 class Shampoo(StructuredOptimizer):
     """Shampoo (4-bit Shampoo paper, Algorithm 4) grafted onto SGD-M (`base="sgd"`) or AdamW (`base="adamw"`).
 
@@ -183,8 +190,7 @@ class Shampoo(StructuredOptimizer):
 
         `grad` is the float32 (rows, cols) gradient. beta = 1 accumulates plain sums (Eq. 1).
         """
-        beta = group["stat_decay"]
-        weight = 1.0 if beta == 1.0 else 1.0 - beta
+        beta, weight = statistic_weights(group)
         for k, (rs, cs) in enumerate(blocks):
             g = grad[rs, cs]
             state[_stat_key("left", k)].addmm_(g, g.mT, beta=beta, alpha=weight)

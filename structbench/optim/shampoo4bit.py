@@ -109,18 +109,39 @@ def _orders(blocks: BlockSlices) -> list[tuple[int, str, int]]:
     ]
 
 
-def _outer(grad: Tensor, side: str) -> Tensor:
-    return grad @ grad.mT if side == "left" else grad.mT @ grad
+def _outer_factors(grad: Tensor, side: str) -> tuple[Tensor, Tensor]:
+    """(G, G^T), whose product is the left statistic's G G^T, or (G^T, G) for the right one's G^T G."""
+    return (grad, grad.mT) if side == "left" else (grad.mT, grad)
 
 
 class _LowBitShampoo(Shampoo):
     """Shared plumbing: the low-bit hyperparameters in every group, dequantized preconditioning, and a root
-    refresh that keeps `Shampoo`'s counters (`root_updates`, `root_failures`, `solver_failures`)."""
+    refresh that keeps `Shampoo`'s counters (`root_updates`, `root_failures`, `solver_failures`).
+
+    Takes the storage arguments both variants share (`bits`, `codebook`, `block_size`, `min_lowbit_numel`); a
+    variant passes its own low-bit hyperparameters as `extra`.
+    """
 
     _extra: dict[str, Any]
 
-    def __init__(self, params: Any, *, extra: Mapping[str, Any], **kwargs: Any) -> None:
-        self._extra = dict(extra)
+    def __init__(
+        self,
+        params: Any,
+        *,
+        bits: int = 4,
+        codebook: str = "linear-2",
+        block_size: int = quant.DEFAULT_BLOCK_SIZE,
+        min_lowbit_numel: int = quant.MIN_LOWBIT_NUMEL,
+        extra: Mapping[str, Any],
+        **kwargs: Any,
+    ) -> None:
+        self._extra = {
+            "bits": bits,
+            "codebook": codebook,
+            "block_size": block_size,
+            "min_lowbit_numel": min_lowbit_numel,
+            **extra,
+        }
         super().__init__(params, **kwargs)
         self.defaults.update(self._extra)
 
@@ -207,25 +228,13 @@ class Shampoo4bit(_LowBitShampoo):
         self,
         params: Any,
         *,
-        bits: int = 4,
-        codebook: str = "linear-2",
-        block_size: int = quant.DEFAULT_BLOCK_SIZE,
-        min_lowbit_numel: int = quant.MIN_LOWBIT_NUMEL,
         rectify_t1: int = 1,
         rectify_t2: int = 4,
         svd_iters: int = 1,
         root_method: str = "eigh",
         **kwargs: Any,
     ) -> None:
-        extra = {
-            "bits": bits,
-            "codebook": codebook,
-            "block_size": block_size,
-            "min_lowbit_numel": min_lowbit_numel,
-            "rectify_t1": rectify_t1,
-            "rectify_t2": rectify_t2,
-            "svd_iters": svd_iters,
-        }
+        extra = {"rectify_t1": rectify_t1, "rectify_t2": rectify_t2, "svd_iters": svd_iters}
         super().__init__(params, extra=extra, root_method=root_method, **kwargs)
 
     @staticmethod
@@ -265,13 +274,13 @@ class Shampoo4bit(_LowBitShampoo):
     def update_statistics(
         self, state: dict[str, Any], grad: Tensor, blocks: BlockSlices, group: Mapping[str, Any]
     ) -> None:
-        beta = group["stat_decay"]
-        weight = 1.0 if beta == 1.0 else 1.0 - beta
+        beta, weight = shampoo32.statistic_weights(group)
         for k, side, _ in _orders(blocks):
             rs, cs = blocks[k]
             name, evals_key = f"{side}_eigvecs_{k}", f"{side}_eigvals_{k}"
             v = self._eigvecs(state, name, group["rectify_t1"])
-            a = torch.addmm(_outer(grad[rs, cs], side), v * state[evals_key], v.mT, beta=weight, alpha=beta)
+            first, second = _outer_factors(grad[rs, cs], side)
+            a = torch.addmm(first @ second, v * state[evals_key], v.mT, beta=weight, alpha=beta)
             p = linalg.subspace_iteration(a, v, group["svd_iters"])
             state[evals_key].copy_(((a @ p) * p).sum(dim=0))
             if _is_quantized(state, name):
@@ -291,33 +300,16 @@ class Shampoo4bit(_LowBitShampoo):
         evals = state[f"{side}_eigvals_{k}"].clamp_min(0.0)
         p, eps = group["inverse_root_order"], group["matrix_eps"]
         if group["root_method"] == "newton":
-            return self._inverse_root((v * evals) @ v.mT, group)
+            return self._inverse_root(linalg.from_eigenpairs(evals, v), group)
         ridge = eps * evals.max().clamp_min(_LAMBDA_MAX_FLOOR)
-        return (v * (evals + ridge).pow(-1.0 / p)) @ v.mT
+        return linalg.from_eigenpairs((evals + ridge).pow(-1.0 / p), v)
 
 
 class Shampoo4bitNaive(_LowBitShampoo):
     """Naive 4-bit Shampoo: Algorithm 4 with L, R, L^, R^ block-quantized (diagonals fp32 by default)."""
 
-    def __init__(
-        self,
-        params: Any,
-        *,
-        bits: int = 4,
-        codebook: str = "linear-2",
-        block_size: int = quant.DEFAULT_BLOCK_SIZE,
-        min_lowbit_numel: int = quant.MIN_LOWBIT_NUMEL,
-        keep_diagonal: bool = True,
-        **kwargs: Any,
-    ) -> None:
-        extra = {
-            "bits": bits,
-            "codebook": codebook,
-            "block_size": block_size,
-            "min_lowbit_numel": min_lowbit_numel,
-            "keep_diagonal": bool(keep_diagonal),
-        }
-        super().__init__(params, extra=extra, **kwargs)
+    def __init__(self, params: Any, *, keep_diagonal: bool = True, **kwargs: Any) -> None:
+        super().__init__(params, extra={"keep_diagonal": bool(keep_diagonal)}, **kwargs)
 
     def init_preconditioner(
         self, state: dict[str, Any], blocks: BlockSlices, group: Mapping[str, Any], device: torch.device
@@ -335,19 +327,16 @@ class Shampoo4bitNaive(_LowBitShampoo):
         self, state: dict[str, Any], grad: Tensor, blocks: BlockSlices, group: Mapping[str, Any]
     ) -> None:
         """L <- Q(beta D(L_bar) + (1 - beta) G G^T), likewise R (Alg. 4 line 4 on quantized storage)."""
-        beta = group["stat_decay"]
-        weight = 1.0 if beta == 1.0 else 1.0 - beta
+        beta, weight = shampoo32.statistic_weights(group)
         for k, side, _ in _orders(blocks):
             rs, cs = blocks[k]
             name = f"{side}_stat_{k}"
             g = grad[rs, cs]
             if _is_quantized(state, name):
-                stat = torch.addmm(
-                    _load(state, name), *((g, g.mT) if side == "left" else (g.mT, g)), beta=beta, alpha=weight
-                )
+                stat = torch.addmm(_load(state, name), *_outer_factors(g, side), beta=beta, alpha=weight)
                 _store(state, name, _quantize(stat, group, group["keep_diagonal"]))
             else:
-                state[name].addmm_(*((g, g.mT) if side == "left" else (g.mT, g)), beta=beta, alpha=weight)
+                state[name].addmm_(*_outer_factors(g, side), beta=beta, alpha=weight)
 
     def compute_inverse_roots(
         self, items: Sequence[tuple[dict[str, Any], BlockSlices]], group: Mapping[str, Any]

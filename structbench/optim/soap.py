@@ -51,7 +51,8 @@ import torch
 from torch import Tensor
 
 from structbench.errors import SolverError
-from structbench.optim.base import StructuredOptimizer
+from structbench.optim.base import EagerStructuredOptimizer
+from structbench.optim.checks import check_choice
 from structbench.optim.hybrid import FALLBACK_ADAMW_DEFAULTS, adamw_state_bytes, build_hybrid
 from structbench.optim.linalg import eigh_with_retry
 from structbench.optim.partition import matrix_shape, matrix_view, split
@@ -144,8 +145,12 @@ def _power_qr(gg: Tensor, q: Tensor) -> tuple[Tensor, Tensor, list[bool]]:
     return new_q, order, ok
 
 
-class SOAP(StructuredOptimizer):
-    """Adam in the eigenbasis of Shampoo's factors (SOAP); `sides="smaller"` gives one-sided SOAP / Eigen-Adam."""
+class SOAP(EagerStructuredOptimizer):
+    """Adam in the eigenbasis of Shampoo's factors (SOAP); `sides="smaller"` gives one-sided SOAP / Eigen-Adam.
+
+    The step runs eagerly inside a compiled training step: its eigh / QR refreshes and Python-int step counters
+    do not trace, and the matrix products gain nothing from compilation.
+    """
 
     def __init__(
         self,
@@ -176,10 +181,8 @@ class SOAP(StructuredOptimizer):
             raise ValueError(f"precondition_frequency must be a positive int; got {precondition_frequency}")
         if int(max_precond_dim) != max_precond_dim or max_precond_dim < 0:
             raise ValueError(f"max_precond_dim must be a non-negative int; got {max_precond_dim}")
-        if sides not in SIDES:
-            raise ValueError(f"unknown sides {sides!r}; valid: {', '.join(SIDES)}")
-        if refresh not in REFRESH_METHODS:
-            raise ValueError(f"unknown refresh {refresh!r}; valid: {', '.join(REFRESH_METHODS)}")
+        check_choice("sides", sides, SIDES)
+        check_choice("refresh", refresh, REFRESH_METHODS)
         defaults = {
             "lr": lr,
             "betas": tuple(betas),
@@ -203,37 +206,24 @@ class SOAP(StructuredOptimizer):
                         f"{type(self).__name__} preconditions matrices and conv filters only; got a parameter of "
                         f"shape {tuple(p.shape)} (route 1-D parameters to the fallback optimizer)"
                     )
-        self.solver_failures = 0
 
-    @torch.compiler.disable
-    @torch.no_grad()
-    def step(self, closure: Callable[[], Tensor] | None = None) -> Tensor | None:
-        """One SOAP step for every parameter with a gradient (see the module doc for the order of the parts).
-
-        Runs eagerly inside a compiled training step (`torch.compiler.disable`): its eigh / QR refreshes and
-        Python-int step counters do not trace, and the matrix products gain nothing from compilation.
-        """
-        loss = None
-        if closure is not None:
-            with torch.enable_grad():
-                loss = closure()
-        for group in self.param_groups:
-            buckets: dict[tuple[Any, ...], list[Tensor]] = {}
-            for p in group["params"]:
-                if p.grad is None:
-                    continue
-                if p.grad.is_sparse:
-                    raise RuntimeError(f"{type(self).__name__} does not support sparse gradients")
-                rows, cols = matrix_shape(p.shape)
-                state = self.state[p]
-                if state:
-                    sides = ("q_left" in state, "q_right" in state)
-                else:
-                    sides = rotated_sides(rows, cols, group["sides"], group["max_precond_dim"])
-                buckets.setdefault((rows, cols, *sides, p.device), []).append(p)
-            for (rows, cols, left, right, _), params in buckets.items():
-                self._step_bucket(group, params, rows, cols, (left, right))
-        return loss
+    def step_group(self, group: dict[str, Any]) -> None:
+        """One SOAP step for every parameter of the group with a gradient (see the module doc for the order)."""
+        buckets: dict[tuple[Any, ...], list[Tensor]] = {}
+        for p in group["params"]:
+            if p.grad is None:
+                continue
+            if p.grad.is_sparse:
+                raise RuntimeError(f"{type(self).__name__} does not support sparse gradients")
+            rows, cols = matrix_shape(p.shape)
+            state = self.state[p]
+            if state:
+                sides = ("q_left" in state, "q_right" in state)
+            else:
+                sides = rotated_sides(rows, cols, group["sides"], group["max_precond_dim"])
+            buckets.setdefault((rows, cols, *sides, p.device), []).append(p)
+        for (rows, cols, left, right, _), params in buckets.items():
+            self._step_bucket(group, params, rows, cols, (left, right))
 
     def _step_bucket(
         self, group: dict[str, Any], params: list[Tensor], rows: int, cols: int, sides: tuple[bool, bool]

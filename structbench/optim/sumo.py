@@ -54,7 +54,7 @@ from __future__ import annotations
 
 import math
 from collections import defaultdict
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Iterable, Mapping
 from typing import Any
 
 import torch
@@ -62,7 +62,8 @@ from torch import Tensor, nn
 
 from structbench.errors import SolverError
 from structbench.optim import linalg
-from structbench.optim.base import StructuredOptimizer
+from structbench.optim.base import EagerStructuredOptimizer
+from structbench.optim.checks import check_choice, is_finite_number, is_int_at_least
 from structbench.optim.hybrid import FALLBACK_ADAMW_DEFAULTS, adamw_state_bytes, build_hybrid
 from structbench.optim.partition import matrix_shape, matrix_view, route_with_head_switch
 from structbench.optim.registry import NamedParams, OptimizerEntry, Routing, register
@@ -131,26 +132,20 @@ def polar_masked(m: Tensor) -> Tensor:
 
 
 def _validate_group(group: Mapping[str, Any]) -> None:
-    def is_number(value: Any) -> bool:
-        return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
-
-    def is_int(value: Any, low: int) -> bool:
-        return isinstance(value, int) and not isinstance(value, bool) and value >= low
-
     for key in ("lr", "weight_decay"):
-        if not is_number(group[key]) or group[key] < 0:
+        if not is_finite_number(group[key]) or group[key] < 0:
             raise ValueError(f"{key} must be a finite number >= 0; got {group[key]!r}")
     for key in ("rank", "update_freq", "ns_steps"):
-        if not is_int(group[key], 1):
+        if not is_int_at_least(group[key], 1):
             raise ValueError(f"{key} must be an int >= 1; got {group[key]!r}")
     for key in ("rsvd_oversample", "rsvd_power_iters"):
-        if not is_int(group[key], 0):
+        if not is_int_at_least(group[key], 0):
             raise ValueError(f"{key} must be an int >= 0; got {group[key]!r}")
-    if not is_number(group["alpha"]):
+    if not is_finite_number(group["alpha"]):
         raise ValueError(f"alpha must be a finite number; got {group['alpha']!r}")
-    if not is_number(group["momentum"]) or not 0.0 <= group["momentum"] < 1.0:
+    if not is_finite_number(group["momentum"]) or not 0.0 <= group["momentum"] < 1.0:
         raise ValueError(f"momentum must be in [0, 1); got {group['momentum']!r}")
-    if not is_number(group["nl_gamma"]) or group["nl_gamma"] < 1.0:
+    if not is_finite_number(group["nl_gamma"]) or group["nl_gamma"] < 1.0:
         raise ValueError(f"nl_gamma must be a finite number >= 1; got {group['nl_gamma']!r}")
     if not isinstance(group["norm_limiter"], bool):
         raise ValueError(f"norm_limiter must be a bool; got {group['norm_limiter']!r}")
@@ -166,11 +161,10 @@ def _validate_group(group: Mapping[str, Any]) -> None:
         "shape_scale": SHAPE_SCALES,
     }
     for key, valid in choices.items():
-        if group[key] not in valid:
-            raise ValueError(f"unknown {key} {group[key]!r}; valid: {', '.join(valid)}")
+        check_choice(key, group[key], valid)
 
 
-class Sumo(StructuredOptimizer):
+class Sumo(EagerStructuredOptimizer):
     """SUMO over matrix parameters (2-D, or conv filters through their (out, in*kh*kw) view).
 
     State per parameter: `basis` Q (k x r, k the projected side), `moment` M (r x other side), `prev_norm`
@@ -204,7 +198,6 @@ class Sumo(StructuredOptimizer):
         proj_side: str = "paper",
         moment_transform: str = "rotate",
     ) -> None:
-        self.solver_failures = 0
         defaults = {
             "lr": lr,
             "rank": rank,
@@ -241,25 +234,17 @@ class Sumo(StructuredOptimizer):
         full = state["basis"] @ state["moment"]
         return full if projects_left(matrix_shape(param.shape), group["proj_side"]) else full.mT
 
-    @torch.compiler.disable
-    @torch.no_grad()
-    def step(self, closure: Callable[[], Tensor] | None = None) -> Tensor | None:
-        loss = None
-        if closure is not None:
-            with torch.enable_grad():
-                loss = closure()
-        for group in self.param_groups:
-            live = [p for p in group["params"] if p.grad is not None]
-            if any(p.grad.is_sparse for p in live):
-                raise RuntimeError("SUMO does not support sparse gradients")
-            buckets: dict[tuple[tuple[int, int], torch.device, torch.dtype], list[Tensor]] = defaultdict(list)
-            for p in live:
-                if not self.state[p]:
-                    self._init_state(p)
-                buckets[(matrix_shape(p.shape), p.device, compute_dtype(p.dtype))].append(p)
-            for (shape, _, dtype), params in buckets.items():
-                self._step_bucket(group, params, shape, dtype)
-        return loss
+    def step_group(self, group: dict[str, Any]) -> None:
+        live = [p for p in group["params"] if p.grad is not None]
+        if any(p.grad.is_sparse for p in live):
+            raise RuntimeError("SUMO does not support sparse gradients")
+        buckets: dict[tuple[tuple[int, int], torch.device, torch.dtype], list[Tensor]] = defaultdict(list)
+        for p in live:
+            if not self.state[p]:
+                self._init_state(p)
+            buckets[(matrix_shape(p.shape), p.device, compute_dtype(p.dtype))].append(p)
+        for (shape, _, dtype), params in buckets.items():
+            self._step_bucket(group, params, shape, dtype)
 
     def _init_state(self, param: Tensor) -> None:
         state = self.state[param]

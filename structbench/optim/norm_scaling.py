@@ -1,0 +1,41 @@
+"""Norm-ratio scaling shared by Fira and APOLLO on top of GaLore's low-rank Adam (`structbench.optim.galore`).
+
+Both scale a full-rank term by how much Adam stretches the projected gradient, channel by channel:
+phi_c = ||N_c|| / (||sigma_c|| + 1e-8), N the normalized Adam step and sigma the projected gradient, norms along
+the r dimension (Fira's compensation ratio; APOLLO's channel-wise scaling, Alg. 9 line 12 of the RACS/Alice
+paper). Both then bound the term's norm growth with the limiter of `racs.limiter_factor`, whose threshold gamma
+and per-matrix norm psi (`limiter_norm`) are kept here.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+import torch
+from torch import Tensor
+
+from structbench.optim.checks import is_finite_number
+
+NORM_EPS = 1e-8
+"""Added to the projected gradient's norms in the ratio (the reference codes' constant)."""
+
+
+def channel_ratio(normalized: Tensor, projected: Tensor, right: bool) -> Tensor:
+    """||N_c|| / (||sigma_c|| + 1e-8) per channel, norms along the r dimension: (m, 1) if right, else (1, n)."""
+    dim = -1 if right else -2
+    return normalized.norm(dim=dim, keepdim=True) / (projected.norm(dim=dim, keepdim=True) + NORM_EPS)
+
+
+def limiter_norm(state: dict[str, Any], device: torch.device) -> Tensor:
+    """The limiter's psi of one matrix: a float32 0-d tensor in its state, zero until the first limited step."""
+    if "limiter_norm" not in state:
+        state["limiter_norm"] = torch.zeros((), dtype=torch.float32, device=device)
+    return state["limiter_norm"]
+
+
+def validate_gamma(group: Mapping[str, Any]) -> None:
+    """The limiter's threshold gamma must be a finite number >= 1."""
+    gamma = group["gamma"]
+    if not is_finite_number(gamma) or gamma < 1.0:
+        raise ValueError(f"gamma must be a finite number >= 1; got {gamma!r}")

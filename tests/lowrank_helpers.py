@@ -1,0 +1,151 @@
+"""Test helpers shared by the GaLore, Fira and APOLLO tests: matrices with known singular values, float64 bases,
+the projected Adam recomputed by hand, the step-by-step comparison with a pytorch_optimizer oracle, and the
+state_dict resume check."""
+
+from __future__ import annotations
+
+import copy
+import math
+from collections.abc import Callable, Iterator
+from typing import NamedTuple
+
+import torch
+from torch import Tensor, nn
+
+F64 = torch.float64
+Svd = tuple[Tensor, Tensor, Tensor]
+TORCH_SVD = torch.linalg.svd
+"""torch.linalg.svd itself, kept for `svd_through_tall_orientation` while a test monkeypatches the original."""
+
+
+def known_matrix(m: int, n: int, singular: list[float], seed: int) -> Tensor:
+    """U diag(s) V^T (float32) with U, V orthonormal from the QR of a float64 Gaussian; rank = len(singular)."""
+    gen = torch.Generator().manual_seed(seed)
+    k = len(singular)
+    u, _ = torch.linalg.qr(torch.randn(m, k, generator=gen, dtype=F64))
+    v, _ = torch.linalg.qr(torch.randn(n, k, generator=gen, dtype=F64))
+    return (u @ torch.diag(torch.tensor(singular, dtype=F64)) @ v.T).float()
+
+
+def spread(k: int) -> list[float]:
+    """k well-separated singular values, 8, 5.6, 3.92, ..."""
+    return [8.0 * 0.7**i for i in range(k)]
+
+
+def top_basis(g: Tensor, r: int, right: bool) -> Tensor:
+    """float64 top-r right singular vectors (n x r) or left singular vectors (m x r) of g."""
+    u, _, vh = torch.linalg.svd(g.to(F64), full_matrices=False)
+    return vh[:r].T if right else u[:, :r]
+
+
+def growth_outside_the_subspace(seed: int) -> tuple[Tensor, Tensor, Tensor, Tensor]:
+    """(w0, g1, g2, basis), 6 x 10, from seeds seed, seed + 1, seed + 2: g2 is g1 plus a large component outside
+    g1's top-3 left singular subspace (`basis`, float64), so a full-rank term grows far past a limiter's 1.01x."""
+    w0 = known_matrix(6, 10, spread(6), seed=seed)
+    g1 = 1e-2 * known_matrix(6, 10, spread(6), seed=seed + 1)
+    basis = top_basis(g1, 3, right=False)
+    z = torch.randn(6, 10, generator=torch.Generator().manual_seed(seed + 2), dtype=F64)
+    g2 = (g1.to(F64) + 0.2 * (z - basis @ basis.T @ z)).float()
+    return w0, g1, g2, basis
+
+
+def svd_through_tall_orientation(a: Tensor, full_matrices: bool = True) -> Svd:
+    """torch.linalg.svd, a wide matrix decomposed through its transpose (as structbench's GaLore does)."""
+    if a.size(-2) >= a.size(-1):
+        return tuple(TORCH_SVD(a, full_matrices=full_matrices))
+    u, s, vh = TORCH_SVD(a.mT, full_matrices=full_matrices)
+    return vh.mT, s, u.mT
+
+
+class HandAdamStep(NamedTuple):
+    """One step of GaLore's projected HF-style Adam, recomputed by hand in float64."""
+
+    step_size: float
+    """lr sqrt(1 - b2^t) / (1 - b1^t): the bias corrections folded into the step size."""
+    grad: Tensor
+    """G as an (m x n) matrix (conv filters as (out, in*kh*kw))."""
+    projected: Tensor
+    """sigma = G V (m x r) on the right side, U^T G (r x n) on the left."""
+    normalized: Tensor
+    """N = m_t / (sqrt(v_t) + eps), the shape of sigma."""
+
+
+def hand_projected_adam(
+    grads: list[Tensor], basis: Tensor, right: bool, lr: float, betas: tuple[float, float], eps: float
+) -> Iterator[HandAdamStep]:
+    """GaLore's low-rank Adam with a fixed basis (n x r right, m x r left), one step per gradient, in float64."""
+    b1, b2 = betas
+    m = v = None
+    for t, g in enumerate(grads, start=1):
+        g = g.to(F64).reshape(g.shape[0], -1)
+        sigma = g @ basis if right else basis.T @ g
+        m = (1 - b1) * sigma if m is None else b1 * m + (1 - b1) * sigma
+        v = (1 - b2) * sigma**2 if v is None else b2 * v + (1 - b2) * sigma**2
+        yield HandAdamStep(lr * math.sqrt(1 - b2**t) / (1 - b1**t), g, sigma, m / (v.sqrt() + eps))
+
+
+def hand_channel_ratio(normalized: Tensor, projected: Tensor, right: bool) -> Tensor:
+    """||N_c|| / (||sigma_c|| + 1e-8) channel by channel: per row of G (norms over the r columns of sigma) on the
+    right side, (m, 1); per column of G (norms over the r rows) on the left, (1, n)."""
+    if right:
+        rows = range(projected.shape[0])
+        return torch.stack([normalized[i].norm() / (projected[i].norm() + 1e-8) for i in rows])[:, None]
+    cols = range(projected.shape[1])
+    return torch.stack([normalized[:, j].norm() / (projected[:, j].norm() + 1e-8) for j in cols])[None]
+
+
+def steps_beside_oracle(
+    make_ours: Callable[[list[nn.Parameter]], torch.optim.Optimizer],
+    make_oracle: Callable[[list[nn.Parameter]], torch.optim.Optimizer],
+    shapes: list[tuple[int, int]],
+    seed: int,
+    atol: float,
+) -> float:
+    """Eight steps of ours and of the oracle from the same weights on the same gradients (drawn from `seed`), the
+    weights equal to `atol` after every step. Returns how far ours moved (max abs), to show the steps are not tiny."""
+    gen = torch.Generator().manual_seed(seed)
+    start = [torch.randn(s, generator=gen) for s in shapes]
+    ours = [nn.Parameter(w.clone()) for w in start]
+    theirs = [nn.Parameter(w.clone()) for w in start]
+    opt = make_ours(ours)
+    oracle = make_oracle(theirs)
+    for _ in range(8):
+        grads = [torch.randn(s, generator=gen) for s in shapes]
+        for a, b, g in zip(ours, theirs, grads, strict=True):
+            a.grad, b.grad = g.clone(), g.clone()
+        opt.step()
+        oracle.step()
+        for a, b in zip(ours, theirs, strict=True):
+            torch.testing.assert_close(a.detach(), b.detach(), rtol=0, atol=atol)
+    return max(float((a.detach() - w).abs().max()) for a, w in zip(ours, start, strict=True))
+
+
+def assert_resume_is_bit_identical(
+    make: Callable[[list[nn.Parameter]], torch.optim.Optimizer],
+    shapes: list[tuple[int, ...]],
+    dtype: torch.dtype,
+    seed: int,
+    loaded_dtypes: dict[str, torch.dtype],
+) -> None:
+    """Three steps, a state_dict round trip into a fresh optimizer on cloned weights, three more steps of both on the
+    same gradients (drawn from `seed`): the weights stay bit-identical. `loaded_dtypes` are the dtypes expected of
+    the reloaded state of the first parameter."""
+    gen = torch.Generator().manual_seed(seed)
+    grads = [[torch.randn(s, generator=gen).to(dtype) for s in shapes] for _ in range(6)]
+    params = [nn.Parameter(torch.randn(s, generator=gen).to(dtype)) for s in shapes]
+    opt = make(params)
+    for g in grads[:3]:
+        for p, gi in zip(params, g, strict=True):
+            p.grad = gi.clone()
+        opt.step()
+    saved = copy.deepcopy(opt.state_dict())
+    clones = [nn.Parameter(p.detach().clone()) for p in params]
+    resumed = make(clones)
+    resumed.load_state_dict(saved)
+    assert {key: resumed.state[clones[0]][key].dtype for key in loaded_dtypes} == loaded_dtypes
+    for g in grads[3:]:
+        for p, q, gi in zip(params, clones, g, strict=True):
+            p.grad, q.grad = gi.clone(), gi.clone()
+        opt.step()
+        resumed.step()
+    assert all(torch.equal(p, q) for p, q in zip(params, clones, strict=True))
