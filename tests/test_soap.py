@@ -183,7 +183,8 @@ def test_paper_momentum_and_momentum_in_eigenbasis_agree():
             torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-6)
 
 
-def test_parity_with_pytorch_optimizer_soap():
+@pytest.mark.parametrize("batch_matrices", ["on", "off"])
+def test_parity_with_pytorch_optimizer_soap(batch_matrices):
     """pytorch_optimizer.SOAP 4.1.0 against SOAP(basis_from_current_grad=False, refresh="qr", sides="both").
 
     Semantics shared: first step only initialises, t counts the later steps, L and R updated after the
@@ -207,7 +208,10 @@ def test_parity_with_pytorch_optimizer_soap():
     _run(OracleSOAP(expected, precondition_frequency=3), expected, grads)
     for in_eigenbasis in (False, True):
         params = _params(shapes)
-        _run(SOAP(params, precondition_frequency=3, momentum_in_eigenbasis=in_eigenbasis), params, grads)
+        opt = SOAP(
+            params, precondition_frequency=3, momentum_in_eigenbasis=in_eigenbasis, batch_matrices=batch_matrices
+        )
+        _run(opt, params, grads)
         for ours, theirs in zip(params, expected, strict=True):
             torch.testing.assert_close(ours.detach(), theirs.detach(), rtol=1e-5, atol=1e-6)
 
@@ -320,13 +324,15 @@ def test_qr_failure_keeps_the_basis_and_leaves_exp_avg_sq_unpermuted(monkeypatch
     torch.testing.assert_close(state["exp_avg_sq"], (1 - B2) * rotated**2, rtol=1e-5, atol=1e-8)
 
 
-def test_same_shape_matrices_batched_equal_separate_runs_and_late_gradients_start_fresh():
-    """Two same-shape matrices share one batched step; the second gets its first gradient two steps late,
-    so its first (initialising) step happens inside a batch where the other is already running."""
+@pytest.mark.parametrize("batch_matrices", ["on", "off"])
+def test_same_shape_matrices_batched_equal_separate_runs_and_late_gradients_start_fresh(batch_matrices):
+    """Two same-shape matrices share one batched step ("on"; "off" steps them one at a time); the second gets its
+    first gradient two steps late, so its first (initialising) step happens inside a batch where the other is
+    already running."""
     shapes = [(5, 6), (5, 6)]
     grads = _grads(shapes, 7, seed=12)
     params = _params(shapes)
-    opt = SOAP(params, precondition_frequency=2)
+    opt = SOAP(params, precondition_frequency=2, batch_matrices=batch_matrices)
     for k, step_grads in enumerate(grads):
         for i, (p, g) in enumerate(zip(params, step_grads, strict=True)):
             p.grad = g.clone() if (i == 0 or k >= 2) else None
@@ -384,6 +390,8 @@ def test_rejects_vectors_skips_missing_gradients_and_returns_the_closure_loss():
     assert torch.equal(b.detach(), before) and not opt.state[b]
     with pytest.raises(ValueError, match="sides"):
         SOAP([a], sides="top")
+    with pytest.raises(ValueError, match="batch_matrices"):
+        SOAP([a], batch_matrices="sometimes")
 
 
 def test_state_bytes_match_the_format():

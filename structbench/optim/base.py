@@ -15,6 +15,17 @@ from typing import Any, ClassVar
 
 import torch
 
+BATCH_MODES = ("auto", "on", "off")
+"""How an optimizer runs its same-shape matrices: stacked into batched solves and matmuls ("on"), one at a time
+("off"), or "auto": stacked on CUDA, one at a time elsewhere. On CPU, stacking measured slower than the loop at GPT-2
+and ResNet-18 sizes (benchmarks/optim_step.py: Muon up to 1.5x, SOAP up to 1.5x): the matmuls are compute-bound
+either way, and the stacks are large fresh allocations copied in and out on every step."""
+
+
+def stacks_matrices(mode: str, device: torch.device) -> bool:
+    """Whether same-shape matrices on `device` are stacked under batch mode `mode` (one of BATCH_MODES)."""
+    return mode == "on" or (mode == "auto" and device.type == "cuda")
+
 
 class StructuredOptimizer(torch.optim.Optimizer):
     solver_failures: int = 0

@@ -22,9 +22,8 @@ here a conv filter is scaled like the (out, in*kh*kw) matrix it is orthogonalize
 `batch_matrices` picks how matrices are orthogonalized. "off": each on its own with 2-D matmuls, op for op
 as in torch.optim.Muon (its bfloat16 NS output is matched bit for bit). "on": the same-shape matrices of a
 param group are stacked and orthogonalized by one batched Newton–Schulz call (batched matmuls), which saves a
-kernel launch chain per matrix on a GPU. "auto" (default) is "on" on CUDA and "off" elsewhere: on CPU,
-stacking was measured no faster at GPT-2 and ResNet-18 sizes (benchmarks/optim_step.py): the matmuls are
-compute-bound either way and the transient stacks are large fresh allocations. The caller's `p.grad` is
+kernel launch chain per matrix on a GPU. "auto" (default) is "on" on CUDA and "off" elsewhere
+(`base.BATCH_MODES`: on CPU, stacking measured up to 1.5x slower at GPT-2 sizes). The caller's `p.grad` is
 never modified (the reference code's Nesterov path overwrites it). The momentum buffer has the parameter's
 dtype; the Newton–Schulz iteration runs in `ns_dtype` ("auto": bfloat16 on CUDA, float32 elsewhere).
 """
@@ -40,7 +39,7 @@ import torch
 from torch import Tensor
 
 from structbench.errors import SolverError
-from structbench.optim.base import StructuredOptimizer
+from structbench.optim.base import BATCH_MODES, StructuredOptimizer, stacks_matrices
 from structbench.optim.checks import check_choice
 from structbench.optim.hybrid import FALLBACK_ADAMW_DEFAULTS, adamw_state_bytes, build_hybrid
 from structbench.optim.linalg import NS_CUBIC, NS_QUINTIC, newton_schulz, polar_svd
@@ -52,7 +51,6 @@ NS_DTYPES: dict[str, torch.dtype | None] = {"auto": None, "bfloat16": torch.bflo
 MOMENTUM_FORMS = ("ema", "sum")
 POLAR_METHODS = ("ns", "svd")
 SCALES = ("shape", "rms", "none")
-BATCH_MODES = ("auto", "on", "off")
 RMS_MATCH = 0.2
 """Moonlight's target update RMS (AdamW's typical RMS): s = 0.2 sqrt(max(m, n))."""
 MAX_CONSECUTIVE_SOLVER_FAILURES = 3
@@ -135,8 +133,7 @@ class Muon(StructuredOptimizer):
                 raise RuntimeError("Muon supports dense real gradients only")
         if not params:
             return
-        mode = group["batch_matrices"]
-        if mode == "on" or (mode == "auto" and params[0].device.type == "cuda"):
+        if stacks_matrices(group["batch_matrices"], params[0].device):
             self._step_stacked(params, group)
         else:
             for p in params:

@@ -38,7 +38,8 @@ Both are one class, `SOAP`; `EigenAdam` only changes its defaults. Switches:
 All state is float32 whatever the parameter dtype: per rotated side the factor statistic (`gg_left` /
 `gg_right`) and its basis (`q_left` / `q_right`), plus `exp_avg` and `exp_avg_sq` (moments in float32 too,
 not the parameter dtype, so bfloat16 runs keep their statistics), and Python ints `step` and
-`failures_in_a_row`. Same-shape matrices are stacked and run through one batched eigh / QR / matmul.
+`failures_in_a_row`. With `batch_matrices` "on" ("auto" on CUDA), same-shape matrices are stacked and run
+through one batched eigh / QR / matmul; "off" ("auto" elsewhere) steps them one at a time (`base.BATCH_MODES`).
 """
 
 from __future__ import annotations
@@ -51,7 +52,7 @@ import torch
 from torch import Tensor
 
 from structbench.errors import SolverError
-from structbench.optim.base import EagerStructuredOptimizer
+from structbench.optim.base import BATCH_MODES, EagerStructuredOptimizer, stacks_matrices
 from structbench.optim.checks import check_choice
 from structbench.optim.hybrid import FALLBACK_ADAMW_DEFAULTS, adamw_state_bytes, build_hybrid
 from structbench.optim.linalg import eigh_with_retry
@@ -168,6 +169,7 @@ class SOAP(EagerStructuredOptimizer):
         momentum_in_eigenbasis: bool = False,
         basis_from_current_grad: bool = False,
         refresh: str = "qr",
+        batch_matrices: str = "auto",
     ) -> None:
         if not lr > 0:
             raise ValueError(f"lr must be > 0; got {lr}")
@@ -183,6 +185,7 @@ class SOAP(EagerStructuredOptimizer):
             raise ValueError(f"max_precond_dim must be a non-negative int; got {max_precond_dim}")
         check_choice("sides", sides, SIDES)
         check_choice("refresh", refresh, REFRESH_METHODS)
+        check_choice("batch_matrices", batch_matrices, BATCH_MODES)
         defaults = {
             "lr": lr,
             "betas": tuple(betas),
@@ -197,6 +200,7 @@ class SOAP(EagerStructuredOptimizer):
             "momentum_in_eigenbasis": momentum_in_eigenbasis,
             "basis_from_current_grad": basis_from_current_grad,
             "refresh": refresh,
+            "batch_matrices": batch_matrices,
         }
         super().__init__(params, defaults)
         for group in self.param_groups:
@@ -210,7 +214,7 @@ class SOAP(EagerStructuredOptimizer):
     def step_group(self, group: dict[str, Any]) -> None:
         """One SOAP step for every parameter of the group with a gradient (see the module doc for the order)."""
         buckets: dict[tuple[Any, ...], list[Tensor]] = {}
-        for p in group["params"]:
+        for index, p in enumerate(group["params"]):
             if p.grad is None:
                 continue
             if p.grad.is_sparse:
@@ -221,14 +225,15 @@ class SOAP(EagerStructuredOptimizer):
                 sides = ("q_left" in state, "q_right" in state)
             else:
                 sides = rotated_sides(rows, cols, group["sides"], group["max_precond_dim"])
-            buckets.setdefault((rows, cols, *sides, p.device), []).append(p)
-        for (rows, cols, left, right, _), params in buckets.items():
+            alone = None if stacks_matrices(group["batch_matrices"], p.device) else index
+            buckets.setdefault((rows, cols, *sides, p.device, alone), []).append(p)
+        for (rows, cols, left, right, _, _), params in buckets.items():
             self._step_bucket(group, params, rows, cols, (left, right))
 
     def _step_bucket(
         self, group: dict[str, Any], params: list[Tensor], rows: int, cols: int, sides: tuple[bool, bool]
     ) -> None:
-        """One step for same-shape matrices that rotate the same sides, batched."""
+        """One step for same-shape matrices that rotate the same sides, batched (or for one matrix)."""
         fresh = [not self.state[p] for p in params]
         for p, new in zip(params, fresh, strict=True):
             if new:
@@ -413,6 +418,7 @@ class EigenAdam(SOAP):
         momentum_in_eigenbasis: bool = False,
         basis_from_current_grad: bool = True,
         refresh: str = "eigh",
+        batch_matrices: str = "auto",
     ) -> None:
         super().__init__(
             params,
@@ -429,6 +435,7 @@ class EigenAdam(SOAP):
             momentum_in_eigenbasis=momentum_in_eigenbasis,
             basis_from_current_grad=basis_from_current_grad,
             refresh=refresh,
+            batch_matrices=batch_matrices,
         )
 
 
@@ -445,6 +452,7 @@ _OWN_KEYS = (
     "momentum_in_eigenbasis",
     "basis_from_current_grad",
     "refresh",
+    "batch_matrices",
 )
 
 
@@ -509,6 +517,7 @@ SOAP_ENTRY = register(
             "momentum_in_eigenbasis": False,
             "basis_from_current_grad": False,
             "refresh": "qr",
+            "batch_matrices": "auto",
             **SOAP_ADAMW_DEFAULTS,
         },
         build=_build_soap,
@@ -525,7 +534,8 @@ SOAP_ENTRY = register(
             "keeps one factor per tensor dim); 1-D parameters, embeddings and the head go to torch AdamW whose "
             "adamw_* defaults copy SOAP's own values (the reference runs them through its unrotated Adam, with "
             "the skipped first step and HF eps); precondition_1d, merge_dims and data_format are not offered; "
-            "moments kept in float32 (the reference keeps them in the parameter dtype)."
+            "moments kept in float32 (the reference keeps them in the parameter dtype). batch_matrices 'auto' "
+            "stacks same-shape matrices on CUDA only (a harness choice; same algorithm)."
         ),
         lr_keys=("lr", "adamw_lr"),
         state_bytes=state_bytes,
@@ -553,6 +563,7 @@ EIGEN_ADAM_ENTRY = register(
             "momentum_in_eigenbasis": False,
             "basis_from_current_grad": True,
             "refresh": "eigh",
+            "batch_matrices": "auto",
             **FALLBACK_ADAMW_DEFAULTS,
         },
         build=_build_eigen_adam,
@@ -567,7 +578,8 @@ EIGEN_ADAM_ENTRY = register(
             "eps 1e-8 is an implementation guard: Alg. 7 prints m/sqrt(v) with no eps, which is 0/0 in directions "
             "whose gradient is exactly zero. The reference's one-sided SOAP is basis_from_current_grad False, "
             "refresh 'qr', correct_bias True, weight_decay 0.01. Non-matrix parameters, embeddings and the head go "
-            "to torch AdamW (fallback hyperparameters not stated by the paper: the project's adamw_* defaults)."
+            "to torch AdamW (fallback hyperparameters not stated by the paper: the project's adamw_* defaults). "
+            "batch_matrices 'auto' stacks same-shape matrices on CUDA only (a harness choice; same algorithm)."
         ),
         lr_keys=("lr", "adamw_lr"),
         state_bytes=state_bytes,
