@@ -506,3 +506,22 @@ def test_throughput_column_is_the_median_over_seeds_and_absent_without_data(tmp_
     cell = by_suite["hand"].rows[0][names.index("throughput")]
     assert (cell.text, cell.sub) == ("1,200", "tokens/s")
     assert "throughput" not in [c.name for c in by_suite["old"].columns]
+
+
+def test_figure_cache_key_covers_every_report_module(tmp_path):
+    """Figures depend on more than plots.py (targets, profiles, statistics): editing any module of the report
+    package must give a different source digest, hence new figure-cache keys; an identical copy gives the same."""
+    from structbench.report import figure_cache
+
+    package = Path(figure_cache.__file__).parent
+    copy = tmp_path / "report"
+    copy.mkdir()
+    for module in package.glob("*.py"):
+        (copy / module.name).write_bytes(module.read_bytes())
+    assert figure_cache.source_digest(copy) == figure_cache.source_digest(package)
+    for name in ("profiles.py", "targets.py", "stats.py"):
+        edited = copy / name
+        original = edited.read_bytes()
+        edited.write_bytes(original + b"\n")
+        assert figure_cache.source_digest(copy) != figure_cache.source_digest(package), name
+        edited.write_bytes(original)

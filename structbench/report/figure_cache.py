@@ -3,8 +3,9 @@
     <out>/.report-cache/figures/<suite>-<key>/manifest.json + one PNG per figure
 
 The key is a SHA-256 over everything a suite's figures depend on: the suite's data digest (every run row
-and curve point it reads, build.digest), the colours assigned to its optimizers, the source of the plotting
-module and the matplotlib version. The cross-suite figures are kept the same way under the name ACROSS, with
+and curve point it reads, build.digest), the colours assigned to its optimizers, the source of every module of
+the report package (plotting, targets, profiles, statistics: a change to any of them may change a figure) and
+the matplotlib version. The cross-suite figures are kept the same way under the name ACROSS, with
 the digest of every suite's digest. Entries hold plain JSON and PNG bytes, nothing executable. Only the
 newest `KEEP` entries of a name are kept. As with the read cache, an unreadable entry is ignored and an
 unwritable directory only means nothing is kept. Reading an entry loads neither the plotting module nor
@@ -28,7 +29,18 @@ from structbench.report.figure_file import FigureFile
 KEEP = 3
 ACROSS = "across suites"
 """The name the cross-suite figures are kept under (a suite of that name shares only the KEEP budget: keys differ)."""
-_CODE = hashlib.sha256(Path(__file__).with_name("plots.py").read_bytes()).hexdigest()
+
+
+def source_digest(package: Path) -> str:
+    """SHA-256 over the names and sources of the modules in `package`, in name order."""
+    digest = hashlib.sha256()
+    for module in sorted(package.glob("*.py")):
+        digest.update(module.name.encode())
+        digest.update(module.read_bytes())
+    return digest.hexdigest()
+
+
+_CODE = source_digest(Path(__file__).parent)
 
 
 def _root(out: Path) -> Path:
