@@ -405,7 +405,8 @@ def _accumulate_gradients(task: Task, step: int, accum: int) -> torch.Tensor:
 
 
 def _check_target(state: _RunState, step: int, wall: float, result: Any, task: Task, metric: str, value: float) -> None:
-    if not metric or state.target_step is not None:
+    """Record the first evaluation at or past the target; a target from a baseline has no value yet (NaN): skip."""
+    if not metric or math.isnan(value) or state.target_step is not None:
         return
     if metric == "loss":
         reached = _reached(result.loss, value, "min")

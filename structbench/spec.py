@@ -40,7 +40,9 @@ BUDGET_DEFAULTS: dict[str, Any] = {
 """`epochs` > 0 replaces `steps` by epochs x the task's steps per epoch (and, with `eval_every` 0, evaluates at every
 epoch's end); `batch_size` counts examples per optimizer step, split into `grad_accum` equal micro-batches;
 `grad_clip` > 0 clips the global gradient norm to that value before each optimizer step."""
-TARGET_DEFAULTS: dict[str, Any] = {"metric": "", "value": math.nan}
+TARGET_DEFAULTS: dict[str, Any] = {"metric": "", "value": math.nan, "from_baseline": ""}
+"""A target names a `metric` (the task's metric or "loss") and exactly one of a fixed `value` and `from_baseline`, an
+optimizer whose final evaluation of the metric (median over its seeds) becomes the target when the report is made."""
 CHECK_DEFAULTS: dict[str, Any] = {"require_ok": False, "require_loss_decrease": False}
 SUITE_KEYS = {
     "experiment",
@@ -85,8 +87,16 @@ class SuiteSpec:
             "task_args": self.task_args,
             "budget": self.budget,
             "schedule": self.schedule,
-            "target": self.target if self.target["metric"] else None,
+            "target": self.stored_target(),
         }
+
+    def stored_target(self) -> dict[str, Any] | None:
+        """The target as stored with a run: None without one, else its metric and its fixed value or baseline."""
+        if not self.target["metric"]:
+            return None
+        if self.target["from_baseline"]:
+            return {"metric": self.target["metric"], "from_baseline": self.target["from_baseline"]}
+        return {"metric": self.target["metric"], "value": self.target["value"]}
 
     def run_spec(self, optim_name: str, seed: int) -> dict[str, Any]:
         """The effective spec of one run, as stored in its `spec` column."""
@@ -169,6 +179,7 @@ def resolve_suite(
         apply_override(effective, assignment)
     hparams = {o: optim.resolve_hparams(o, effective["hparams"][o]) for o in chosen}
     _validate_budget(effective["budget"], effective["schedule"])
+    _validate_target(effective["target"])
     return SuiteSpec(
         name=name,
         description=str(raw.get("description", "")),
@@ -305,3 +316,19 @@ def _validate_budget(budget: dict[str, Any], schedule: dict[str, Any]) -> None:
         if not (math.isfinite(budget[key]) and budget[key] >= 0):
             raise UsageError(f"budget.{key} must be a finite number >= 0, got {budget[key]}.")
     validate_schedule(schedule)
+
+
+def _validate_target(target: dict[str, Any]) -> None:
+    has_value, baseline = not math.isnan(target["value"]), target["from_baseline"]
+    if not target["metric"]:
+        if has_value or baseline:
+            raise UsageError("target.value and target.from_baseline need target.metric (the task's metric or 'loss').")
+        return
+    if has_value == bool(baseline):
+        raise UsageError(
+            f"target {target['metric']!r} needs exactly one of target.value (a fixed threshold) and "
+            f"target.from_baseline (an optimizer whose final {target['metric']} becomes the target), "
+            f"got {'both' if has_value else 'neither'}."
+        )
+    if baseline:
+        optim.get(baseline)

@@ -25,7 +25,7 @@ def test_defaults_fill_in_and_overrides_are_typed():
     assert suite.task_args["cond_left"] == 5.0 and isinstance(suite.task_args["cond_left"], float)
     assert suite.seeds == [3, 4]
     assert suite.hparams["adamw"]["beta2"] == optim.get("adamw").defaults["beta2"]
-    assert suite.target == {"metric": "rel_subopt", "value": 0.01}
+    assert suite.target == {"metric": "rel_subopt", "value": 0.01, "from_baseline": ""}
 
 
 @pytest.mark.parametrize(

@@ -8,7 +8,8 @@ on a suite without one, or when no setting reached the target, the one with the 
 metric. Ties go to the better final metric, then the label.
 
 Speed-up against the baseline: the baseline's median steps (seconds) to target divided by the variant's,
-so 2.0x means the target in half the steps (time).
+so 2.0x means the target in half the steps (time). A target from a baseline (`baseline_target`) divides that
+baseline's total steps (seconds) instead, whatever `--baseline` names.
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ import numpy as np
 import pandas as pd
 
 from structbench.report import load
+from structbench.report.baseline_target import targets_of
 from structbench.report.curve_index import CurveIndex
 from structbench.report.profiles import Profile, Ranks, performance_profile, rank_table
 from structbench.report.stats import Paired, paired_difference
@@ -86,15 +88,28 @@ class SuiteReport:
         return list(seen.values())
 
     @property
+    def timed(self) -> bool:
+        """Whether any target has a value (a target from a baseline without ok runs has none)."""
+        return any(t.available for t in self.targets)
+
+    @property
     def run_count(self) -> int:
         return sum(len(v.variant.rows) for v in self.variants) + len(self.superseded)
 
     def speedup(self, variant: VariantSummary, unit: str) -> float:
-        """Baseline median / variant median of steps or seconds to target; NaN when undefined."""
-        if self.baseline is None or variant.target is None or self.baseline.target is None:
-            return math.nan
+        """Baseline median / variant median of steps or seconds to target; NaN when undefined.
+
+        For a target from a baseline the numerator is that baseline's total steps or seconds (`baseline_target`).
+        """
         pick = (lambda v: v.steps_to_target) if unit == "steps" else (lambda v: v.seconds_to_target)
-        mine, base = pick(variant).median, pick(self.baseline).median
+        if variant.target is not None and variant.target.reference is not None:
+            reference = variant.target.reference
+            base = reference.steps if unit == "steps" else reference.seconds
+        elif self.baseline is None or variant.target is None or self.baseline.target is None:
+            return math.nan
+        else:
+            base = pick(self.baseline).median
+        mine = pick(variant).median
         if math.isnan(mine) or math.isnan(base) or math.isinf(mine):
             return math.nan
         if mine == 0:
@@ -153,7 +168,7 @@ def select(variants: Sequence[VariantSummary], mode: str) -> VariantSummary:
 
 
 def _compare(variant: VariantSummary, baseline: VariantSummary, mode: str) -> Comparison:
-    timed = variant.target is not None and baseline.target is not None
+    timed = all(t is not None and t.available for t in (variant.target, baseline.target))
     seconds = steps = None
     if timed:
         seconds = paired_difference(
@@ -190,7 +205,10 @@ def build_suite(name: str, runs: pd.DataFrame, curves: pd.DataFrame, baseline_na
     modes = runs["eval_metric_mode"].dropna()
     metric_mode = str(modes.mode().iloc[0]) if len(modes) else "min"
     evals = CurveIndex(curves, "eval")
-    variants = [summarize_variant(v, evals, metric_name, metric_mode) for v in group_variants(runs)]
+    grouped = group_variants(runs)
+    variants = [
+        summarize_variant(v, evals, target) for v, target in zip(grouped, targets_of(grouped, metric_mode), strict=True)
+    ]
     by_optim: dict[str, list[VariantSummary]] = {}
     for v in variants:
         by_optim.setdefault(v.optim, []).append(v)
@@ -297,7 +315,7 @@ def build_report(
         for name, group in runs.groupby("suite", sort=True)
     ]
     optim_names = sorted({o for s in reports for o in s.selected})
-    timed = [s for s in reports if s.targets]
+    timed = [s for s in reports if s.timed]
     profile_seconds = profile_steps = None
     if timed:
         profile_seconds = performance_profile(

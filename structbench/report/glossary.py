@@ -31,6 +31,20 @@ DEFINITIONS: tuple[tuple[str, str], ...] = (
         "the steps (time).",
     ),
     (
+        "Target from a baseline",
+        "A suite whose target names `from_baseline` (the RACS/Alice papers' definition) takes as target that "
+        "optimizer's final evaluation of the metric: the median over its ok seeds of its last evaluation, under the "
+        "same task, budget and schedule. Speed-up is then the baseline's total steps (the step of its last "
+        "evaluation) or total training time, medians over its seeds, divided by the optimizer's steps (time) to that "
+        "target; 'not reached' when it never gets there. Without an ok baseline run the target is 'unavailable'.",
+    ),
+    (
+        "Effective throughput",
+        "With a target from a baseline whose runs record a throughput: the items (tokens) the baseline trained on "
+        "(its throughput times its training time after the first step, scaled to all its steps; median over seeds) "
+        "divided by the optimizer's median time to the target; 'not reached' when the target never is.",
+    ),
+    (
         "Paired comparison",
         "On the seeds both ran, the per-seed difference (optimizer minus baseline); its median and bootstrap CI. "
         f"A verdict ('faster', 'worse', ...) needs at least {MIN_PAIRS} paired seeds and a CI that excludes 0; "

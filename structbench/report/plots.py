@@ -207,7 +207,7 @@ def _curve_figure(
     ax.set_xlim(lo, hi)
     target = suite.targets[0] if len(suite.targets) == 1 else None
     metric = suite.metric_name if value == "metric" else "loss"
-    if target is not None and kind == "metric-vs-step" and target.metric == metric:
+    if target is not None and target.available and kind == "metric-vs-step" and target.metric == metric:
         ax.axhline(target.value, color="black", ls="--", lw=0.9, label=f"target {target.describe()}")
     if plotted:
         _log_if_wide(ax, np.concatenate(plotted))
@@ -482,7 +482,7 @@ def _profile_figure(report: Report, colors: dict[str, tuple[float, ...]]) -> Fig
         ax.set_ylabel(f"fraction of suites within τ ({basis})")
     _outside_legend(fig, axes[-1], set())
     fig.subplots_adjust(left=0.08, right=0.8)
-    suites = [s for s in report.suites if s.targets]
+    suites = [s for s in report.suites if s.timed]
     run_ids = [r for s in suites for v in s.selected.values() for r in v.variant.run_ids]
     caption = (
         "AlgoPerf-style performance profiles over the suites with a target: the fraction of suites on which an "

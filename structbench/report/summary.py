@@ -6,7 +6,9 @@ Which runs feed which number:
 - steps / seconds to target: every run that produced a result (`ok`, `diverged`, `oom`, `solver_error`);
   one that never crossed the target counts as not reached (+inf), so a diverged seed weighs against its
   optimizer instead of vanishing. `error` and `interrupted` runs are shown in the counts and the failure
-  list only: they say nothing about the optimizer.
+  list only: they say nothing about the optimizer. A run without an evaluation curve falls back on the
+  runner's stored first evaluation at the target; for a target from a baseline (`baseline_target`) the
+  runner stored none, so such a run's time to target is unknown and left out.
 """
 
 from __future__ import annotations
@@ -17,7 +19,6 @@ import math
 from collections import Counter
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -73,13 +74,6 @@ class VariantSummary:
         return self.statuses.get("ok", 0) > 0
 
 
-def target_of(config: Mapping[str, Any], metric_name: str, metric_mode: str) -> Target | None:
-    metric, value = config.get("target.metric"), config.get("target.value")
-    if not metric or value is None or (isinstance(value, float) and math.isnan(value)):
-        return None
-    return Target(str(metric), float(value), "min" if metric == "loss" else metric_mode)
-
-
 def _median(values: np.ndarray) -> float:
     finite = values[~np.isnan(values)]
     return float(np.median(finite)) if len(finite) else math.nan
@@ -124,7 +118,9 @@ def _crossings(variant: Variant, evals: CurveIndex, target: Target) -> tuple[dic
             crossings[int(seed)] = Crossing(math.nan, math.nan)
             continue
         crossing = _interpolated(evals, run_id, target)
-        if crossing is None:
+        if crossing is None and target.reference is not None:
+            crossing = Crossing(math.nan, math.nan)
+        elif crossing is None:
             stored += 1
             reached = not (pd.isna(step) or pd.isna(seconds))
             crossing = Crossing(float(step), float(seconds)) if reached else Crossing(math.inf, math.inf)
@@ -132,13 +128,13 @@ def _crossings(variant: Variant, evals: CurveIndex, target: Target) -> tuple[dic
     return crossings, stored
 
 
-def summarize_variant(variant: Variant, evals: CurveIndex, metric_name: str, metric_mode: str) -> VariantSummary:
+def summarize_variant(variant: Variant, evals: CurveIndex, target: Target | None) -> VariantSummary:
     """Summary of one variant (module docstring says which runs feed which number)."""
     status = variant.values("status")
     ok = status == "ok"
     counts = Counter(status.tolist())
-    target = target_of(variant.config, metric_name, metric_mode)
-    crossings, stored = _crossings(variant, evals, target) if target is not None else ({}, 0)
+    timed = target is not None and target.available
+    crossings, stored = _crossings(variant, evals, target) if timed else ({}, 0)
     metric = variant.values("final_eval_metric")
     seeds = variant.values("seed")
     metric_by_seed = {
@@ -154,8 +150,8 @@ def summarize_variant(variant: Variant, evals: CurveIndex, metric_name: str, met
         target=target,
         final_loss=median_ci(variant.values("final_eval_loss")[ok]),
         final_metric=median_ci(metric_by_seed.values()),
-        steps_to_target=median_ci(c.steps for c in crossings.values()) if target is not None else EMPTY,
-        seconds_to_target=median_ci(c.seconds for c in crossings.values()) if target is not None else EMPTY,
+        steps_to_target=median_ci(c.steps for c in crossings.values()) if timed else EMPTY,
+        seconds_to_target=median_ci(c.seconds for c in crossings.values()) if timed else EMPTY,
         crossings=crossings,
         final_metric_by_seed=metric_by_seed,
         reached=sum(c.reached for c in crossings.values()),

@@ -93,17 +93,76 @@ def _estimate_cells(
 
 
 def _speedup_cell(suite: SuiteReport, v: VariantSummary, unit: str) -> Cell:
-    if suite.baseline is None or v.target is None:
+    if v.target is None or not v.target.available:
         return Cell("-")
-    if v is suite.baseline:
+    derived = v.target.reference is not None
+    if not derived and suite.baseline is None:
+        return Cell("-")
+    if v is suite.baseline if not derived else _is_reference(v):
         return Cell("1x", "baseline", "muted")
     estimate = v.steps_to_target if unit == "steps" else v.seconds_to_target
     if math.isinf(estimate.median):
         return Cell(NOT_REACHED, tone="bad")
     ratio = suite.speedup(v, unit)
     if math.isinf(ratio):
-        return Cell("∞", "baseline not reached", "good")
+        return Cell("∞", "reached before training" if derived else "baseline not reached", "good")
     return Cell(fmt_ratio(ratio), tone="good" if ratio > 1 else "")
+
+
+def _is_reference(v: VariantSummary) -> bool:
+    """Whether this row is the baseline variant its target was derived from (its speed-up is 1 by definition)."""
+    reference = v.target.reference if v.target is not None else None
+    return reference is not None and v.variant.label == reference.label and v.variant.optim == reference.optim
+
+
+def _has_effective_throughput(variants: Sequence[VariantSummary]) -> bool:
+    """Whether some row's target comes from a baseline whose runs record a throughput."""
+    return any(
+        v.target is not None and v.target.reference is not None and math.isfinite(v.target.reference.items)
+        for v in variants
+    )
+
+
+def _effective_throughput_cell(v: VariantSummary) -> Cell:
+    """The baseline's items over this row's median seconds to its target (a target from a baseline only)."""
+    reference = v.target.reference if v.target is not None else None
+    if reference is None or not math.isfinite(reference.items):
+        return Cell("-")
+    if _is_reference(v):
+        return Cell("-", "baseline", "muted")
+    seconds = v.seconds_to_target.median
+    if math.isinf(seconds):
+        return Cell(NOT_REACHED, tone="bad")
+    if math.isnan(seconds) or seconds == 0:
+        return Cell("-")
+    return Cell(f"{reference.effective_throughput(seconds):,.0f}", reference.rate_unit)
+
+
+def _target_cell(estimate_cell: Cell, v: VariantSummary) -> Cell:
+    """A steps or time to target cell, or why there is none."""
+    if v.target is None:
+        return Cell("-", "no target", "muted")
+    if not v.target.available:
+        return Cell("-", "target unavailable", "muted")
+    return estimate_cell
+
+
+def _target_caption(suite: SuiteReport, effective: bool) -> str:
+    targets = "; ".join(t.describe() for t in suite.targets)
+    caption = (
+        f" Target: {targets}; steps and time to target are interpolated between the two evaluations that bracket "
+        "the crossing."
+    )
+    references = sorted({t.reference.optim for t in suite.targets if t.reference is not None})
+    if references:
+        caption += (
+            f" Speed-up: {', '.join(references)}'s total steps (time) over this row's steps (time) to its final value "
+            "(>1: reaches it sooner)."
+        )
+        return caption + (
+            " Effective throughput: the items it trained on over this row's time to that value." if effective else ""
+        )
+    return caption + " Speed-up: the baseline's median over this row's (>1: faster than the baseline)."
 
 
 def _state_cells(v: VariantSummary) -> tuple[Cell, Cell]:
@@ -127,6 +186,7 @@ def suite_table(suite: SuiteReport, every_setting: bool = False) -> Table:
     variants = suite.variants if every_setting else list(suite.selected.values())
     arrow = "↓" if suite.metric_mode == "min" else "↑"
     timed = bool(suite.targets)
+    effective = timed and _has_effective_throughput(variants)
     throughput = any(not math.isnan(v.throughput_per_s) for v in variants)
     columns = [
         Column("optimizer", "all", left=True),
@@ -134,6 +194,7 @@ def suite_table(suite: SuiteReport, every_setting: bool = False) -> Table:
         Column("final eval loss ↓", "results"),
         Column(f"final {suite.metric_name} {arrow}", "results"),
         *TIME_COLUMNS[: 4 if timed else 0],
+        *([Column("effective throughput", "results")] if effective else []),
         Column("step time", "cost"),
         Column("optimizer share", "cost"),
         Column("compile", "cost"),
@@ -151,9 +212,8 @@ def suite_table(suite: SuiteReport, every_setting: bool = False) -> Table:
     for i, v in enumerate(variants):
         failed = any(v.statuses.get(s) for s in STATUSES if s != "ok")
         reached = f"{v.reached}/{len(v.crossings)} reached" if v.target is not None else ""
-        steps_cell = steps[i] if v.target is not None else Cell("-", "no target", "muted")
-        seconds_cell = seconds[i] if v.target is not None else Cell("-", "no target", "muted")
-        if v.target is not None:
+        steps_cell, seconds_cell = _target_cell(steps[i], v), _target_cell(seconds[i], v)
+        if v.target is not None and v.target.available:
             steps_cell = Cell(steps_cell.text, f"{steps_cell.sub} {reached}".strip(), steps_cell.tone)
         measured, analytic = _state_cells(v)
         rows.append(
@@ -172,6 +232,7 @@ def suite_table(suite: SuiteReport, every_setting: bool = False) -> Table:
                     if timed
                     else []
                 ),
+                *([_effective_throughput_cell(v)] if effective else []),
                 Cell(fmt_seconds(v.step_time_s)),
                 Cell(fmt_percent(v.optim_share)),
                 Cell(fmt_seconds(v.compile_s)),
@@ -184,11 +245,7 @@ def suite_table(suite: SuiteReport, every_setting: bool = False) -> Table:
         )
     caption = "Medians over seeds with 95% bootstrap CIs in brackets."
     if timed:
-        caption += (
-            f" Target: {'; '.join(t.describe() for t in suite.targets)}; steps and time to target are interpolated "
-            "between the two evaluations that bracket the crossing. Speed-up: the baseline's median over this "
-            "row's (>1: faster than the baseline)."
-        )
+        caption += _target_caption(suite, effective)
     if every_setting:
         return Table(f"{suite.name}: every setting", columns, rows, caption, key=f"settings-{suite.name}")
     if len(suite.variants) > len(suite.selected):

@@ -30,14 +30,51 @@ NOT_REACHED = math.inf
 
 
 @dataclass(frozen=True)
+class Reference:
+    """The baseline a target was derived from and what it spent over its whole run: medians over its ok seeds."""
+
+    optim: str
+    label: str
+    """The baseline variant's label (the one chosen among its settings)."""
+    seeds: int
+    steps: float
+    """The step of its last evaluation."""
+    seconds: float
+    """Its training seconds (evaluation excluded) at that evaluation."""
+    items: float
+    """Items (tokens, images) it trained on, estimated from its throughput (baseline_target); NaN without one."""
+    rate_unit: str
+    """The throughput's unit, e.g. "tokens/s"."""
+
+    def describe(self) -> str:
+        return f"{self.optim}'s final, median of {self.seeds} seed{'' if self.seeds == 1 else 's'}"
+
+    def effective_throughput(self, seconds_to_target: float) -> float:
+        """The baseline's items over the seconds another run needs to reach the target (RACS/Alice §6.2)."""
+        return self.items / seconds_to_target
+
+
+@dataclass(frozen=True)
 class Target:
     metric: str
     value: float
     mode: str
+    reference: Reference | None = None
+    """The baseline whose final value the target is (a suite's `target.from_baseline`); None for a fixed value."""
+
+    @property
+    def available(self) -> bool:
+        """False for a target from a baseline without an ok run: it has no value."""
+        return not math.isnan(self.value)
 
     def describe(self) -> str:
         sign = "<=" if self.mode == "min" else ">="
-        return f"{self.metric} {sign} {self.value:g}"
+        threshold = f"{self.metric} {sign} {self.value:g}"
+        if self.reference is None:
+            return threshold
+        if not self.available:
+            return f"{self.metric}: unavailable: no ok {self.reference.optim} runs"
+        return f"{threshold} ({self.reference.describe()})"
 
 
 @dataclass(frozen=True)
