@@ -27,6 +27,11 @@ def stacks_matrices(mode: str, device: torch.device) -> bool:
     return mode == "on" or (mode == "auto" and device.type == "cuda")
 
 
+def gather(tensors: list[torch.Tensor]) -> torch.Tensor:
+    """Same-shape tensors as one (B, ...) batch: a view of a lone tensor, else a stacked copy."""
+    return tensors[0].unsqueeze(0) if len(tensors) == 1 else torch.stack(tensors)
+
+
 class StructuredOptimizer(torch.optim.Optimizer):
     solver_failures: int = 0
     matrices_only: ClassVar[str | None] = None

@@ -30,7 +30,8 @@ Switches: `ema` False uses the current estimate directly (the Fig. 5(e) ablation
 `limiter` False sets eta = 1 (phi is still tracked).
 
 State per matrix (float32, or float64 for float64 parameters): `row_scale` q (m), `col_scale` s (n), `phi` (a
-0-d tensor) — m + n + 1 elements, the paper's count. Same-shape matrices are stacked and stepped together.
+0-d tensor) — m + n + 1 elements, the paper's count. With `batch_matrices` "on" ("auto" on CUDA), same-shape
+matrices are stacked and stepped together; "off" ("auto" elsewhere) steps them one at a time (`base.BATCH_MODES`).
 """
 
 from __future__ import annotations
@@ -44,7 +45,8 @@ import torch
 from torch import Tensor, nn
 
 from structbench.optim import memory
-from structbench.optim.base import StructuredOptimizer
+from structbench.optim.base import BATCH_MODES, StructuredOptimizer, gather, stacks_matrices
+from structbench.optim.checks import check_choice
 from structbench.optim.hybrid import adamw_state_bytes, build_hybrid
 from structbench.optim.partition import matrix_view, route_with_head_switch
 from structbench.optim.registry import NamedParams, OptimizerEntry, Routing, register
@@ -104,6 +106,7 @@ def _validate_group(group: Mapping[str, Any]) -> None:
     for key in ("ema", "limiter"):
         if not isinstance(group[key], bool):
             raise ValueError(f"{key} must be a bool; got {group[key]!r}")
+    check_choice("batch_matrices", group["batch_matrices"], BATCH_MODES)
 
 
 class RACS(StructuredOptimizer):
@@ -121,6 +124,7 @@ class RACS(StructuredOptimizer):
         iterations: int = 5,
         ema: bool = True,
         limiter: bool = True,
+        batch_matrices: str = "auto",
     ) -> None:
         self.solver_failures = 0
         defaults = {
@@ -131,6 +135,7 @@ class RACS(StructuredOptimizer):
             "iterations": iterations,
             "ema": ema,
             "limiter": limiter,
+            "batch_matrices": batch_matrices,
         }
         super().__init__(params, defaults)
 
@@ -142,15 +147,16 @@ class RACS(StructuredOptimizer):
         if any(p.grad.is_sparse for p in live):
             raise RuntimeError("RACS does not support sparse gradients")
         buckets: dict[tuple[Any, ...], list[nn.Parameter]] = defaultdict(list)
-        for param in live:
+        for index, param in enumerate(live):
             rows, cols = matrix_view(param.grad).shape
-            buckets[((rows, cols), rows > cols, param.device, param.dtype)].append(param)
-        for (_, transpose, _, _), params in buckets.items():
+            alone = None if stacks_matrices(group["batch_matrices"], param.device) else index
+            buckets[((rows, cols), rows > cols, param.device, param.dtype, alone)].append(param)
+        for (_, transpose, _, _, _), params in buckets.items():
             self._step_bucket(group, params, transpose)
 
     def _step_bucket(self, group: dict[str, Any], params: list[nn.Parameter], transpose: bool) -> None:
         dtype = torch.promote_types(params[0].dtype, torch.float32)
-        grads = torch.stack([matrix_view(p.grad).to(dtype) for p in params])
+        grads = gather([matrix_view(p.grad).to(dtype) for p in params])
         if transpose:
             grads = grads.mT
         m, n = grads.shape[-2:]
@@ -187,6 +193,7 @@ RACS_DEFAULTS: dict[str, Any] = {
     "iterations": 5,
     "ema": True,
     "limiter": True,
+    "batch_matrices": "auto",
     "head_to_fallback": True,
 }
 
@@ -212,6 +219,7 @@ def make_racs(params: list[nn.Parameter], hp: Mapping[str, Any]) -> RACS:
         iterations=hp["iterations"],
         ema=hp["ema"],
         limiter=hp["limiter"],
+        batch_matrices=hp["batch_matrices"],
     )
 
 
@@ -247,7 +255,8 @@ RACS_ENTRY = register(
             "Adam; head_to_fallback True = the LM head on Adam, as in every RACS result of the paper. Fallback: "
             "torch AdamW with the paper's Adam (Table 8 60M: lr 1e-3, betas (0.9, 0.999), no wd, bias correction); "
             "the lr of the Adam groups in RACS runs and eps are not stated (paper silent). Conv filters are "
-            "(out, in*kh*kw) matrices (the paper has no conv layers). State: float32 s (n), q (m), phi."
+            "(out, in*kh*kw) matrices (the paper has no conv layers). State: float32 s (n), q (m), phi. "
+            "batch_matrices 'auto' stacks same-shape matrices on CUDA only (a harness choice; same algorithm)."
         ),
         lr_keys=("lr", "adamw_lr"),
         state_bytes=racs_state_bytes,

@@ -52,7 +52,7 @@ import torch
 from torch import Tensor
 
 from structbench.errors import SolverError
-from structbench.optim.base import BATCH_MODES, EagerStructuredOptimizer, stacks_matrices
+from structbench.optim.base import BATCH_MODES, EagerStructuredOptimizer, gather, stacks_matrices
 from structbench.optim.checks import check_choice
 from structbench.optim.hybrid import FALLBACK_ADAMW_DEFAULTS, adamw_state_bytes, build_hybrid
 from structbench.optim.linalg import eigh_with_retry
@@ -76,13 +76,8 @@ def rotated_sides(rows: int, cols: int, sides: str, max_precond_dim: int) -> tup
     return left and rows <= max_precond_dim, right and cols <= max_precond_dim
 
 
-def _gather(tensors: list[Tensor]) -> Tensor:
-    """A (B, ...) batch of same-shape tensors: a view for one tensor, a stacked copy otherwise."""
-    return tensors[0].unsqueeze(0) if len(tensors) == 1 else torch.stack(tensors)
-
-
 def _scatter(batch: Tensor, tensors: list[Tensor]) -> None:
-    """Write a batch made by `_gather` (and changed in place, or recomputed) back into its tensors."""
+    """Write a batch made by `base.gather` (and changed in place, or recomputed) back into its tensors."""
     for target, value in zip(tensors, batch.unbind(0), strict=True):
         if target.data_ptr() != value.data_ptr():
             target.copy_(value)
@@ -238,7 +233,7 @@ class SOAP(EagerStructuredOptimizer):
         for p, new in zip(params, fresh, strict=True):
             if new:
                 self._init_state(self.state[p], rows, cols, sides, p.device)
-        grads = _gather([matrix_view(p.grad).to(torch.float32) for p in params])
+        grads = gather([matrix_view(p.grad).to(torch.float32) for p in params])
         states = [self.state[p] for p in params]
         beta3 = group["shampoo_beta"] if group["shampoo_beta"] >= 0 else group["betas"][1]
         every = group["precondition_frequency"]
@@ -289,7 +284,7 @@ class SOAP(EagerStructuredOptimizer):
     def _accumulate_statistics(self, states: list[dict[str, Any]], grads: Tensor, beta3: float) -> None:
         for side in self._sides(states):
             tensors = [state[f"gg_{side}"] for state in states]
-            gg = _gather(tensors)
+            gg = gather(tensors)
             _accumulate(gg, grads, side, beta3)
             _scatter(gg, tensors)
 
@@ -299,7 +294,7 @@ class SOAP(EagerStructuredOptimizer):
             return
         failed = [False] * len(states)
         for side in self._sides(states):
-            bases, ok = _eigenbasis(_gather([state[f"gg_{side}"] for state in states]))
+            bases, ok = _eigenbasis(gather([state[f"gg_{side}"] for state in states]))
             _scatter(bases, [state[f"q_{side}"] for state in states])
             failed = [f or not good for f, good in zip(failed, ok, strict=True)]
         self._record_failures(states, failed)
@@ -310,16 +305,16 @@ class SOAP(EagerStructuredOptimizer):
         if not sides:
             return
         in_eigenbasis = group["momentum_in_eigenbasis"]
-        old = {side: _gather([state[f"q_{side}"] for state in states]) for side in sides}
+        old = {side: gather([state[f"q_{side}"] for state in states]) for side in sides}
         if in_eigenbasis:
             exp_avg = _rotate(
-                _gather([state["exp_avg"] for state in states]), old.get("left"), old.get("right"), back=True
+                gather([state["exp_avg"] for state in states]), old.get("left"), old.get("right"), back=True
             )
-        exp_avg_sq = _gather([state["exp_avg_sq"] for state in states])
+        exp_avg_sq = gather([state["exp_avg_sq"] for state in states])
         new: dict[str, Tensor] = {}
         failed = [False] * len(states)
         for side in sides:
-            gg = _gather([state[f"gg_{side}"] for state in states])
+            gg = gather([state[f"gg_{side}"] for state in states])
             if group["refresh"] == "qr":
                 basis, order, ok = _power_qr(gg, old[side])
             else:
@@ -360,12 +355,12 @@ class SOAP(EagerStructuredOptimizer):
     ) -> None:
         """Adam in the rotated space, the update rotated back, then decoupled weight decay (raw lr)."""
         beta1, beta2 = group["betas"]
-        q_left = _gather([s["q_left"] for s in states]) if "q_left" in states[0] else None
-        q_right = _gather([s["q_right"] for s in states]) if "q_right" in states[0] else None
+        q_left = gather([s["q_left"] for s in states]) if "q_left" in states[0] else None
+        q_right = gather([s["q_right"] for s in states]) if "q_right" in states[0] else None
         rotated_grad = _rotate(grads, q_left, q_right)
 
         exp_avg_list = [s["exp_avg"] for s in states]
-        exp_avg = _gather(exp_avg_list)
+        exp_avg = gather(exp_avg_list)
         if group["momentum_in_eigenbasis"]:
             exp_avg.lerp_(rotated_grad, 1.0 - beta1)
             rotated_avg = exp_avg
@@ -375,7 +370,7 @@ class SOAP(EagerStructuredOptimizer):
         _scatter(exp_avg, exp_avg_list)
 
         exp_avg_sq_list = [s["exp_avg_sq"] for s in states]
-        exp_avg_sq = _gather(exp_avg_sq_list)
+        exp_avg_sq = gather(exp_avg_sq_list)
         exp_avg_sq.mul_(beta2).addcmul_(rotated_grad, rotated_grad, value=1.0 - beta2)
         _scatter(exp_avg_sq, exp_avg_sq_list)
 
