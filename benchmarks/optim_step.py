@@ -244,10 +244,10 @@ def main(argv: Sequence[str] | None = None) -> None:
             time_steps(ours("muon", make_params(shapes, device, False), {}), device, args.warmup, args.steps)
         )
         print(
-            f"{'optimizer':<14}{'median ms':>11}{'mean ms':>10}{'/ AdamW':>9}{'/ Muon':>8}   independent implementation"
+            f"{'optimizer':<20}{'median ms':>11}{'mean ms':>10}{'/ AdamW':>9}{'/ Muon':>8}   independent implementation"
         )
         print(
-            f"{'adamw-foreach':<14}{base_median * 1e3:>11.2f}{statistics.mean(baseline) * 1e3:>10.2f}{1.0:>9.2f}"
+            f"{'adamw-foreach':<20}{base_median * 1e3:>11.2f}{statistics.mean(baseline) * 1e3:>10.2f}{1.0:>9.2f}"
             f"{base_median / muon_median:>8.2f}"
         )
         found = oracles()
@@ -255,7 +255,7 @@ def main(argv: Sequence[str] | None = None) -> None:
             times = time_steps(ours(name, make_params(shapes, device, False), {}), device, args.warmup, args.steps)
             median = statistics.median(times)
             line = (
-                f"{name:<14}{median * 1e3:>11.2f}{statistics.mean(times) * 1e3:>10.2f}{median / base_median:>9.2f}"
+                f"{name:<20}{median * 1e3:>11.2f}{statistics.mean(times) * 1e3:>10.2f}{median / base_median:>9.2f}"
                 f"{median / muon_median:>8.2f}"
             )
             oracle = found.get(name)
