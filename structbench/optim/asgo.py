@@ -196,12 +196,9 @@ class ASGO(StructuredOptimizer):
             "weight_decay": weight_decay,
         }
         super().__init__(params, defaults)
-        for group in self.param_groups:
-            self._check_group(group)
         self._failures = _FailureCounter(self, "ASGO")
 
-    @staticmethod
-    def _check_group(group: Mapping[str, Any]) -> None:
+    def check_group(self, group: dict[str, Any]) -> None:
         _check_shared_hparams(group)
         if not is_int_at_least(group["tau"], 1):
             raise ValueError(f"tau must be a positive int; got {group['tau']!r}")
@@ -317,15 +314,16 @@ class DASGO(StructuredOptimizer):
             "weight_decay": weight_decay,
         }
         super().__init__(params, defaults)
-        for group in self.param_groups:
-            _check_shared_hparams(group)
-            check_choice("side", group["side"], DASGO_SIDES)
-            for p in group["params"]:
-                if p.ndim < 2:
-                    raise ValueError(
-                        f"DASGO optimizes matrices only; got a parameter of shape {tuple(p.shape)}. "
-                        "Give 1-D parameters to the fallback optimizer (make_optimizer does this)."
-                    )
+
+    def check_group(self, group: dict[str, Any]) -> None:
+        _check_shared_hparams(group)
+        check_choice("side", group["side"], DASGO_SIDES)
+        for p in group["params"]:
+            if p.ndim < 2:
+                raise ValueError(
+                    f"DASGO optimizes matrices only; got a parameter of shape {tuple(p.shape)}. "
+                    "Give 1-D parameters to the fallback optimizer (make_optimizer does this)."
+                )
 
     def step_group(self, group: dict[str, Any]) -> None:
         for p in group["params"]:

@@ -40,7 +40,7 @@ from torch import Tensor
 
 from structbench.errors import SolverError
 from structbench.optim.base import BATCH_MODES, StructuredOptimizer, stacks_matrices
-from structbench.optim.checks import check_choice
+from structbench.optim.checks import check_choice, is_int_at_least
 from structbench.optim.hybrid import FALLBACK_ADAMW_DEFAULTS, adamw_state_bytes, build_hybrid
 from structbench.optim.linalg import NS_CUBIC, NS_QUINTIC, newton_schulz, polar_svd
 from structbench.optim.partition import matrix_shape, matrix_view, split
@@ -115,7 +115,7 @@ class Muon(StructuredOptimizer):
             raise ValueError(f"momentum must be in [0, 1); got {group['momentum']}")
         if not group["weight_decay"] >= 0.0:
             raise ValueError(f"weight_decay must be >= 0; got {group['weight_decay']}")
-        if isinstance(group["ns_steps"], bool) or not isinstance(group["ns_steps"], int) or group["ns_steps"] < 1:
+        if not is_int_at_least(group["ns_steps"], 1):
             raise ValueError(f"ns_steps must be a positive int; got {group['ns_steps']!r}")
         if not group["ns_eps"] >= 0.0:
             raise ValueError(f"ns_eps must be >= 0; got {group['ns_eps']}")
