@@ -6,14 +6,19 @@ from __future__ import annotations
 import contextlib
 import gc
 import statistics
+import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
 import torch
 
-from structbench.runner import execute
+from structbench import measure
+from structbench.optim import build_with_routing
+from structbench.runner import execute, seed_everything
+from structbench.schedule import make_scheduler
 from structbench.spec import SuiteSpec
+from structbench.tasks import Task, TaskContext, get_task
 
 OVERHEAD_TARGET = 0.98
 """Harness steps/s over bare-loop steps/s that the issue asks for."""
@@ -27,6 +32,30 @@ def timing_overrides(steps: int, extra: Sequence[str]) -> list[str]:
 def autocast_for(enabled: bool, device: torch.device) -> contextlib.AbstractContextManager[Any]:
     """The bf16 autocast a task trains under when its `autocast` is on, else a no-op context."""
     return torch.autocast(device.type, dtype=torch.bfloat16) if enabled else contextlib.nullcontext()
+
+
+def bare_setup(
+    suite: SuiteSpec, optim_name: str, seed: int, device: torch.device, data_root: Path, batch_size: int
+) -> tuple[Task, torch.optim.Optimizer, Any]:
+    """The task (built with `batch_size` examples per call), optimizer and scheduler a bare loop trains with, seeded
+    as the runner seeds a run."""
+    seed_everything(seed)
+    ctx = TaskContext(seed=seed, device=device, data_root=data_root, batch_size=batch_size)
+    task = get_task(suite.task).build(dict(suite.task_args), ctx)
+    optimizer, _ = build_with_routing(optim_name, task.model, suite.hparams[optim_name])
+    return task, optimizer, make_scheduler(optimizer, suite.budget["steps"], suite.schedule)
+
+
+def timed_rate(steps: int, device: torch.device, train_step: Callable[[], None]) -> float:
+    """Steps per second of `steps` calls of `train_step`, the first (warm-up) call left out, as the runner times."""
+    start = 0.0
+    for step in range(steps):
+        if step == 1:
+            measure.synchronize(device)
+            start = time.perf_counter()
+        train_step()
+    measure.synchronize(device)
+    return (steps - 1) / (time.perf_counter() - start)
 
 
 def harness_row(suite: SuiteSpec, optim_name: str, seed: int, device: torch.device, data_root: Path) -> dict[str, Any]:

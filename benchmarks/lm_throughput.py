@@ -38,7 +38,6 @@ import argparse
 import json
 import os
 import statistics
-import time
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -50,19 +49,18 @@ from benchmarks.harness import (
     OVERHEAD_TARGET,
     alternate,
     autocast_for,
+    bare_setup,
     harness_row,
     release,
     report_overhead,
     row_rate,
+    timed_rate,
     timing_overrides,
 )
 from structbench import measure, spec
 from structbench.data import resolve_data_root
-from structbench.optim import build_with_routing
-from structbench.runner import execute, seed_everything
-from structbench.schedule import make_scheduler
+from structbench.runner import execute
 from structbench.spec import SuiteSpec
-from structbench.tasks import TaskContext, get_task
 
 PAPER_TOKENS_PER_S = 97_748
 PAPER_SUITE, PAPER_OPTIM = "llama-60m", "adamw"
@@ -75,24 +73,17 @@ MIB = 2**20
 
 def bare_rate(suite: SuiteSpec, optim_name: str, seed: int, device: torch.device, data_root: Path) -> float:
     """Steps per second of a hand-written loop drawing the task's windows itself, first step excluded."""
-    seed_everything(seed)
     budget = suite.budget
-    steps, accum, clip = budget["steps"], budget["grad_accum"], budget["grad_clip"]
+    accum, clip = budget["grad_accum"], budget["grad_clip"]
     micro = budget["batch_size"] // accum
-    ctx = TaskContext(seed=seed, device=device, data_root=data_root, batch_size=micro)
-    task = get_task(suite.task).build(dict(suite.task_args), ctx)
-    optimizer, _ = build_with_routing(optim_name, task.model, suite.hparams[optim_name])
-    scheduler = make_scheduler(optimizer, steps, suite.schedule)
+    task, optimizer, scheduler = bare_setup(suite, optim_name, seed, device, data_root, micro)
     params = [p for group in optimizer.param_groups for p in group["params"]]
     tokens, generator, seq_len = task.train_tokens, task.batch_gen, task.seq_len
     offsets = torch.arange(seq_len + 1)
     autocast = autocast_for(task.autocast, device)
     task.model.train()
-    start = 0.0
-    for step in range(steps):
-        if step == 1:
-            measure.synchronize(device)
-            start = time.perf_counter()
+
+    def train_step() -> None:
         optimizer.zero_grad(set_to_none=True)
         for _ in range(accum):
             starts = torch.randint(len(tokens) - seq_len - 1, (micro,), generator=generator)
@@ -105,8 +96,8 @@ def bare_rate(suite: SuiteSpec, optim_name: str, seed: int, device: torch.device
             torch.nn.utils.clip_grad_norm_(params, clip)
         optimizer.step()
         scheduler.step()
-    measure.synchronize(device)
-    return (steps - 1) / (time.perf_counter() - start)
+
+    return timed_rate(budget["steps"], device, train_step)
 
 
 def _mib(value: int | None, decimals: int) -> str:

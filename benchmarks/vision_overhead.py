@@ -17,40 +17,35 @@ each side are reported: on a shared machine the best run is the one least distur
 from __future__ import annotations
 
 import argparse
-import time
 from collections.abc import Sequence
 from pathlib import Path
 
 import torch
 import torch.nn.functional as F
 
-from benchmarks.harness import alternate, autocast_for, harness_rate, report_overhead, timing_overrides
+from benchmarks.harness import (
+    alternate,
+    autocast_for,
+    bare_setup,
+    harness_rate,
+    report_overhead,
+    timed_rate,
+    timing_overrides,
+)
 from structbench import measure, spec
 from structbench.data import resolve_data_root
-from structbench.optim import build_with_routing
-from structbench.runner import seed_everything
-from structbench.schedule import make_scheduler
 from structbench.spec import SuiteSpec
-from structbench.tasks import TaskContext, get_task
 
 
 def bare_rate(suite: SuiteSpec, optim_name: str, seed: int, device: torch.device, data_root: Path) -> float:
     """Steps per second of a hand-written loop over the same task, optimizer and schedule, first step excluded."""
-    seed_everything(seed)
-    ctx = TaskContext(seed=seed, device=device, data_root=data_root, batch_size=suite.budget["batch_size"])
-    task = get_task(suite.task).build(dict(suite.task_args), ctx)
+    task, optimizer, scheduler = bare_setup(suite, optim_name, seed, device, data_root, suite.budget["batch_size"])
     model = task.model
-    optimizer, _ = build_with_routing(optim_name, model, suite.hparams[optim_name])
-    steps = suite.budget["steps"]
-    scheduler = make_scheduler(optimizer, steps, suite.schedule)
     smoothing = suite.task_args["label_smoothing"]
     autocast = autocast_for(task.autocast, device)
     model.train()
-    start = 0.0
-    for step in range(steps):
-        if step == 1:
-            measure.synchronize(device)
-            start = time.perf_counter()
+
+    def train_step() -> None:
         optimizer.zero_grad(set_to_none=True)
         inputs, labels = task.next_batch()
         with autocast:
@@ -59,8 +54,8 @@ def bare_rate(suite: SuiteSpec, optim_name: str, seed: int, device: torch.device
         loss.backward()
         optimizer.step()
         scheduler.step()
-    measure.synchronize(device)
-    return (steps - 1) / (time.perf_counter() - start)
+
+    return timed_rate(suite.budget["steps"], device, train_step)
 
 
 def main(argv: Sequence[str] | None = None) -> None:
