@@ -264,7 +264,7 @@ def _oracle_parity(method: str, t1: int, t2: int, steps: int, rel: float) -> Non
         "shampoo",
         named,
         base="sgd",
-        sgd_lr=0.1,
+        lr=0.1,
         sgd_momentum=0.9,
         sgd_weight_decay=1e-3,
         stat_decay=BETA,
@@ -410,15 +410,21 @@ def test_routing_preconditions_head_and_embeddings_like_the_reference_code() -> 
     assert routing.structured == ("conv.weight",)
 
 
-def test_registry_picks_the_active_bases_learning_rate_and_decay() -> None:
+def test_registry_passes_lr_to_either_base_and_picks_the_active_bases_decay() -> None:
     model = TinyLM()
     sgd = registry.make_optimizer("shampoo", model)
     assert all(g["lr"] == 0.1 and g["weight_decay"] == 5e-4 and g["base"] == "sgd" for g in sgd.param_groups)
-    adamw = registry.make_optimizer("shampoo", model, base="adamw")
+    adamw = registry.make_optimizer("shampoo", model, base="adamw", lr=1e-3)
     assert all(g["lr"] == 1e-3 and g["weight_decay"] == 0.05 and g["betas"] == (0.9, 0.999) for g in adamw.param_groups)
     assert [g["precondition"] for g in adamw.param_groups] == [True, False]
+    # one lr default (the paper's SGD-M value), whatever the base: base "adamw" runs set lr themselves
+    unset = registry.make_optimizer("shampoo", model, base="adamw")
+    assert all(g["lr"] == 0.1 for g in unset.param_groups)
     with pytest.raises(UsageError):
-        registry.make_optimizer("shampoo", model, adamw_lr=0.0)
+        registry.make_optimizer("shampoo", model, lr=0.0)
+    for old_name in ("sgd_lr", "adamw_lr"):  # `lr` is the only name of the step size
+        with pytest.raises(UsageError, match="no hyperparameter"):
+            registry.make_optimizer("shampoo", model, **{old_name: 0.1})
     with pytest.raises(UsageError, match="base"):
         registry.make_optimizer("shampoo", model, base="adagrad")
 

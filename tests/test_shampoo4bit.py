@@ -149,7 +149,7 @@ def test_state_round_trip_is_exact():
 
 def _run(name: str, **hp) -> tuple[list[float], list[torch.Tensor]]:
     model = _model()
-    settings = {"stat_interval": 1, "root_interval": 5, "base": "adamw", "adamw_lr": 3e-3, **hp}
+    settings = {"stat_interval": 1, "root_interval": 5, "base": "adamw", "lr": 3e-3, **hp}
     opt = registry.make_optimizer(name, model, **settings)
     return _train(model, opt, 40), [p.detach().clone() for p in model.parameters()]
 

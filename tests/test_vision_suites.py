@@ -71,7 +71,7 @@ def test_cifar100_suite_is_the_4bit_shampoo_cnn_setup() -> None:
     }
     for name in ("shampoo", "shampoo-4bit", "shampoo-4bit-naive"):
         hp = suite.hparams[name]
-        assert (hp["base"], hp["sgd_lr"], hp["sgd_momentum"], hp["sgd_weight_decay"]) == ("sgd", 0.1, 0.9, 5e-4)
+        assert (hp["base"], hp["lr"], hp["sgd_momentum"], hp["sgd_weight_decay"]) == ("sgd", 0.1, 0.9, 5e-4)
         assert (hp["stat_interval"], hp["root_interval"], hp["matrix_eps"], hp["stat_decay"]) == (100, 500, 1e-6, 0.95)
 
 
@@ -91,7 +91,7 @@ def test_cifar100_vit_suite_is_the_4bit_shampoo_transformer_setup() -> None:
     )
     for name in ("shampoo", "shampoo-4bit", "shampoo-4bit-naive"):
         hp = suite.hparams[name]
-        assert (hp["base"], hp["adamw_lr"], hp["adamw_weight_decay"]) == ("adamw", 1e-3, 0.05)
+        assert (hp["base"], hp["lr"], hp["adamw_weight_decay"]) == ("adamw", 1e-3, 0.05)
         assert (hp["stat_interval"], hp["root_interval"]) == (100, 500)
 
 

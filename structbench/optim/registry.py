@@ -3,10 +3,14 @@
 Every optimizer structbench benchmarks registers one `OptimizerEntry`. The entry's `defaults` are the
 hyperparameters a run starts from (the paper's values, or the reference code's where the paper is silent,
 said so in `notes`); a suite or `--set` may override any of them and nothing else.
+
+Every entry takes `lr`, its main step size (the structured method's, or the grafted base's for Shampoo), so
+`--set "hparams.*.lr=..."` means the same thing for every optimizer; `register` puts `lr` first in `defaults`.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import difflib
 import math
 from collections.abc import Callable, Mapping, Sequence
@@ -66,8 +70,16 @@ _REGISTRY: dict[str, OptimizerEntry] = {}
 
 
 def register(entry: OptimizerEntry) -> OptimizerEntry:
+    """Register `entry` with `lr` as the first of its `defaults`; returns the entry as registered.
+
+    Every optimizer must take `lr` (its main step size) and list it in `lr_keys`.
+    """
     if entry.name in _REGISTRY:
         raise ValueError(f"optimizer {entry.name!r} is registered twice")
+    if "lr" not in entry.defaults or "lr" not in entry.lr_keys:
+        raise ValueError(f"optimizer {entry.name!r} must take `lr` (its main step size) in defaults and lr_keys")
+    defaults = {"lr": entry.defaults["lr"], **{k: v for k, v in entry.defaults.items() if k != "lr"}}
+    entry = dataclasses.replace(entry, defaults=defaults)
     _REGISTRY[entry.name] = entry
     return entry
 

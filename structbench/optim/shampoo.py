@@ -403,12 +403,11 @@ def _validate_group(group: Mapping[str, Any]) -> None:
 # ---- registry entry ----
 
 DEFAULTS: dict[str, Any] = {
+    "lr": 0.1,
     "base": "sgd",
-    "sgd_lr": 0.1,
     "sgd_momentum": 0.9,
     "sgd_nesterov": False,
     "sgd_weight_decay": 5e-4,
-    "adamw_lr": 1e-3,
     "adamw_beta1": 0.9,
     "adamw_beta2": 0.999,
     "adamw_eps": 1e-8,
@@ -422,6 +421,9 @@ DEFAULTS: dict[str, Any] = {
     "inverse_root_order": 4,
     "precondition_head_embeddings": True,
 }
+"""`lr` is the grafted base's step size whatever the base. Its default 0.1 is the paper's SGD-M lr for the default
+base sgd (App. G, CIFAR-100 CNNs); the paper's AdamW-base lr is 1e-3 (App. G, CIFAR-100 transformers), so a run
+with base "adamw" should set lr (one number, not a base-dependent default, so that equal hparams mean equal runs)."""
 
 
 def _route(model: nn.Module | None, named: NamedParams, hp: Mapping[str, Any]) -> Routing:
@@ -446,7 +448,7 @@ def _class_kwargs(hp: Mapping[str, Any]) -> dict[str, Any]:
             raise UsageError(f"optimizer 'shampoo': {key} must be one of {', '.join(valid)}; got {hp[key]!r}.")
     return {
         "base": base,
-        "lr": hp[f"{base}_lr"],
+        "lr": hp["lr"],
         "weight_decay": hp[f"{base}_weight_decay"],
         "momentum": hp["sgd_momentum"],
         "nesterov": hp["sgd_nesterov"],
@@ -494,13 +496,14 @@ SHAMPOO = register(
         build=_build,
         route=_route,
         notes=(
-            "Paper defaults (App. A, App. G): base sgd (the CIFAR-100 CNN setting: SGDM lr 0.1, momentum 0.9, "
-            "wd 5e-4); "
-            "AdamW base lr 1e-3, betas (0.9, 0.999), eps 1e-8, wd 0.05 (the CIFAR-100 transformer setting); "
+            "Paper defaults (App. A, App. G): lr 0.1 = the grafted base's step size, the paper's SGDM lr for the "
+            "default base sgd (the CIFAR-100 CNN setting: SGDM lr 0.1, momentum 0.9, wd 5e-4); "
+            "AdamW base: the paper uses lr 1e-3 (set it: the lr default is the SGD-M value), betas (0.9, 0.999), "
+            "eps 1e-8, wd 0.05 (the CIFAR-100 transformer setting); "
             "stat_decay 0.95, matrix_eps 1e-6, T1 (stat_interval) 100, T2 (root_interval) 500 (the CIFAR settings; "
             "ImageNet uses 200/1000, LMs 200/200), max_order 1200, inverse_root_order 4, root_method newton "
-            "(power iteration + coupled Schur-Newton, 10 iterations each). Only the active base's keys are used: "
-            "lr is sgd_lr or adamw_lr per `base`. Reference code (paper silent): sgd_nesterov False, per-tensor "
+            "(power iteration + coupled Schur-Newton, 10 iterations each). Only the active base's sgd_*/adamw_* "
+            "keys are used; lr applies to either base. Reference code (paper silent): sgd_nesterov False, per-tensor "
             "grafting with +1e-12, L2 wd added after grafting for SGD-M, decoupled wd first for AdamW, tolerance "
             "1e-6 for Newton and power iteration, squeeze size-1 dims and view as (shape[0], -1), and every "
             "parameter handed to Shampoo (precondition_head_embeddings True); parameters with < 2 non-unit dims "
@@ -508,7 +511,7 @@ SHAMPOO = register(
             "(exact root by eigendecomposition, the 4-bit code's inv_root_mode 0); stat_decay 1 = summed "
             "statistics of Eq. (1). Statistics and roots are float32; moments follow the parameter dtype."
         ),
-        lr_keys=("sgd_lr", "adamw_lr"),
+        lr_keys=("lr",),
         state_bytes=state_bytes,
         check_hparams={"stat_interval": 1, "root_interval": 2},
     )

@@ -436,7 +436,8 @@ state_bytes = _state_bytes(naive=False)
 naive_state_bytes = _state_bytes(naive=True)
 
 _COMMON_NOTES = (
-    "Shampoo keys (base, sgd_*/adamw_*, stat_decay 0.95, matrix_eps 1e-6, T1 stat_interval 100, T2 "
+    "Shampoo keys (lr 0.1 = the grafted base's step size, the paper's SGDM lr for the default base sgd; set it "
+    "for base adamw, paper 1e-3; base, sgd_*/adamw_*, stat_decay 0.95, matrix_eps 1e-6, T1 stat_interval 100, T2 "
     "root_interval 500, max_order 1200, inverse_root_order 4, precondition_head_embeddings) are `shampoo`'s, "
     "with the same sources. Quantization (App. G): bits 4, codebook linear-2 (Eq. 3; 'dt' = App. C dynamic "
     "tree), block_size 64, min_lowbit_numel 4096 (smaller matrices stay fp32). bits 3/4/8 select the quantizer; "
@@ -464,7 +465,7 @@ SHAMPOO_4BIT = register(
             "eigenvectors quantized transposed (one per row), unquantized matrices kept as fp32 eigenpairs "
             "without rectification, eigenvalues = Rayleigh quotients diag(P^T A P)."
         ),
-        lr_keys=("sgd_lr", "adamw_lr"),
+        lr_keys=("lr",),
         state_bytes=state_bytes,
         check_hparams={"stat_interval": 1, "root_interval": 2},
     )
@@ -489,7 +490,7 @@ SHAMPOO_4BIT_NAIVE = register(
             "keep_diagonal True: the paper's 'slightly improved' naive variant and the code's shampoo1.py keep "
             "each matrix's diagonal fp32 and quantize the off-diagonal part; False quantizes the whole matrix."
         ),
-        lr_keys=("sgd_lr", "adamw_lr"),
+        lr_keys=("lr",),
         state_bytes=naive_state_bytes,
         check_hparams={"stat_interval": 1, "root_interval": 2},
     )

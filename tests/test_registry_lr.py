@@ -1,0 +1,115 @@
+"""One `lr` for every optimizer: each registered entry takes `lr` as its main step size, listed first.
+
+`--set "hparams.*.lr=..."` must mean the same thing everywhere: the step size of the structured method (of the
+grafted base for Shampoo), never of a hybrid's AdamW fallback (that is `adamw_lr`).
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from structbench.optim import conformance as ck
+from structbench.optim import registry
+
+NAMES = registry.names()
+SHAMPOOS = ("shampoo", "shampoo-4bit", "shampoo-4bit-naive")
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_lr_is_a_hyperparameter_listed_first_and_validated(name: str) -> None:
+    entry = registry.get(name)
+    assert "lr" in entry.defaults
+    assert next(iter(entry.defaults)) == "lr"  # `structbench list optims` shows lr first
+    assert "lr" in entry.lr_keys
+    assert next(iter(registry.resolve_hparams(name, {}))) == "lr"
+
+
+def test_register_puts_lr_first_and_refuses_an_entry_without_lr(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(registry, "_REGISTRY", {})
+    build = registry.get  # never called
+    late = registry.register(
+        registry.OptimizerEntry(name="late-lr", summary="-", reference="-", defaults={"b": 1, "lr": 0.5}, build=build)
+    )
+    assert list(late.defaults) == ["lr", "b"] and registry.get("late-lr") is late
+    with pytest.raises(ValueError, match="lr"):
+        registry.register(registry.OptimizerEntry(name="no-lr", summary="-", reference="-", defaults={}, build=build))
+    with pytest.raises(ValueError, match="lr"):
+        registry.register(
+            registry.OptimizerEntry(
+                name="lr-unchecked", summary="-", reference="-", defaults={"lr": 1.0}, build=build, lr_keys=("x",)
+            )
+        )
+
+
+def _first_moving_step(name: str, lr: float) -> tuple[int, dict, dict, registry.Routing]:
+    """(step index, params before it, update it made) of the first step that moves a structured parameter."""
+    entry = registry.get(name)
+    model = ck.toy_model()
+    optimizer, routing = registry.build_with_routing(name, model, {**entry.check_hparams, "lr": lr})
+    for step in range(3):
+        before = ck.params_of(model)
+        ck.train(model, optimizer, range(step, step + 1))
+        update = {n: p - before[n] for n, p in ck.params_of(model).items()}
+        if any(bool(update[n].any()) for n in routing.structured):
+            return step, before, update, routing
+    raise AssertionError(f"{name}: no structured parameter moved in 3 steps")
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_lr_scales_the_structured_step_and_leaves_the_adamw_fallback_alone(name: str) -> None:
+    entry = registry.get(name)
+    lr = {**entry.defaults, **entry.check_hparams}["lr"]
+    step, before, update, routing = _first_moving_step(name, lr)
+    step2, before2, update2, _ = _first_moving_step(name, 2 * lr)
+    # Until the structured parameters first move, lr changed nothing; that step is then from the same point.
+    assert step2 == step
+    assert ck.identical(before, before2) == []
+    for n in routing.structured:
+        assert not torch.equal(update[n], update2[n]), n
+        # lr is a step size: twice lr, twice the step (up to float32 rounding of W + dW - W).
+        atol = 4 * torch.finfo(torch.float32).eps * float(before[n].abs().max().clamp_min(1.0))
+        torch.testing.assert_close(update2[n], 2 * update[n], rtol=1e-4, atol=atol, msg=f"{name}: {n}")
+    if routing.fallback_name == "adamw":  # the fallback's step size is adamw_lr, not lr
+        assert "adamw_lr" in entry.lr_keys
+        for n in routing.fallback:
+            assert torch.equal(update[n], update2[n]), n
+
+
+def _graft_scale(g: torch.Tensor) -> torch.Tensor:
+    norm = torch.linalg.norm(g)
+    return norm / (norm + 1e-12)
+
+
+@pytest.mark.parametrize("name", SHAMPOOS)
+@pytest.mark.parametrize("base", ["sgd", "adamw"])
+def test_shampoo_first_step_is_the_grafted_bases_step_of_size_lr(name: str, base: str) -> None:
+    """Before the first root update the roots are I, so G^ = G and G~ = G ||G|| / (||G|| + 1e-12); one step of
+    SGD-M from zero momentum is W - lr (G~ + wd W) (L2 decay added after grafting), one AdamW step is
+    W (1 - lr wd) - lr G~ / (|G~| + eps) (bias-corrected first moments: m^ = G~, sqrt(v^) = |G~|)."""
+    hp = registry.resolve_hparams(name, {"base": base})
+    wd, eps = hp[f"{base}_weight_decay"], hp["adamw_eps"]
+    base_lr = hp["lr"] if base == "sgd" else 1e-3  # the paper's AdamW-base lr (App. G)
+    for lr in (base_lr, 2 * base_lr):
+        model = ck.toy_model()
+        optimizer = registry.make_optimizer(name, model, base=base, lr=lr)
+        gen = torch.Generator().manual_seed(7)
+        w0, grads = {}, {}
+        for n, p in model.named_parameters():
+            p.grad = torch.randn(p.shape, generator=gen)
+            w0[n], grads[n] = p.detach().double().clone(), p.grad.double()
+        optimizer.step()
+        for n, p in model.named_parameters():
+            u = grads[n] * _graft_scale(grads[n])
+            if base == "sgd":
+                expected = w0[n] - lr * (u + wd * w0[n])
+            else:
+                expected = w0[n] * (1 - lr * wd) - lr * u / (u.abs() + eps)
+            torch.testing.assert_close(p.detach().double(), expected, rtol=0, atol=1e-6, msg=f"{name} {base} {n}")
+
+
+@pytest.mark.parametrize("name", SHAMPOOS)
+def test_shampoo_takes_no_second_name_for_its_step_size(name: str) -> None:
+    defaults = registry.get(name).defaults
+    assert "sgd_lr" not in defaults and "adamw_lr" not in defaults
+    assert registry.get(name).lr_keys == ("lr",)
