@@ -115,8 +115,36 @@ def run(
     ] = None,
     steps: Annotated[int | None, typer.Option(min=1, help="Override budget.steps (and drop budget.epochs).")] = None,
     overrides: Annotated[
-        list[str] | None, typer.Option("--set", help="Override a spec field: section.key=value.")
+        list[str] | None,
+        typer.Option(
+            "--set",
+            help="Override a spec field: section.key=value; a list, log(a,b,n) or lin(a,b,n) sweeps it; "
+            "hparams.*.key sets every optimizer's key.",
+        ),
     ] = None,
+    sweep: Annotated[bool, typer.Option("--sweep", help="Sweep the suite's [sweep.<optim>] search spaces.")] = False,
+    search: Annotated[
+        str | None,
+        typer.Option(help="halton:N[:SEED] — N quasi-random settings per optimizer from the swept ranges."),
+    ] = None,
+    rerun: Annotated[bool, typer.Option("--rerun", help="Run every cell, even those already in the store.")] = False,
+    dry_run: Annotated[
+        bool, typer.Option("--dry-run", help="Print the expanded grid and which cells are cached; run nothing.")
+    ] = False,
+    executor: Annotated[str, typer.Option(help="inline (this process), local (worker processes) or slurm.")] = "inline",
+    jobs: Annotated[int | None, typer.Option(help="Worker processes for --executor local (default: cores).")] = None,
+    slurm_partition: Annotated[str | None, typer.Option(help="Slurm partition.")] = None,
+    slurm_time: Annotated[str | None, typer.Option(help="Time limit per run: minutes or [D-]HH:MM:SS.")] = None,
+    slurm_gpus_per_run: Annotated[int | None, typer.Option(help="GPUs per run.")] = None,
+    slurm_cpus_per_run: Annotated[int | None, typer.Option(help="CPU cores per run (its torch threads).")] = None,
+    slurm_mem: Annotated[str | None, typer.Option(help="Memory per run, as sbatch --mem takes it (e.g. 8G).")] = None,
+    slurm_array_parallelism: Annotated[
+        int | None, typer.Option(help="At most this many runs of the array at once.")
+    ] = None,
+    slurm_extra: Annotated[
+        list[str] | None, typer.Option("--slurm-extra", help="Any other sbatch option as key=value (repeatable).")
+    ] = None,
+    wait: Annotated[bool, typer.Option("--wait", help="With slurm: wait for the runs and print them.")] = False,
     device: Annotated[str, typer.Option(help="auto, cpu or cuda.")] = "auto",
     out: Annotated[Path, typer.Option(help="Results directory.")] = Path("results"),
     data_dir: Annotated[
@@ -124,27 +152,191 @@ def run(
     ] = None,
     quiet: Annotated[bool, typer.Option("--quiet", help="No progress bars or per-run lines.")] = False,
 ) -> None:
-    """Run a suite over optimizers x seeds and store every run in the results directory."""
-    from structbench import measure, spec, store
+    """Run a suite's grid (optimizers x settings x seeds), skipping runs already stored, on the chosen executor."""
+    from structbench import executors, grid, measure, spec, store
+    from structbench import sweep as sweeps
     from structbench.data.root import resolve_data_root
-    from structbench.report import terminal
-    from structbench.runner import execute_experiment
     from structbench.tasks import get_task
 
+    slurm_given = {
+        "partition": slurm_partition,
+        "time": slurm_time,
+        "gpus_per_run": slurm_gpus_per_run,
+        "cpus_per_run": slurm_cpus_per_run,
+        "mem": slurm_mem,
+        "array_parallelism": slurm_array_parallelism,
+        "extra": slurm_extra or [],
+    }
+    check_executor_options(executor, jobs, wait, slurm_given)
     all_overrides = list(overrides or []) + ([f"budget.steps={steps}", "budget.epochs=0"] if steps is not None else [])
-    suites, checks = spec.load_suites(suite, all_overrides, optims or [], seeds or [])
-    torch_device = measure.resolve_device(device)
+    search_spec = sweeps.parse_search(search)
+    suites, checks = spec.load_suites(suite, all_overrides, optims or [], seeds or [], sweep, search_spec)
+    slurm = None
+    if executor == "slurm":
+        slurm = executors.slurm_options(spec.read_suite_file(suite)[2].get("resources", {}), slurm_given)
+        if not dry_run:
+            executors.require_sbatch()
+    device_kind = resolve_device_kind(device, slurm)
     data_root = resolve_data_root(data_dir)
     for suite_spec in suites:
-        if suite_spec.experiment is not None:
-            continue
-        task_def = get_task(suite_spec.task)
-        if task_def.preflight is not None:
-            task_def.preflight(suite_spec.task_args, data_root)
+        if suite_spec.experiment is None:
+            task_def = get_task(suite_spec.task)
+            if task_def.preflight is not None:
+                task_def.preflight(suite_spec.task_args, data_root)
+    cells = grid.build_grid([s for s in suites if s.experiment is None], device_kind)
+    cached = store.final_run_keys(out) if out.is_dir() else {}
+    todo = cells if rerun else [c for c in cells if c.key not in cached]
+    if dry_run:
+        console.print(grid_table(cells, cached, rerun))
+        console.print(f"{len(cells)} runs: {len(cells) - len(todo)} cached, {len(todo)} to run; nothing was run.")
+        return
     store.prepare(out)
+    workers = jobs or executors.available_cores() if executor == "local" else 1
+    threads = executors.threads_per_worker(workers) if executor == "local" else None
+    if slurm is not None:
+        threads = slurm.cpus_per_run
+    torch_device = "cuda" if device_kind == "cuda" else ("cpu" if device == "auto" and slurm is None else device)
+    job_list = [
+        executors.Job(
+            cell=cell,
+            device=torch_device if executor != "inline" else device,
+            data_root=str(data_root),
+            out=str(out.resolve()),
+            executor=executor,
+            parallel_runs=min(workers, len(todo)) if executor == "local" else 1,
+            threads=threads,
+            supersede=(cached[cell.key],) if cell.key in cached else (),
+        )
+        for cell in todo
+    ]
+    if cells and not quiet:
+        err_console.print(
+            f"grid: {len(cells)} runs — {len(cells) - len(todo)} already stored, {len(todo)} to run "
+            f"({executor}{f', {workers} workers' if executor == 'local' else ''})"
+        )
+    from structbench import grid_status
+
+    grid_id = grid_status.new_grid_id()
+    manifest = {
+        "created": grid_id,
+        "command": sys.argv,
+        "executor": executor,
+        "device_kind": device_kind,
+        "cells": [
+            {"key": c.key, "suite": c.suite.name, "optim": c.optim, "setting": c.setting, "seed": c.seed} for c in cells
+        ],
+    }
+    grid_status.write_manifest(out, grid_id, manifest)
     rows: list[dict[str, Any]] = []
+    failures: list[str] = []
     interrupted = False
-    progress = Progress(
+    try:
+        run_experiments(suites, measure.resolve_device(device) if executor == "inline" else None, out, rows)
+        if executor == "inline":
+            run_inline(job_list, rows, quiet)
+        elif executor == "local":
+            run_workers(executors.run_local(job_list, workers), len(job_list), rows, failures, quiet)
+        elif job_list:
+            assert slurm is not None
+            submitted = submit_to_slurm(job_list, slurm, out, grid_id, manifest)
+            if not wait:
+                return
+            run_workers(submitted, len(job_list), rows, failures, quiet)
+    except KeyboardInterrupt:
+        interrupted = True
+    finish_run_command(rows, failures, checks, interrupted)
+
+
+def check_executor_options(executor: str, jobs: int | None, wait: bool, slurm_given: dict[str, Any]) -> None:
+    """Usage errors for executor options that do not fit together, before anything is resolved or written."""
+    from structbench import executors
+
+    if executor not in executors.EXECUTORS:
+        raise UsageError(f"--executor takes {', '.join(executors.EXECUTORS)}, got {executor!r}.")
+    if jobs is not None and executor != "local":
+        raise UsageError("--jobs sets the worker count of --executor local.")
+    if jobs is not None and jobs < 1:
+        raise UsageError(f"--jobs must be >= 1, got {jobs}.")
+    given = [f"--slurm-{k.replace('_', '-')}" for k, v in slurm_given.items() if v not in (None, [])]
+    if given and executor != "slurm":
+        raise UsageError(f"{', '.join(given)} need(s) --executor slurm.")
+    if wait and executor != "slurm":
+        raise UsageError("--wait is for --executor slurm (the other executors always wait).")
+
+
+def resolve_device_kind(device: str, slurm: Any) -> str:
+    """The device kind the runs will use (part of every run key): on Slurm, cuda when runs get GPUs."""
+    from structbench import measure
+
+    if slurm is None:
+        return measure.resolve_device(device).type
+    if device == "auto":
+        return "cuda" if slurm.gpus_per_run > 0 else "cpu"
+    if device not in ("cpu", "cuda"):
+        raise UsageError(f"--device takes auto, cpu or cuda, got {device!r}.")
+    return device
+
+
+def grid_table(cells: list[Any], cached: dict[str, str], rerun: bool) -> Table:
+    table = Table(title="grid")
+    for column in ("suite", "optimizer", "setting", "seed", "run key", "state"):
+        table.add_column(column)
+    for cell in cells:
+        stored = cell.key in cached
+        state = ("rerun (stored)" if rerun else "stored") if stored else "to run"
+        table.add_row(
+            escape(cell.suite.name), escape(cell.optim), escape(cell.setting or "-"), str(cell.seed), cell.key, state
+        )
+    return table
+
+
+def run_experiments(suites: list[Any], device: Any, out: Path, rows: list[dict[str, Any]]) -> None:
+    """Numerical-experiment suites run in this process (seconds each)."""
+    from structbench import measure, store
+    from structbench.runner import execute_experiment
+
+    for suite_spec in suites:
+        if suite_spec.experiment is None:
+            continue
+        for seed in suite_spec.seeds:
+            outcome = execute_experiment(suite_spec, seed, device or measure.resolve_device("auto"))
+            store.write_run(out, outcome.row, outcome.curves, table=outcome.table)
+            rows.append(outcome.row)
+            show_experiment(suite_spec.name, seed, outcome)
+            if outcome.interrupted:
+                raise KeyboardInterrupt
+
+
+def run_inline(job_list: list[Any], rows: list[dict[str, Any]], quiet: bool) -> None:
+    """Each run in this process, with a progress bar per run."""
+    from structbench.report import terminal
+
+    progress = run_progress(quiet)
+    with progress:
+        for job in job_list:
+            label = job.cell.label
+            bar = progress.add_task(escape(label), total=job.cell.suite.budget["steps"], loss="-", rate="-")
+
+            def report(p: RunProgress, bar: Any = bar) -> None:
+                progress.update(
+                    bar,
+                    completed=p.step,
+                    total=p.total,
+                    loss=terminal.fmt_num(p.loss),
+                    rate=terminal.fmt_num(p.steps_per_s, 3),
+                )
+
+            row = execute(job, report)
+            rows.append(row)
+            if not quiet:
+                path = Path(job.out) / "runs" / f"{row['run_id']}.parquet"
+                progress.console.print(escape(f"{label}: {row['status']} -> {path}"))
+            if row["interrupted"]:
+                raise KeyboardInterrupt
+
+
+def run_progress(quiet: bool) -> Progress:
+    return Progress(
         TextColumn("{task.description}"),
         BarColumn(),
         MofNCompleteColumn(),
@@ -155,61 +347,82 @@ def run(
         console=err_console,
         disable=quiet,
     )
-    try:
-        with progress:
-            for suite_spec in suites:
-                if suite_spec.experiment is not None:
-                    for seed in suite_spec.seeds:
-                        outcome = execute_experiment(suite_spec, seed, torch_device)
-                        store.write_run(out, outcome.row, outcome.curves, table=outcome.table)
-                        rows.append(outcome.row)
-                        show_experiment(suite_spec.name, seed, outcome)
-                        if outcome.interrupted:
-                            raise KeyboardInterrupt
-                    continue
-                for optim_name in suite_spec.optims:
-                    for seed in suite_spec.seeds:
-                        label = f"{suite_spec.name} {optim_name} seed={seed}"
-                        bar = progress.add_task(label, total=suite_spec.budget["steps"], loss="-", rate="-")
 
-                        def report(p: RunProgress, bar: Any = bar) -> None:
-                            progress.update(
-                                bar,
-                                completed=p.step,
-                                total=p.total,
-                                loss=terminal.fmt_num(p.loss),
-                                rate=terminal.fmt_num(p.steps_per_s, 3),
-                            )
 
-                        outcome = execute(suite_spec, optim_name, seed, torch_device, data_root, report)
-                        store.write_run(out, outcome.row, outcome.curves)
-                        rows.append(outcome.row)
-                        if not quiet:
-                            progress.console.print(
-                                f"{label}: {outcome.row['status']} -> {out / 'runs' / outcome.row['run_id']}.parquet"
-                            )
-                        if outcome.interrupted:
-                            raise KeyboardInterrupt
-    except KeyboardInterrupt:
-        interrupted = True
+def run_workers(finished: Any, total: int, rows: list[dict[str, Any]], failures: list[str], quiet: bool) -> None:
+    """Collect runs as workers finish them, with one progress bar over the grid."""
+    progress = Progress(
+        TextColumn("{task.description}"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TimeElapsedColumn(),
+        TimeRemainingColumn(),
+        console=err_console,
+        disable=quiet,
+    )
+    with progress:
+        bar = progress.add_task("runs", total=total)
+        for one in finished:
+            progress.advance(bar)
+            if one.row is None:
+                failures.append(f"{one.job.cell.label}: the worker failed: {one.failure}")
+                progress.console.print(escape(failures[-1]))
+                continue
+            rows.append(one.row)
+            if not quiet:
+                path = Path(one.job.out) / "runs" / f"{one.row['run_id']}.parquet"
+                progress.console.print(escape(f"{one.job.cell.label}: {one.row['status']} -> {path}"))
+
+
+def submit_to_slurm(job_list: list[Any], slurm: Any, out: Path, grid_id: str, manifest: dict[str, Any]) -> Any:
+    """Submit the runs as one job array, record the job ids in the grid's manifest; return a lazy iterator of
+    finished runs (used with --wait)."""
+    import logging
+
+    from structbench import executors, grid_status
+
+    logging.getLogger("submitit").setLevel(logging.ERROR)
+    folder = out.resolve() / ".submitit" / grid_id
+    submitted = executors.submit_slurm(job_list, slurm, folder)
+    ids = {job.cell.key: sub.job_id for job, sub in zip(job_list, submitted, strict=True)}
+    manifest["submitit_folder"] = str(folder / "%j")
+    for cell in manifest["cells"]:
+        cell["job_id"] = ids.get(cell["key"])
+    grid_status.write_manifest(out, grid_id, manifest)
+    array = submitted[0].job_id.split("_")[0]
+    console.print(
+        f"submitted {len(job_list)} runs as Slurm job array {array}"
+        f"{f' to partition {slurm.partition}' if slurm.partition else ''}; logs under {escape(str(folder))}; "
+        f"`structbench status --out {escape(str(out))}` shows progress."
+    )
+    return executors.collect_slurm(job_list, submitted)
+
+
+def finish_run_command(
+    rows: list[dict[str, Any]], failures: list[str], checks: dict[str, Any], interrupted: bool
+) -> None:
+    """Print the runs table and exit with the code the README promises."""
+    from structbench.report import terminal
+
     training = [r for r in rows if not r["task"].startswith("experiment:")]
     if training:
         console.print(terminal.runs_table(training))
     if interrupted:
         print("interrupted: the partial run was stored with status 'interrupted'.", file=sys.stderr)
         raise typer.Exit(EXIT_INTERRUPTED)
-    failures = check_runs(rows, checks)
+    failures = failures + check_runs(rows, checks)
     for line in failures:
         print(f"check failed: {line}", file=sys.stderr)
     if failures or any(r["status"] == "error" for r in rows):
         raise typer.Exit(EXIT_RUN_ERROR)
 
 
-def execute(*args: Any, **kwargs: Any) -> RunOutcome:
-    """One training run: structbench.runner.execute, imported on first use (`run` calls it by this name)."""
-    from structbench.runner import execute as execute_run
+def execute(*args: Any, **kwargs: Any) -> dict[str, Any]:
+    """One run, trained and stored: structbench.executors.run_job, imported on first use (`run` calls it by this
+    name)."""
+    from structbench.executors import run_job
 
-    return execute_run(*args, **kwargs)
+    return run_job(*args, **kwargs)
 
 
 def show_experiment(suite: str, seed: int, outcome: RunOutcome) -> None:

@@ -2,8 +2,9 @@
 
 One call of `execute` trains one (suite, optimizer, seed) and returns the run's row and curve points;
 it never raises for what happens inside the run: a non-finite loss ends it `diverged`, an out-of-memory
-error `oom`, a solver failure `solver_error`, any other exception `error` (with the traceback), and
-Ctrl-C `interrupted` — the partial record is returned and the interrupt re-raised by the caller.
+error `oom`, a solver failure `solver_error`, training past `budget.max_time_s` `timeout` (the curves so far
+kept), any other exception `error` (with the traceback), and Ctrl-C `interrupted` — the partial record is
+returned and the interrupt re-raised by the caller.
 """
 
 from __future__ import annotations
@@ -92,8 +93,15 @@ def execute(
     device: torch.device,
     data_root: Path,
     on_progress: Callable[[Progress], None] | None = None,
+    run_key: str | None = None,
+    executor: str = "inline",
+    parallel_runs: int = 1,
 ) -> RunOutcome:
-    """Train one run and measure it; see the module docstring for how failures are recorded."""
+    """Train one run and measure it; see the module docstring for how failures are recorded.
+
+    `run_key` (the grid's content key), `executor` and `parallel_runs` (how many runs shared this machine's cores
+    while it ran) are stored with the row.
+    """
     started = datetime.now(timezone.utc)
     run_id = new_run_id(suite.name, optim_name, seed)
     probe = measure.MemoryProbe(device)
@@ -187,6 +195,9 @@ def execute(
         "analytic_state_bytes": analytic_bytes,
         "claims": None,
         **_throughput(task, budget, state),
+        "run_key": run_key,
+        "executor": executor,
+        "parallel_runs": parallel_runs,
     }
     return RunOutcome(row=row, curves=state.curves, interrupted=interrupted)
 
@@ -326,6 +337,8 @@ def _train(
     accum, clip = budget["grad_accum"], budget["grad_clip"]
     params = [p for group in optimizer.param_groups for p in group["params"]]
     pending_norms: list[torch.Tensor] = []
+    time_limit = budget["max_time_s"]
+    timed_out = False
     for step in range(total):
         clock.step_start()
         optimizer.zero_grad(set_to_none=True)
@@ -339,7 +352,8 @@ def _train(
         scheduler.step()
         pending_losses.append(loss.detach())
         done = step + 1
-        if done % log_every and done != total and (not eval_every or done % eval_every):
+        timed_out = time_limit > 0 and time.perf_counter() - loop_start > time_limit
+        if done % log_every and done != total and (not eval_every or done % eval_every) and not timed_out:
             continue
         losses = torch.stack(pending_losses).double().cpu().tolist()
         norms = torch.stack(pending_norms).double().cpu().tolist() if pending_norms else [None] * len(losses)
@@ -359,7 +373,7 @@ def _train(
             else:
                 state.step_times.append(step_s)
                 state.optim_times.append(optim_s)
-            if index % log_every == 0 or index == total:
+            if index % log_every == 0 or index == total or (timed_out and index == done):
                 state.curves.append(
                     {
                         "step": index,
@@ -378,6 +392,11 @@ def _train(
         pending_losses, pending_lrs, pending_norms = [], [], []
         if on_progress is not None:
             on_progress(Progress(done, total, losses[-1], done / wall if wall > 0 else math.nan))
+        if timed_out:
+            state.status = "timeout"
+            elapsed = time.perf_counter() - loop_start
+            state.error = f"ran {elapsed:.3g} s (training and evaluation), past budget.max_time_s = {time_limit:g} s"
+            return None
         if eval_every and done % eval_every == 0 and done != total:
             result = _evaluate(task, device, state)
             state.curves.append(_eval_point(done, wall, result))

@@ -21,6 +21,7 @@ from structbench import optim
 from structbench.errors import UsageError
 from structbench.optim.registry import unknown_name_message
 from structbench.schedule import SCHEDULE_DEFAULTS, validate_schedule
+from structbench.sweep import Search, Swept, grid_points, parse_swept, suite_sweep_table
 from structbench.tasks import get_task
 
 if sys.version_info >= (3, 11):
@@ -36,10 +37,13 @@ BUDGET_DEFAULTS: dict[str, Any] = {
     "grad_clip": 0.0,
     "eval_every": 0,
     "log_every": 1,
+    "max_time_s": 0.0,
 }
 """`epochs` > 0 replaces `steps` by epochs x the task's steps per epoch (and, with `eval_every` 0, evaluates at every
 epoch's end); `batch_size` counts examples per optimizer step, split into `grad_accum` equal micro-batches;
-`grad_clip` > 0 clips the global gradient norm to that value before each optimizer step."""
+`grad_clip` > 0 clips the global gradient norm to that value before each optimizer step; `max_time_s` > 0 ends a run
+whose training loop (steps and evaluations) has run that many seconds with status `timeout`, at the end of the step
+that crossed the limit, keeping the curves so far."""
 TARGET_DEFAULTS: dict[str, Any] = {"metric": "", "value": math.nan, "from_baseline": ""}
 """A target names a `metric` (the task's metric or "loss") and exactly one of a fixed `value` and `from_baseline`, an
 optimizer whose final evaluation of the metric (median over its seeds) becomes the target when the report is made."""
@@ -57,6 +61,8 @@ SUITE_KEYS = {
     "hparams",
     "checks",
     "include",
+    "sweep",
+    "resources",
 }
 
 
@@ -135,14 +141,21 @@ def load_suites(
     overrides: Sequence[str] = (),
     optims: Sequence[str] = (),
     seeds: Sequence[int] = (),
+    sweep: bool = False,
+    search: Search | None = None,
 ) -> tuple[list[SuiteSpec], dict[str, Any]]:
-    """Resolve a suite (expanding `include`) into runnable specs; return them and the suite's checks."""
+    """Resolve a suite (expanding `include`) into runnable specs; return them and the suite's checks.
+
+    Without sweeps a suite gives one spec covering all its optimizers. A swept field outside the hyperparameters
+    gives one spec per value (their Cartesian product); swept hyperparameters (`--set` lists and ranges, the suite's
+    `[sweep.<optim>]` tables with `sweep`, or a `search`) give one single-optimizer spec per setting.
+    """
     name, path, raw = read_suite_file(name_or_path)
     checks = _merge("checks", CHECK_DEFAULTS, raw.get("checks", {}))
     if "include" in raw:
-        specs = [s for child in raw["include"] for s in load_suites(child, overrides, optims, seeds)[0]]
+        specs = [s for child in raw["include"] for s in load_suites(child, overrides, optims, seeds, sweep, search)[0]]
         return specs, checks
-    return [resolve_suite(name, path, raw, overrides, optims, seeds, checks)], checks
+    return resolve_suite(name, path, raw, overrides, optims, seeds, checks, sweep, search), checks
 
 
 def resolve_suite(
@@ -153,13 +166,15 @@ def resolve_suite(
     optims: Sequence[str],
     seeds: Sequence[int],
     checks: dict[str, Any],
-) -> SuiteSpec:
+    sweep: bool = False,
+    search: Search | None = None,
+) -> list[SuiteSpec]:
     if "experiment" in raw:
-        return resolve_experiment_suite(name, path, raw, overrides, seeds, checks)
+        return [resolve_experiment_suite(name, path, raw, overrides, seeds, checks)]
     if "task" not in raw:
         raise UsageError(f"suite file {path} names neither a task nor an experiment.")
     task_def = get_task(raw["task"])
-    chosen = list(optims) or list(raw.get("optims", ["*"]))
+    chosen = list(dict.fromkeys(optims)) or list(raw.get("optims", ["*"]))
     if chosen == ["*"]:
         chosen = optim.names()
     for optim_name in chosen:
@@ -167,7 +182,7 @@ def resolve_suite(
     suite_hparams = raw.get("hparams", {})
     for optim_name in suite_hparams:
         optim.get(optim_name)
-    effective: dict[str, Any] = {
+    base: dict[str, Any] = {
         "task_args": _merge("task_args", task_def.defaults, raw.get("task_args", {})),
         "budget": _merge("budget", BUDGET_DEFAULTS, raw.get("budget", {})),
         "schedule": _merge("schedule", SCHEDULE_DEFAULTS, raw.get("schedule", {})),
@@ -175,25 +190,148 @@ def resolve_suite(
         "seeds": list(seeds) or list(raw.get("seeds", [0])),
         "hparams": {o: {**optim.get(o).defaults, **suite_hparams.get(o, {})} for o in chosen},
     }
+    fixed, swept = split_overrides(overrides, base)
+    for key, value in fixed:
+        assign(base, key, value)
+    global_swept = [s for s in swept if not s.key.startswith("hparams.")]
+    per_optim = _optimizer_sweeps(name, raw, chosen, swept, sweep or search is not None)
+    specs = []
+    for point in grid_points(global_swept):
+        effective = copy.deepcopy(base)
+        for key, value in point.items():
+            assign(effective, key, value)
+        _validate_budget(effective["budget"], effective["schedule"])
+        _validate_target(effective["target"])
+        settings: list[dict[str, dict[str, Any]]] = []
+        if not any(per_optim.values()):
+            settings.append({o: optim.resolve_hparams(o, effective["hparams"][o]) for o in chosen})
+        for optim_name in chosen:
+            fields = per_optim[optim_name]
+            if not fields:
+                if any(per_optim.values()):
+                    settings.append({optim_name: optim.resolve_hparams(optim_name, effective["hparams"][optim_name])})
+                continue
+            points = search.points(fields) if search is not None else grid_points(fields)
+            for setting in points:
+                hparams = copy.deepcopy(effective)
+                for key, value in setting.items():
+                    assign(hparams, key, value)
+                settings.append({optim_name: optim.resolve_hparams(optim_name, hparams["hparams"][optim_name])})
+        for hparams in settings:
+            specs.append(
+                SuiteSpec(
+                    name=name,
+                    description=str(raw.get("description", "")),
+                    source=str(path),
+                    task=task_def.name,
+                    task_args=effective["task_args"],
+                    budget=effective["budget"],
+                    schedule=effective["schedule"],
+                    target=effective["target"],
+                    optims=list(hparams),
+                    seeds=[int(s) for s in effective["seeds"]],
+                    hparams=hparams,
+                    checks=checks,
+                )
+            )
+    return specs
+
+
+def _optimizer_sweeps(
+    suite: str, raw: Mapping[str, Any], chosen: Sequence[str], swept: Sequence[Swept], use_suite_tables: bool
+) -> dict[str, list[Swept]]:
+    """Each optimizer's swept hyperparameters: the suite's `[sweep.<optim>]` table (with --sweep / --search), then
+    the command line's swept `hparams.<optim>.*` fields, which replace a suite entry for the same key."""
+    tables = raw.get("sweep", {})
+    if not isinstance(tables, dict):
+        raise UsageError(f"suite {suite}: [sweep] must be a table of [sweep.<optim>] tables.")
+    for optim_name, table in tables.items():
+        optim.get(optim_name)
+        if not isinstance(table, dict):
+            raise UsageError(f"suite {suite}: [sweep.{optim_name}] must be a table of hyperparameter = values.")
+    if (
+        use_suite_tables
+        and not any(tables.get(o) for o in chosen)
+        and not any(s.key.startswith("hparams.") for s in swept)
+    ):
+        raise UsageError(
+            f"suite {suite} declares no [sweep.<optim>] table for {', '.join(chosen)}; "
+            'give swept values with --set (for example --set "hparams.*.lr=log(1e-3,1e-1,5)").'
+        )
+    per_optim: dict[str, list[Swept]] = {}
+    for optim_name in chosen:
+        fields = {s.key: s for s in suite_sweep_table(optim_name, tables.get(optim_name, {}), suite)}
+        if not use_suite_tables:
+            fields = {}
+        for one in swept:
+            if one.key.startswith(f"hparams.{optim_name}."):
+                fields[one.key] = one
+        per_optim[optim_name] = list(fields.values())
+    return per_optim
+
+
+def split_overrides(
+    overrides: Sequence[str], effective: Mapping[str, Any]
+) -> tuple[list[tuple[str, Any]], list[Swept]]:
+    """`--set` assignments as (fixed key/value pairs, swept fields), wildcards expanded, every key and value checked.
+
+    `hparams.*.key` applies to every optimizer of the grid that has `key` (a usage error when none has it).
+    """
+    fixed: list[tuple[str, Any]] = []
+    swept: list[Swept] = []
     for assignment in overrides:
-        apply_override(effective, assignment)
-    hparams = {o: optim.resolve_hparams(o, effective["hparams"][o]) for o in chosen}
-    _validate_budget(effective["budget"], effective["schedule"])
-    _validate_target(effective["target"])
-    return SuiteSpec(
-        name=name,
-        description=str(raw.get("description", "")),
-        source=str(path),
-        task=task_def.name,
-        task_args=effective["task_args"],
-        budget=effective["budget"],
-        schedule=effective["schedule"],
-        target=effective["target"],
-        optims=chosen,
-        seeds=[int(s) for s in effective["seeds"]],
-        hparams=hparams,
-        checks=checks,
-    )
+        key, sep, text = assignment.partition("=")
+        key = key.strip()
+        if not sep or not key:
+            raise UsageError(f"--set expects key=value, got {assignment!r}.")
+        value = parse_value(text.strip())
+        for concrete in expand_wildcard(key, effective):
+            current = lookup(effective, concrete)
+            one = None if isinstance(current, list) or concrete == "seeds" else parse_swept(concrete, value)
+            if one is None:
+                check_assignment(effective, concrete, value)
+                fixed.append((concrete, value))
+                swept = [s for s in swept if s.key != concrete]
+                continue
+            for candidate in one.grid():
+                check_assignment(effective, concrete, candidate)
+            swept = [s for s in swept if s.key != concrete] + [one]
+            fixed = [(k, v) for k, v in fixed if k != concrete]
+    return fixed, swept
+
+
+def expand_wildcard(key: str, effective: Mapping[str, Any]) -> list[str]:
+    parts = key.split(".")
+    if len(parts) != 3 or parts[0] != "hparams" or parts[1] != "*":
+        return [key]
+    owners = [o for o, hp in effective["hparams"].items() if parts[2] in hp]
+    if not owners:
+        raise UsageError(
+            f"--set {key}: no optimizer of this grid ({', '.join(effective['hparams'])}) has a hyperparameter "
+            f"{parts[2]!r}."
+        )
+    return [f"hparams.{o}.{parts[2]}" for o in owners]
+
+
+def lookup(effective: Mapping[str, Any], key: str) -> Any:
+    """The current value of a dotted key (a usage error naming the valid keys when it does not exist)."""
+    parts = key.split(".")
+    if parts == ["seeds"]:
+        return effective["seeds"]
+    node: Any = effective
+    for depth, part in enumerate(parts[:-1]):
+        if not isinstance(node, dict) or part not in node:
+            raise UsageError(_bad_key_message(key, parts[:depth], node))
+        node = node[part]
+    leaf = parts[-1]
+    if not isinstance(node, dict) or leaf not in node or isinstance(node[leaf], dict):
+        raise UsageError(_bad_key_message(key, parts[:-1], node))
+    return node[leaf]
+
+
+def check_assignment(effective: Mapping[str, Any], key: str, value: Any) -> None:
+    """A usage error when `value` cannot be assigned to `key` (unknown key, wrong type)."""
+    assign(copy.deepcopy(dict(effective)), key, value)
 
 
 def resolve_experiment_suite(
@@ -272,26 +410,27 @@ def parse_value(text: str) -> Any:
 
 
 def apply_override(effective: dict[str, Any], assignment: str) -> None:
-    """Apply one `section.key=value` (or `hparams.<optim>.key=value`, or `seeds=[...]`) to `effective`."""
-    key, sep, text = assignment.partition("=")
-    if not sep or not key:
-        raise UsageError(f"--set expects key=value, got {assignment!r}.")
-    parts = key.strip().split(".")
-    value = parse_value(text.strip())
-    if parts == ["seeds"]:
+    """Apply one fixed `section.key=value` (or `hparams.<optim>.key=value`, or `seeds=[...]`) to `effective`."""
+    fixed, swept = split_overrides([assignment], effective)
+    if swept:
+        raise UsageError(f"--set {assignment}: sweeps are not supported here; give one value.")
+    for key, value in fixed:
+        assign(effective, key, value)
+
+
+def assign(effective: dict[str, Any], key: str, value: Any) -> None:
+    """Set the dotted `key` of `effective` to `value`, coerced to the field's type (usage errors otherwise)."""
+    if key == "seeds":
         values = value if isinstance(value, list) else [value]
-        if not all(isinstance(v, int) and not isinstance(v, bool) for v in values):
-            raise UsageError(f"seeds must be integers, got {text!r}.")
+        if not values or not all(isinstance(v, int) and not isinstance(v, bool) for v in values):
+            raise UsageError(f"seeds must be a non-empty list of integers, got {value!r}.")
         effective["seeds"] = values
         return
-    node: Any = effective
-    for depth, part in enumerate(parts[:-1]):
-        if not isinstance(node, dict) or part not in node:
-            raise UsageError(_bad_key_message(key, parts[:depth], node))
+    lookup(effective, key)
+    *path, leaf = key.split(".")
+    node = effective
+    for part in path:
         node = node[part]
-    leaf = parts[-1]
-    if not isinstance(node, dict) or leaf not in node or isinstance(node[leaf], dict):
-        raise UsageError(_bad_key_message(key, parts[:-1], node))
     node[leaf] = coerce(key, value, node[leaf])
 
 
@@ -312,7 +451,7 @@ def _validate_budget(budget: dict[str, Any], schedule: dict[str, Any]) -> None:
             f"budget.grad_accum must be >= 1 and divide budget.batch_size ({budget['batch_size']}), "
             f"got {budget['grad_accum']}."
         )
-    for key in ("epochs", "grad_clip"):
+    for key in ("epochs", "grad_clip", "max_time_s"):
         if not (math.isfinite(budget[key]) and budget[key] >= 0):
             raise UsageError(f"budget.{key} must be a finite number >= 0, got {budget[key]}.")
     validate_schedule(schedule)

@@ -19,12 +19,15 @@ from typing import Any
 
 import pandas as pd
 import pyarrow as pa
+import pyarrow.dataset as ds
 import pyarrow.parquet as pq
 
 from structbench.errors import UsageError
 
 SCHEMA_VERSION = 1
-STATUSES = ("ok", "diverged", "oom", "solver_error", "error", "interrupted")
+STATUSES = ("ok", "diverged", "oom", "solver_error", "timeout", "error", "interrupted")
+FINAL_STATUSES = frozenset({"ok", "diverged", "oom", "solver_error", "timeout"})
+"""A run with a final status is never run again for the same run key; `error` and `interrupted` runs are."""
 
 RUN_SCHEMA = pa.schema(
     [
@@ -76,10 +79,15 @@ RUN_SCHEMA = pa.schema(
         ("claims", pa.string()),
         ("throughput_per_s", pa.float64()),
         ("throughput_unit", pa.string()),
+        ("run_key", pa.string()),
+        ("executor", pa.string()),
+        ("parallel_runs", pa.int64()),
     ]
 )
-OPTIONAL_RUN_COLUMNS = frozenset({"throughput_per_s", "throughput_unit"})
+OPTIONAL_RUN_COLUMNS = frozenset({"throughput_per_s", "throughput_unit", "run_key", "executor", "parallel_runs"})
 """Columns added after the first stores were written: a row may omit them (stored as null)."""
+
+KEY_COLUMNS = ("run_id", "run_key", "status", "suite", "optim", "seed")
 
 CURVE_SCHEMA = pa.schema(
     [
@@ -186,6 +194,47 @@ def _read_dir(directory: Path, columns: Sequence[str] | None) -> tuple[pd.DataFr
 def load_runs(out: Path, columns: Sequence[str] | None = None) -> tuple[pd.DataFrame, list[Problem]]:
     """Every readable run row (only `columns`, if given) and the files that could not be read."""
     return _read_dir(runs_dir(out), columns)
+
+
+def run_keys(out: Path) -> pd.DataFrame:
+    """run_id, run_key, status, suite, optim and seed of every readable run with a key, read in one projected scan.
+
+    Unreadable files are skipped here (the report lists them); a file from before run keys has none and is dropped.
+    """
+    schema = pa.schema([RUN_SCHEMA.field(name) for name in KEY_COLUMNS])
+    files = [str(p) for p in _store_files(runs_dir(out))]
+    try:
+        table = ds.dataset(files, format="parquet", schema=schema).to_table()
+    except (pa.ArrowException, OSError):
+        readable = []
+        for path in files:
+            try:
+                readable.append(ds.dataset(path, format="parquet", schema=schema).to_table())
+            except (pa.ArrowException, OSError):
+                continue
+        table = pa.concat_tables(readable) if readable else schema.empty_table()
+    frame = table.to_pandas()
+    return frame[frame["run_key"].notna()].reset_index(drop=True)
+
+
+def _store_files(directory: Path) -> list[Path]:
+    if not directory.is_dir():
+        return []
+    return [p for p in sorted(directory.iterdir()) if p.is_file() and not p.name.startswith((".", "_"))]
+
+
+def final_run_keys(out: Path) -> dict[str, str]:
+    """run_key -> run_id of every run with a final status."""
+    frame = run_keys(out)
+    final = frame[frame["status"].isin(FINAL_STATUSES)]
+    return dict(zip(final["run_key"], final["run_id"], strict=True))
+
+
+def remove_runs(out: Path, run_ids: Sequence[str]) -> None:
+    """Delete runs (row first, so no reader sees a row without its curves), e.g. a result a forced rerun replaced."""
+    for run_id in run_ids:
+        for directory in (runs_dir(out), curves_dir(out), tables_dir(out)):
+            (directory / f"{run_id}.parquet").unlink(missing_ok=True)
 
 
 def load_table(out: Path, run_id: str) -> pd.DataFrame:

@@ -12,7 +12,7 @@ import pandas as pd
 import pyarrow.parquet as pq
 import pytest
 
-from structbench import runner
+from structbench import cli as cli_module
 from tests.conftest import read_curves, read_runs
 
 QUICK = ("--suite", "quadratic", "--steps", "30", "--quiet")
@@ -168,7 +168,7 @@ def test_error_inside_a_run_is_recorded_and_the_grid_goes_on(cli, tmp_path, monk
         return original(self, step)
 
     runner_calls = {"n": 0}
-    original_execute = runner.execute
+    original_execute = cli_module.execute
 
     def counting_execute(*args, **kwargs):
         try:

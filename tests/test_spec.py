@@ -36,7 +36,7 @@ def test_defaults_fill_in_and_overrides_are_typed():
         ("task_args.spectrum=3", "must be of type str"),
         ("budget=3", "unknown key"),
         ("hparams.muonx.lr=1", "unknown key 'hparams.muonx.lr'"),
-        ("seeds=[1.5]", "seeds must be integers"),
+        ("seeds=[1.5]", "seeds must be a non-empty list of integers"),
         ("budget.steps=0", "budget.steps must be >= 1"),
         ("schedule.kind=exponential", "unknown schedule.kind"),
     ],

@@ -1,0 +1,270 @@
+"""Where the runs of a grid execute: in this process, in local worker processes, or as a Slurm job array.
+
+One run is one call of `run_job`, whatever the executor: it trains the cell, writes the run into the store by
+atomic rename (the store is the only coordination between workers) and returns the stored row.
+
+- inline: this process, one run after another.
+- local: a `concurrent.futures.ProcessPoolExecutor` of N workers, each run in a fresh process
+  (`max_tasks_per_child=1`) so a CPU run's peak RSS is its own, with torch's threads divided among the workers.
+  submitit's local executor is not used: it starts every job of a grid at once and has no cap on how many run
+  together, which would oversubscribe the cores; capping it would mean writing a queue of our own.
+  Workers fork from a server process that has imported torch already (`forkserver` with a preload), so a run
+  does not pay torch's import.
+- slurm: a submitit job array (`AutoExecutor(cluster="slurm").map_array`), one array element per run; job logs
+  and submitit's pickles under the store's hidden `.submitit/` directory.
+"""
+
+from __future__ import annotations
+
+import math
+import multiprocessing
+import os
+import shutil
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from concurrent.futures import Future, ProcessPoolExecutor, as_completed
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from structbench.errors import UsageError
+from structbench.grid import Cell
+
+EXECUTORS = ("inline", "local", "slurm")
+
+
+@dataclass(frozen=True)
+class Job:
+    """Everything a worker needs for one run (picklable: it crosses process and machine boundaries)."""
+
+    cell: Cell
+    device: str
+    data_root: str
+    out: str
+    executor: str
+    parallel_runs: int
+    threads: int | None
+    supersede: tuple[str, ...] = ()
+    """Run ids of earlier final runs of this key (a forced rerun): removed once this run has stored a final row."""
+
+
+def run_job(job: Job, on_progress: Callable[[Any], None] | None = None) -> dict[str, Any]:
+    """Train one cell, store it, and return the stored row with `interrupted` added."""
+    import torch
+
+    from structbench import measure, store
+    from structbench.runner import execute
+
+    if job.threads is not None:
+        torch.set_num_threads(job.threads)
+    device = measure.resolve_device(job.device)
+    out = Path(job.out)
+    outcome = execute(
+        job.cell.suite,
+        job.cell.optim,
+        job.cell.seed,
+        device,
+        Path(job.data_root),
+        on_progress,
+        run_key=job.cell.key,
+        executor=job.executor,
+        parallel_runs=job.parallel_runs,
+    )
+    store.write_run(out, outcome.row, outcome.curves)
+    if job.supersede and outcome.row["status"] in store.FINAL_STATUSES:
+        store.remove_runs(out, job.supersede)
+    return {**outcome.row, "interrupted": outcome.interrupted}
+
+
+def available_cores() -> int:
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:
+        return os.cpu_count() or 1
+
+
+def threads_per_worker(jobs: int) -> int:
+    return max(1, available_cores() // jobs)
+
+
+@dataclass
+class Finished:
+    """A run that ended in a worker: its stored row, or the one-line reason the worker raised."""
+
+    job: Job
+    row: dict[str, Any] | None
+    failure: str | None = None
+
+
+def run_local(jobs: Sequence[Job], workers: int) -> Iterator[Finished]:
+    """Run `jobs` on `workers` fresh worker processes; yield each as it finishes (Ctrl-C cancels the rest)."""
+    context = multiprocessing.get_context("forkserver")
+    context.set_forkserver_preload(["structbench.executors", "structbench.runner"])
+    pool = ProcessPoolExecutor(max_workers=workers, mp_context=context, max_tasks_per_child=1)
+    futures: dict[Future[dict[str, Any]], Job] = {pool.submit(run_job, job): job for job in jobs}
+    try:
+        for future in as_completed(futures):
+            job = futures[future]
+            error = future.exception()
+            if error is None:
+                yield Finished(job, future.result())
+            else:
+                yield Finished(job, None, one_line(error))
+    finally:
+        pool.shutdown(wait=True, cancel_futures=True)
+
+
+@dataclass(frozen=True)
+class SlurmOptions:
+    """Resources of one array element (one run), from the command line over the suite's `[resources]` table."""
+
+    partition: str | None = None
+    time_min: int = 60
+    gpus_per_run: int = 0
+    cpus_per_run: int = 1
+    mem: str | None = None
+    array_parallelism: int = 256
+    extra: Mapping[str, str] = field(default_factory=dict)
+
+
+RESOURCE_KEYS = {
+    "partition": str,
+    "time": (str, int),
+    "gpus_per_run": int,
+    "cpus_per_run": int,
+    "mem": str,
+    "array_parallelism": int,
+    "extra": list,
+}
+
+
+def parse_slurm_time(text: str | int) -> int:
+    """Minutes from Slurm's time formats: M, M:S, H:M:S, D-H, D-H:M, D-H:M:S (rounded up to whole minutes)."""
+    if isinstance(text, int) and not isinstance(text, bool):
+        if text < 1:
+            raise UsageError(f"slurm time must be at least 1 minute, got {text}.")
+        return text
+    value = str(text).strip()
+    try:
+        days, _, rest = value.rpartition("-") if "-" in value else ("0", "", value)
+        parts = [int(p) for p in rest.split(":")]
+        if "-" in value:
+            hours, minutes, seconds = [*parts, 0, 0][:3]
+        elif len(parts) == 1:
+            hours, minutes, seconds = 0, parts[0], 0
+        elif len(parts) == 2:
+            hours, minutes, seconds = 0, parts[0], parts[1]
+        elif len(parts) == 3:
+            hours, minutes, seconds = parts
+        else:
+            raise ValueError(value)
+        total = int(days) * 1440 + hours * 60 + minutes + math.ceil(seconds / 60)
+    except ValueError:
+        raise UsageError(f"--slurm-time takes minutes or [D-]HH:MM:SS, got {value!r}.") from None
+    if total < 1 or min(int(days), hours, minutes, seconds) < 0:
+        raise UsageError(f"--slurm-time must be at least one minute, got {value!r}.")
+    return total
+
+
+def parse_extra(items: Sequence[str]) -> dict[str, str]:
+    """`--slurm-extra key=value` (an sbatch option without its dashes, e.g. `qos=high`, `constraint=a100`)."""
+    extra = {}
+    for item in items:
+        key, sep, value = item.partition("=")
+        key = key.strip().lstrip("-")
+        if not sep or not key:
+            raise UsageError(f"--slurm-extra takes an sbatch option as key=value (e.g. qos=high), got {item!r}.")
+        extra[key.replace("-", "_")] = value.strip()
+    return extra
+
+
+def slurm_options(resources: Mapping[str, Any], given: Mapping[str, Any]) -> SlurmOptions:
+    """The suite's `[resources]` defaults, then the command line's `--slurm-*` values where given."""
+    for key, value in resources.items():
+        kind = RESOURCE_KEYS.get(key)
+        if kind is None:
+            raise UsageError(f"[resources] has no field {key!r}; valid: {', '.join(sorted(RESOURCE_KEYS))}.")
+        if not isinstance(value, kind) or isinstance(value, bool):
+            raise UsageError(f"[resources] {key} has the wrong type: {value!r}.")
+    merged = {**resources, **{k: v for k, v in given.items() if v is not None and v != []}}
+    options = SlurmOptions(
+        partition=merged.get("partition"),
+        time_min=parse_slurm_time(merged.get("time", 60)),
+        gpus_per_run=int(merged.get("gpus_per_run", 0)),
+        cpus_per_run=int(merged.get("cpus_per_run", 1)),
+        mem=merged.get("mem"),
+        array_parallelism=int(merged.get("array_parallelism", 256)),
+        extra=parse_extra(merged.get("extra", [])),
+    )
+    for name in ("cpus_per_run", "array_parallelism"):
+        if getattr(options, name) < 1:
+            raise UsageError(f"--slurm-{name.replace('_', '-')} must be >= 1, got {getattr(options, name)}.")
+    if options.gpus_per_run < 0:
+        raise UsageError(f"--slurm-gpus-per-run must be >= 0, got {options.gpus_per_run}.")
+    return options
+
+
+def require_sbatch() -> None:
+    if shutil.which("sbatch") is None:
+        raise UsageError("--executor slurm needs Slurm's sbatch on the PATH (none found); use --executor local.")
+
+
+def submit_slurm(jobs: Sequence[Job], options: SlurmOptions, folder: Path) -> list[Any]:
+    """Submit `jobs` as one Slurm job array through submitit; return submitit's jobs (one per run, in order)."""
+    import submitit
+
+    executor = submitit.AutoExecutor(folder=folder / "%j", cluster="slurm")
+    parameters: dict[str, Any] = {
+        "timeout_min": options.time_min,
+        "cpus_per_task": options.cpus_per_run,
+        "slurm_array_parallelism": options.array_parallelism,
+        "name": "structbench",
+    }
+    if options.gpus_per_run:
+        parameters["gpus_per_node"] = options.gpus_per_run
+    if options.partition:
+        parameters["slurm_partition"] = options.partition
+    if options.mem:
+        parameters["slurm_mem"] = options.mem
+    if options.extra:
+        parameters["slurm_additional_parameters"] = dict(options.extra)
+    executor.update_parameters(**parameters)
+    return executor.map_array(run_job, list(jobs))
+
+
+def slurm_states(folder: Path, job_ids: Sequence[str]) -> dict[str, str]:
+    """Each job's state from submitit (sacct), or from `squeue` where sacct has none (a cluster without
+    accounting); a job Slurm no longer knows maps to "UNKNOWN"."""
+    import subprocess
+
+    import submitit
+
+    states = {}
+    for job_id in job_ids:
+        states[job_id] = submitit.SlurmJob(folder=folder, job_id=job_id).state
+    unknown = [j for j, s in states.items() if s == "UNKNOWN"]
+    if unknown and shutil.which("squeue"):
+        listing = subprocess.run(
+            ["squeue", "-h", "-r", "-o", "%i %T"], capture_output=True, text=True, timeout=30, check=False
+        ).stdout
+        queued = dict(line.split(maxsplit=1) for line in listing.splitlines() if " " in line)
+        for job_id in unknown:
+            states[job_id] = queued.get(job_id, "UNKNOWN").strip()
+    return states
+
+
+def collect_slurm(jobs: Sequence[Job], submitted: Sequence[Any]) -> Iterator[Finished]:
+    """Yield each Slurm run as it finishes (submitit polls its result files)."""
+    from submitit.helpers import as_completed as jobs_as_completed
+
+    by_id = {sub.job_id: job for job, sub in zip(jobs, submitted, strict=True)}
+    for sub in jobs_as_completed(list(submitted), poll_frequency=1):
+        job = by_id[sub.job_id]
+        try:
+            yield Finished(job, sub.result())
+        except Exception as exc:  # a failed job is reported; the other runs are still collected
+            yield Finished(job, None, one_line(exc))
+
+
+def one_line(error: BaseException) -> str:
+    lines = [line.strip() for line in str(error).strip().splitlines() if line.strip()]
+    return f"{type(error).__name__}: {lines[-1] if lines else ''}"
