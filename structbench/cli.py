@@ -209,7 +209,7 @@ def run(
         )
         for cell in todo
     ]
-    if cells and not quiet:
+    if cells:
         err_console.print(
             f"grid: {len(cells)} runs — {len(cells) - len(todo)} already stored, {len(todo)} to run "
             f"({executor}{f', {workers} workers' if executor == 'local' else ''})"
@@ -377,11 +377,8 @@ def run_workers(finished: Any, total: int, rows: list[dict[str, Any]], failures:
 def submit_to_slurm(job_list: list[Any], slurm: Any, out: Path, grid_id: str, manifest: dict[str, Any]) -> Any:
     """Submit the runs as one job array, record the job ids in the grid's manifest; return a lazy iterator of
     finished runs (used with --wait)."""
-    import logging
-
     from structbench import executors, grid_status
 
-    logging.getLogger("submitit").setLevel(logging.ERROR)
     folder = out.resolve() / ".submitit" / grid_id
     submitted = executors.submit_slurm(job_list, slurm, folder)
     ids = {job.cell.key: sub.job_id for job, sub in zip(job_list, submitted, strict=True)}
@@ -455,6 +452,38 @@ def check_runs(rows: list[dict[str, Any]], checks: dict[str, Any]) -> list[str]:
             if not (math.isfinite(after) and after < before):
                 failures.append(f"{name}: eval loss did not fall ({before:.4g} -> {after:.4g})")
     return failures
+
+
+@app.command()
+@usage_errors_exit_2
+def status(out: Annotated[Path, typer.Option(help="Results directory.")] = Path("results")) -> None:
+    """Per suite and optimizer: runs done, failed (by status), queued and running on Slurm, and missing."""
+    import shutil
+
+    from structbench import executors, grid_status, store
+
+    if not out.is_dir():
+        raise UsageError(f"results directory {out} does not exist; run `structbench run` first.")
+    states = executors.slurm_states if shutil.which("squeue") else None
+    tallies = grid_status.grid_status(out, store.run_keys(out), states)
+    if not tallies:
+        console.print(f"no grids or keyed runs in {escape(str(out))}")
+        return
+    table = Table(title=f"status of {escape(str(out))}")
+    for column in ("suite", "optimizer", "done", "failed", "queued", "running", "missing"):
+        table.add_column(column, justify="left" if column in ("suite", "optimizer", "failed") else "right")
+    for (suite, optim_name), tally in tallies.items():
+        failed = ", ".join(f"{status} {n}" for status, n in sorted(tally.failed.items())) or "0"
+        table.add_row(
+            escape(suite),
+            escape(optim_name),
+            str(tally.done),
+            failed,
+            str(tally.queued),
+            str(tally.running),
+            str(tally.missing),
+        )
+    console.print(table)
 
 
 @app.command()

@@ -210,8 +210,7 @@ def require_sbatch() -> None:
 
 def submit_slurm(jobs: Sequence[Job], options: SlurmOptions, folder: Path) -> list[Any]:
     """Submit `jobs` as one Slurm job array through submitit; return submitit's jobs (one per run, in order)."""
-    import submitit
-
+    submitit = quiet_submitit()
     executor = submitit.AutoExecutor(folder=folder / "%j", cluster="slurm")
     parameters: dict[str, Any] = {
         "timeout_min": options.time_min,
@@ -231,25 +230,33 @@ def submit_slurm(jobs: Sequence[Job], options: SlurmOptions, folder: Path) -> li
     return executor.map_array(run_job, list(jobs))
 
 
-def slurm_states(folder: Path, job_ids: Sequence[str]) -> dict[str, str]:
-    """Each job's state from submitit (sacct), or from `squeue` where sacct has none (a cluster without
-    accounting); a job Slurm no longer knows maps to "UNKNOWN"."""
+def slurm_states(folder: str | Path, job_ids: Sequence[str]) -> dict[str, str]:
+    """Each job's Slurm state: submitit's (from sacct) on a cluster with accounting; on one without (sacct fails),
+    from `squeue`, which knows the jobs still queued or running. A job neither knows maps to "UNKNOWN"."""
     import subprocess
+
+    submitit = quiet_submitit()
+    accounting = shutil.which("sacct") is not None and (
+        subprocess.run(["sacct", "-n", "-j", "1"], capture_output=True, timeout=30, check=False).returncode == 0
+    )
+    if accounting:
+        return {j: submitit.SlurmJob(folder=folder, job_id=j).state for j in job_ids}
+    listing = subprocess.run(
+        ["squeue", "-h", "-r", "-o", "%i %T"], capture_output=True, text=True, timeout=30, check=False
+    ).stdout
+    queued = dict(line.split(maxsplit=1) for line in listing.splitlines() if " " in line)
+    return {j: queued.get(j, "UNKNOWN").strip() for j in job_ids}
+
+
+def quiet_submitit() -> Any:
+    """submitit, imported with its logger at ERROR: it warns on every poll of a cluster without accounting (its
+    logging configuration runs at import, so the level is set after it)."""
+    import logging
 
     import submitit
 
-    states = {}
-    for job_id in job_ids:
-        states[job_id] = submitit.SlurmJob(folder=folder, job_id=job_id).state
-    unknown = [j for j, s in states.items() if s == "UNKNOWN"]
-    if unknown and shutil.which("squeue"):
-        listing = subprocess.run(
-            ["squeue", "-h", "-r", "-o", "%i %T"], capture_output=True, text=True, timeout=30, check=False
-        ).stdout
-        queued = dict(line.split(maxsplit=1) for line in listing.splitlines() if " " in line)
-        for job_id in unknown:
-            states[job_id] = queued.get(job_id, "UNKNOWN").strip()
-    return states
+    logging.getLogger("submitit").setLevel(logging.ERROR)
+    return submitit
 
 
 def collect_slurm(jobs: Sequence[Job], submitted: Sequence[Any]) -> Iterator[Finished]:
