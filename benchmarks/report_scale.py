@@ -26,7 +26,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import numpy as np
@@ -102,7 +102,7 @@ def _run(suite: int, optim: int, lr: float, seed: int, index: int) -> tuple[dict
         "seed": seed,
         "source": "benchmark",
     }
-    started = datetime(2025, 1, 1, tzinfo=timezone.utc) + timedelta(seconds=index)
+    started = datetime(2025, 1, 1, tzinfo=UTC) + timedelta(seconds=index)
     state = 4096 * (1 + optim % 4)
     row = {
         "run_id": f"bench-{index:05d}",

@@ -14,7 +14,7 @@ import os
 from collections import Counter
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 from uuid import uuid4
@@ -29,7 +29,7 @@ RUNNING_STATES = frozenset({"RUNNING", "COMPLETING"})
 
 
 def new_grid_id() -> str:
-    return datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%S") + f"-{uuid4().hex[:6]}"
+    return datetime.now(UTC).strftime("%Y%m%dT%H%M%S") + f"-{uuid4().hex[:6]}"
 
 
 def write_manifest(out: Path, grid_id: str, record: dict[str, Any]) -> Path:

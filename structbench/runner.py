@@ -18,7 +18,7 @@ import time
 import traceback
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 from uuid import uuid4
@@ -73,7 +73,7 @@ class _RunState:
 
 
 def new_run_id(suite: str, optim_name: str, seed: int) -> str:
-    stamp = datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%S")
+    stamp = datetime.now(UTC).strftime("%Y%m%dT%H%M%S")
     return f"{stamp}-{suite}-{optim_name}-s{seed}-{uuid4().hex[:6]}"
 
 
@@ -102,7 +102,7 @@ def execute(
     `run_key` (the grid's content key), `executor` and `parallel_runs` (how many runs shared this machine's cores
     while it ran) are stored with the row.
     """
-    started = datetime.now(timezone.utc)
+    started = datetime.now(UTC)
     run_id = new_run_id(suite.name, optim_name, seed)
     probe = measure.MemoryProbe(device)
     state = _RunState()
@@ -152,7 +152,7 @@ def execute(
     if device.type == "cuda":
         torch.cuda.synchronize(device)
 
-    finished = datetime.now(timezone.utc)
+    finished = datetime.now(UTC)
     train_times = state.step_times
     row = {
         "run_id": run_id,
@@ -227,7 +227,7 @@ def _throughput(task: Task, budget: dict[str, Any], state: _RunState) -> dict[st
 
 def execute_experiment(suite: SuiteSpec, seed: int, device: torch.device) -> RunOutcome:
     """Run a numerical experiment once; its table and claims come back beside the run row."""
-    started = datetime.now(timezone.utc)
+    started = datetime.now(UTC)
     definition = get_experiment(suite.experiment or "")
     seed_everything(seed)
     status, error, result, interrupted = "ok", None, None, False
@@ -254,7 +254,7 @@ def execute_experiment(suite: SuiteSpec, seed: int, device: torch.device) -> Run
         status=status,
         error=error,
         started_at=started,
-        finished_at=datetime.now(timezone.utc),
+        finished_at=datetime.now(UTC),
         steps=0,
         wall_s=elapsed,
         train_s=elapsed,

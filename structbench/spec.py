@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import copy
 import math
-import sys
+import tomllib
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from importlib import resources
@@ -23,11 +23,6 @@ from structbench.optim.registry import unknown_name_message
 from structbench.schedule import SCHEDULE_DEFAULTS, validate_schedule
 from structbench.sweep import Search, Swept, grid_points, parse_swept, suite_sweep_table
 from structbench.tasks import get_task
-
-if sys.version_info >= (3, 11):
-    import tomllib
-else:
-    import tomli as tomllib
 
 BUDGET_DEFAULTS: dict[str, Any] = {
     "steps": 100,

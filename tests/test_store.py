@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import math
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 
 import pandas as pd
 import pyarrow.parquet as pq
@@ -14,7 +14,7 @@ from structbench import store
 
 def make_row(run_id: str, **changes):
     row = {field.name: None for field in store.RUN_SCHEMA}
-    now = datetime.now(timezone.utc)
+    now = datetime.now(UTC)
     row.update(
         run_id=run_id,
         schema_version=store.SCHEMA_VERSION,
