@@ -30,8 +30,10 @@ def require_slurm() -> None:
     states = out.stdout.split()
     if out.returncode != 0 or not any(s.rstrip("*~#") in ("idle", "mix", "alloc") for s in states):
         detail = out.stderr.strip().splitlines()[-1:] or states
-        _missing(f"`sinfo -h -o %t` shows no idle/mixed/allocated node ({' '.join(detail) or 'no output'}; "
-                 f"SLURM_CONF={os.environ.get('SLURM_CONF', 'unset')}): {START_HINT}")
+        _missing(
+            f"`sinfo -h -o %t` shows no idle/mixed/allocated node ({' '.join(detail) or 'no output'}; "
+            f"SLURM_CONF={os.environ.get('SLURM_CONF', 'unset')}): {START_HINT}"
+        )
 
 
 class _DropSacctBypass(logging.Filter):

@@ -2,18 +2,13 @@
 
 from __future__ import annotations
 
-import sys
+import tomllib
 from importlib import resources
 from pathlib import Path
 
 import pandas as pd
 
 from structbench.errors import UsageError
-
-if sys.version_info >= (3, 11):
-    import tomllib
-else:
-    import tomli as tomllib
 
 FORMATS = {"term": {"term"}, "md": {"md"}, "html": {"html"}, "all": {"term", "md", "html"}}
 
