@@ -301,3 +301,35 @@ def test_local_workers_divide_the_cores(monkeypatch):
     monkeypatch.setattr(executors, "available_cores", lambda: 8)
     assert [executors.threads_per_worker(n) for n in (1, 2, 3, 8, 16)] == [8, 4, 2, 1, 1]
     assert math.isfinite(executors.available_cores())
+
+
+def test_error_runs_are_run_again_and_final_failures_are_not(cli, tmp_path, monkeypatch):
+    from structbench.tasks.quadratic import QuadraticTask
+
+    original = QuadraticTask.train_loss
+
+    def failing(self, step):
+        if step == 2 and getattr(self, "_fail", False):
+            raise RuntimeError("injected")
+        return original(self, step)
+
+    args = ("run", "--suite", "quadratic", "--optim", "sgd", "--optim", "adamw", "--seed", "0", "--steps", "20",
+            "--quiet", "--out", tmp_path)  # fmt: skip
+    monkeypatch.setattr(QuadraticTask, "train_loss", failing)
+    built = QuadraticTask.__init__
+
+    def marking_init(self, *a, **k):
+        built(self, *a, **k)
+        self._fail = True
+
+    monkeypatch.setattr(QuadraticTask, "__init__", marking_init)
+    assert cli(*args, "--set", "hparams.sgd.lr=1e9").exit_code == 1
+    first = read_runs(tmp_path).set_index("optim").status.to_dict()
+    assert first == {"sgd": "error", "adamw": "error"}
+    monkeypatch.setattr(QuadraticTask, "__init__", built)
+    again = cli(*args, "--set", "hparams.sgd.lr=1e9")
+    assert "2 already stored" not in again.stderr and "0 already stored, 2 to run" in " ".join(again.stderr.split())
+    statuses = read_runs(tmp_path).groupby("optim").status.apply(sorted).to_dict()
+    assert statuses == {"adamw": ["error", "ok"], "sgd": ["diverged", "error"]}
+    third = cli(*args, "--set", "hparams.sgd.lr=1e9")
+    assert "2 already stored, 0 to run" in " ".join(third.stderr.split()), "diverged and ok are final"
