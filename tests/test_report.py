@@ -10,7 +10,7 @@ import itertools
 import json
 import math
 import statistics
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import numpy as np
@@ -25,7 +25,7 @@ from structbench.report.cached_read import CACHE_DIR
 from structbench.report.figure_file import optimizer_colors
 from tests.conftest import read_curves, read_runs
 
-T0 = datetime(2025, 3, 1, tzinfo=timezone.utc)
+T0 = datetime(2025, 3, 1, tzinfo=UTC)
 TARGET = {"metric": "loss", "value": 0.5}
 
 
@@ -311,19 +311,20 @@ def test_sweeps_reruns_and_filters(cli, tmp_path):
                     seed,
                     [(0, 0.0, 2.0, 0.1), (10, speed, 0.2, 0.8)],
                     hparams={"lr": lr},
+                    final_train_loss=0.3 if lr == 0.01 else 0.2,
                 )
     write_run(out, "adamw-old", "adamw", 0, [(0, 0.0, 2.0, 0.1), (10, 5.0, 0.2, 0.8)], started=T0)
     write_run(out, "adamw-new", "adamw", 0, [(0, 0.0, 2.0, 0.1), (10, 4.0, 0.2, 0.8)], started=T0 + timedelta(days=2))
     report = build.build_report(out, plotted=True)
     suite = report.suites[0]
     assert [v.label for v in suite.variants] == ["adamw", "sgd lr=0.01", "sgd lr=0.1", "sgd lr=10"]
-    assert suite.selected["sgd"].label == "sgd lr=0.1"  # fastest to target
+    assert suite.selected["sgd"].label == "sgd lr=0.1"  # lower final training loss (0.2 against 0.3)
     adamw = suite.selected["adamw"]
     assert adamw.variant.run_ids == ["adamw-new"]  # the latest run of seed 0 counts
     assert list(suite.superseded["run_id"]) == ["adamw-old"]
     assert any("superseded" in note for note in suite.notes)
     figures = render.render_figures(report, workers=1, cache=False)
-    sweep = next(f for f in figures if f.name == "hand-lr-sweep")
+    sweep = next(f for f in figures if f.name == "hand-sweep-sgd")
     assert {"sgd-10.0-0", "sgd-0.01-1"} <= set(sweep.run_ids)
     # --since drops the old run entirely; --optim keeps the baseline; --baseline changes the reference.
     since = build.build_report(out, since=pd.Timestamp("2025-03-02", tz="UTC"))

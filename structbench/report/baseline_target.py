@@ -5,7 +5,8 @@ Adam's total steps over the candidate's steps to first reach it; the effective t
 consumed over the wall time the candidate needs to reach it. Here, for the variants of one suite that share a setup
 (every stored spec field but the hyperparameters: same task, budget, schedule and target) and name baseline B:
 
-- B's variant with that setup is the reference (with several, a sweep, the one with the best median final value);
+- B's variant with that setup is the reference (with several, a sweep: among those with an ok run, the one
+  selection.py chooses — on a validation metric, else the training loss, never on the evaluation T comes from);
   its runs that ended ok with a finite final value count;
 - T = the median over those runs of their final evaluation of the target's metric (`final_eval_metric`, or
   `final_eval_loss` for "loss": the run's last evaluation);
@@ -30,6 +31,7 @@ from typing import Any
 
 import numpy as np
 
+from structbench.report.selection import choose
 from structbench.report.targets import Reference, Target
 from structbench.report.variants import Variant
 
@@ -56,15 +58,17 @@ def _nan_median(values: np.ndarray) -> float:
     return float(np.median(finite)) if len(finite) else math.nan
 
 
-def _reference_variant(candidates: Sequence[Variant], metric: str, mode: str) -> Variant | None:
-    """The baseline's variant with the best median final value among those with an ok run; None without one."""
-    scored = [(_median_final(v, metric), v) for v in candidates]
-    scored = [(m if mode == "min" else -m, v.label, v) for m, v in scored if not math.isnan(m)]
-    return min(scored, key=lambda item: item[:2])[2] if scored else None
+def _reference_variant(candidates: Sequence[Variant], metric: str, metric_mode: str) -> Variant | None:
+    """The baseline's setting that selection.py chooses among those with an ok final value; None without one."""
+    usable = [v for v in candidates if _ok_finals(v, metric).any()]
+    if not usable:
+        return None
+    names = [n for v in usable for n in v.values("eval_metric_name") if isinstance(n, str)]
+    return choose(usable, names[0] if names else "metric", metric_mode).variant
 
 
-def _derive(candidates: Sequence[Variant], optim: str, metric: str, mode: str) -> Target:
-    variant = _reference_variant(candidates, metric, mode)
+def _derive(candidates: Sequence[Variant], optim: str, metric: str, mode: str, metric_mode: str) -> Target:
+    variant = _reference_variant(candidates, metric, metric_mode)
     if variant is None:
         return Target(metric, math.nan, mode, Reference(optim, "", 0, math.nan, math.nan, math.nan, ""))
     counted = _ok_finals(variant, metric)
@@ -96,7 +100,8 @@ def targets_of(variants: Sequence[Variant], metric_mode: str) -> list[Target | N
         key = setup_key(variant.config)
         if key not in derived:
             same_setup = [v for v in variants if v.optim == baseline and setup_key(v.config) == key]
-            derived[key] = _derive(same_setup, str(baseline), str(metric), "min" if metric == "loss" else metric_mode)
+            mode = "min" if metric == "loss" else metric_mode
+            derived[key] = _derive(same_setup, str(baseline), str(metric), mode, metric_mode)
         targets.append(derived[key])
     return targets
 

@@ -3,9 +3,14 @@
 Selected setting. When an optimizer ran a suite under several settings (a sweep), one selected setting
 represents it wherever one row or number per optimizer is needed (the suite table, the baseline, the paired
 comparisons, the curve plots, the profiles and the ranks); the Markdown and HTML reports also list every
-setting. On a suite with a target the selected setting is the one with the lowest median seconds to target;
-on a suite without one, or when no setting reached the target, the one with the best median final eval
-metric. Ties go to the better final metric, then the label.
+setting. The setting is never chosen on the suite's evaluation, which is the test split the report compares on
+(final eval loss and metric, time to target): it is the one with the best median over seeds of a selection
+metric — the validation metric (`final_val_metric`, the eval metric's name and direction) where the runs
+record one, else the validation loss (`final_val_loss`), else the final training loss (`final_train_loss`:
+"selected on training loss (no validation split)"). Settings whose runs diverged, ran out of memory, hit a
+solver error or timed out are never selected over one whose runs did not; ties go to the label (selection.choose);
+the report says next to each such optimizer which metric selected its setting, and the Sweeps section shows the
+selection metric against each swept hyperparameter (sweeps.py).
 
 Speed-up against the baseline: the baseline's median steps (seconds) to target divided by the variant's,
 so 2.0x means the target in half the steps (time). A target from a baseline (`baseline_target`) divides that
@@ -17,9 +22,9 @@ from __future__ import annotations
 import hashlib
 import json
 import math
-from collections.abc import Collection, Mapping, Sequence
+from collections.abc import Collection, Mapping
 from dataclasses import dataclass, field
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 
 import numpy as np
@@ -29,8 +34,10 @@ from structbench.report import load
 from structbench.report.baseline_target import targets_of
 from structbench.report.curve_index import CurveIndex
 from structbench.report.profiles import Profile, Ranks, performance_profile, rank_table
+from structbench.report.selection import Selection, choose
 from structbench.report.stats import Paired, paired_difference
 from structbench.report.summary import VariantSummary, summarize_variant
+from structbench.report.sweeps import Sweep, sweeps_of
 from structbench.report.targets import Target
 from structbench.report.variants import group_variants
 from structbench.store import Problem
@@ -69,6 +76,10 @@ class SuiteReport:
     variants: list[VariantSummary]
     selected: dict[str, VariantSummary]
     """The selected setting of each optimizer (module docstring)."""
+    selections: dict[str, Selection]
+    """Each optimizer's selection metric, its settings' scores and the chosen one."""
+    sweeps: list[Sweep]
+    """The optimizers whose settings differ only in hyperparameters, for the Sweeps section."""
     baseline: VariantSummary | None
     comparisons: list[Comparison]
     failures: pd.DataFrame
@@ -131,7 +142,7 @@ class Report:
     experiments: pd.DataFrame
     """Numerical-experiment runs (task "experiment:<name>"): not optimizer comparisons; their claims are listed."""
     notes: list[str] = field(default_factory=list)
-    generated: datetime = field(default_factory=lambda: datetime.now(timezone.utc))
+    generated: datetime = field(default_factory=lambda: datetime.now(UTC))
 
     @property
     def optims(self) -> list[str]:
@@ -150,21 +161,6 @@ class Report:
         keys = self.runs[list(ENV_COLUMNS)].fillna("-").astype(str)
         merged = keys.merge(env, on=list(ENV_COLUMNS), how="left")
         return dict(zip(self.runs["run_id"], merged["env"], strict=True))
-
-
-def _quality_key(v: VariantSummary, mode: str) -> float:
-    m = v.final_metric.median
-    if math.isnan(m):
-        return math.inf
-    return m if mode == "min" else -m
-
-
-def select(variants: Sequence[VariantSummary], mode: str) -> VariantSummary:
-    """The selected setting among one optimizer's variants (module docstring)."""
-    reached = [v for v in variants if v.target is not None and math.isfinite(v.seconds_to_target.median)]
-    if reached:
-        return min(reached, key=lambda v: (v.seconds_to_target.median, _quality_key(v, mode), v.label))
-    return min(variants, key=lambda v: (_quality_key(v, mode), v.label))
 
 
 def _compare(variant: VariantSummary, baseline: VariantSummary, mode: str) -> Comparison:
@@ -212,7 +208,8 @@ def build_suite(name: str, runs: pd.DataFrame, curves: pd.DataFrame, baseline_na
     by_optim: dict[str, list[VariantSummary]] = {}
     for v in variants:
         by_optim.setdefault(v.optim, []).append(v)
-    selected = {optim: select(vs, metric_mode) for optim, vs in by_optim.items()}
+    selections = {optim: choose([v.variant for v in vs], metric_name, metric_mode) for optim, vs in by_optim.items()}
+    selected = {optim: by_optim[optim][s.chosen] for optim, s in selections.items()}
     baseline = selected.get(baseline_name)
     comparisons = (
         [_compare(v, baseline, metric_mode) for o, v in selected.items() if o != baseline_name]
@@ -220,12 +217,15 @@ def build_suite(name: str, runs: pd.DataFrame, curves: pd.DataFrame, baseline_na
         else []
     )
     notes: list[str] = []
-    multi = [o for o, vs in by_optim.items() if len(vs) > 1]
-    if multi:
-        notes.append(
-            f"{', '.join(multi)} ran under several settings; each is represented by its selected setting "
-            "(fastest to target, else best final metric) in the main table, comparisons, plots, profiles and ranks."
-        )
+    for optim, vs in by_optim.items():
+        if len(vs) > 1:
+            criterion = selections[optim].criterion
+            best = "lowest" if criterion.mode == "min" else "highest"
+            notes.append(
+                f"{optim} ran under {len(vs)} settings; {selected[optim].label} represents it in the main table, "
+                f"comparisons, plots, profiles and ranks — {criterion.describe()}"
+                + (f", the {best} median over seeds." if criterion.column else ".")
+            )
     stored = sum(v.stored_target_used for v in variants)
     if stored:
         notes.append(f"{stored} run(s) have no evaluation curve: the runner's first-evaluation time to target is used.")
@@ -261,6 +261,8 @@ def build_suite(name: str, runs: pd.DataFrame, curves: pd.DataFrame, baseline_na
         metric_mode=metric_mode,
         variants=variants,
         selected=dict(sorted(selected.items())),
+        selections=dict(sorted(selections.items())),
+        sweeps=sweeps_of(by_optim, selections),
         baseline=baseline,
         comparisons=comparisons,
         failures=failures,

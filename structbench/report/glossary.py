@@ -53,8 +53,22 @@ DEFINITIONS: tuple[tuple[str, str], ...] = (
     ),
     (
         "Selected setting",
-        "An optimizer run under several settings (a sweep) appears once per setting in its suite's table, and "
-        "is represented elsewhere by its fastest setting to target (or, without a target, its best final metric).",
+        "An optimizer run under several settings (a sweep) appears once per setting in its suite's every-setting "
+        "table, and is represented elsewhere by one selected setting, never chosen on the evaluation the report "
+        "compares on (the test split): the best median over seeds of the validation metric where the runs record "
+        "one, else of the validation loss, else of the final training loss ('selected on training loss (no "
+        "validation split)'; one minibatch's loss, damped only by the median over seeds). A setting with a "
+        "diverged, oom, solver_error or timeout run is never selected over one without. The notes say which metric "
+        "selected each optimizer's setting.",
+    ),
+    (
+        "Sweeps",
+        "For an optimizer whose settings differ only in hyperparameters: the selection metric (median over ok "
+        "seeds, bars from the smallest to the largest seed, n = ok seeds) against each swept hyperparameter, the "
+        "selected setting ringed; with several swept hyperparameters, each is plotted with the others at the "
+        "selected setting's values. Learning rates, and positive values spanning more than a factor 10, are on "
+        "a log axis. 'At the edge of the grid': the selected value is the smallest or largest run, so a better "
+        "one may lie outside the grid.",
     ),
     (
         "Performance profile",

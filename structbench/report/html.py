@@ -28,7 +28,8 @@ STYLE = """
 * { box-sizing: border-box; }
 body { margin: 0 auto; max-width: 1400px; padding: 1.5rem 2rem 4rem; background: var(--bg); color: var(--fg);
   font: 14px/1.5 -apple-system, "Segoe UI", Helvetica, Arial, sans-serif; }
-h1 { font-size: 1.6rem; margin: 0 0 .3rem; } h2 { border-bottom: 1px solid var(--line); padding-bottom: .3rem;
+h1 { font-size: 1.6rem; margin: 0 0 .3rem; }
+h4 { margin: 1.2rem 0 .4rem; font-size: .95rem; } h2 { border-bottom: 1px solid var(--line); padding-bottom: .3rem;
   margin-top: 2.5rem; } h3 { margin: 1.5rem 0 .5rem; font-size: 1.05rem; }
 a { color: var(--link); text-decoration: none; } a:hover { text-decoration: underline; }
 .meta, .caption, figcaption { color: var(--muted); font-size: .85rem; }
@@ -121,8 +122,28 @@ def _suite(suite: SuiteReport, report: Report, figures: list[FigureFile]) -> str
         )
     parts += [table(t) for t in (tables.comparison_table(suite), tables.failure_table(suite)) if t is not None]
     parts += [f'<p class="note">{escape(note)}</p>' for note in suite.notes]
-    parts.append(_figures([f for f in figures if f.suite == suite.name], report))
+    sweep_figures = {s.figure_name for s in suite.sweeps}
+    parts.append(_figures([f for f in figures if f.suite == suite.name and f.name not in sweep_figures], report))
+    parts.append(_sweeps(suite, report, figures))
     return "".join(parts) + "</section>"
+
+
+def _sweeps(suite: SuiteReport, report: Report, figures: list[FigureFile]) -> str:
+    """The suite's Sweeps section: per swept optimizer its table, edge-of-grid warnings and figure."""
+    if not suite.sweeps:
+        return ""
+    parts = [
+        f'<h3 id="sweeps-{escape(suite.name)}">Sweeps</h3><p class="meta">Each optimizer run under several '
+        "hyperparameter settings: the metric that selected its setting against each swept hyperparameter (never "
+        "the test split).</p>"
+    ]
+    by_name = {f.name: f for f in figures if f.suite == suite.name}
+    for sweep in suite.sweeps:
+        parts.append(table(tables.sweep_table(sweep), heading="h4"))
+        parts += [f'<p class="warning">{escape(w)}</p>' for w in sweep.warnings]
+        if sweep.figure_name in by_name:
+            parts.append(_figures([by_name[sweep.figure_name]], report))
+    return "".join(parts)
 
 
 def _runs(report: Report) -> str:

@@ -35,6 +35,9 @@ RUN_COLUMNS = (
     "throughput_per_s",
     "throughput_unit",
     "param_count",
+    "final_train_loss",
+    "final_val_loss",
+    "final_val_metric",
     "final_eval_loss",
     "final_eval_metric",
     "eval_metric_name",
@@ -56,7 +59,12 @@ REQUIRED_RUN_COLUMNS = ("run_id", "suite", "optim", "seed", "status")
 CURVE_COLUMNS = ("run_id", "step", "wall_s", "split", "loss", "metric")
 REQUIRED_CURVE_COLUMNS = ("step", "split", "loss")
 # Columns the report uses when a store has them, with their types where store.RUN_SCHEMA does not name them.
-OPTIONAL_TYPES = {"analytic_state_bytes": pa.int64(), "claims": pa.string()}
+OPTIONAL_TYPES = {
+    "analytic_state_bytes": pa.int64(),
+    "claims": pa.string(),
+    "final_val_loss": pa.float64(),
+    "final_val_metric": pa.float64(),
+}
 
 
 def _schema(full: pa.Schema, names: Sequence[str]) -> pa.Schema:

@@ -63,7 +63,28 @@ def _suite(suite: SuiteReport, report: Report, figures: list[FigureFile]) -> lis
         if extra is not None:
             parts.append(table(extra))
     parts += [f"> note: {note}\n" for note in suite.notes]
-    parts += [_figure(f, figure_links(f, report)) for f in figures if f.suite == suite.name]
+    sweep_figures = {s.figure_name for s in suite.sweeps}
+    parts += [
+        _figure(f, figure_links(f, report)) for f in figures if f.suite == suite.name and f.name not in sweep_figures
+    ]
+    return parts + _sweeps(suite, report, figures)
+
+
+def _sweeps(suite: SuiteReport, report: Report, figures: list[FigureFile]) -> list[str]:
+    """The suite's Sweeps section: per swept optimizer its table, edge-of-grid warnings and figure."""
+    if not suite.sweeps:
+        return []
+    parts = [
+        f'<a id="sweeps-{suite.name}"></a>\n\n### {suite.name}: sweeps\n',
+        "Each optimizer run under several hyperparameter settings: the metric that selected its setting against "
+        "each swept hyperparameter (never the test split).\n",
+    ]
+    by_name = {f.name: f for f in figures if f.suite == suite.name}
+    for sweep in suite.sweeps:
+        parts.append(table(tables.sweep_table(sweep), heading="####"))
+        parts += [f"> warning: {w}\n" for w in sweep.warnings]
+        if sweep.figure_name in by_name:
+            parts.append(_figure(by_name[sweep.figure_name], figure_links(by_name[sweep.figure_name], report)))
     return parts
 
 

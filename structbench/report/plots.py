@@ -2,8 +2,9 @@
 
 Per suite: training loss against step and against wall-clock, eval metric against step (median over
 seeds, band from the smallest to the largest seed's value), peak memory and optimizer-state bytes, final
-metric against memory with the Pareto front marked, the step-time breakdown, and — when an optimizer ran
-several learning rates — final eval loss against learning rate. Across suites: the performance profiles.
+metric against memory with the Pareto front marked, the step-time breakdown, and for each optimizer run under
+several hyperparameter settings its sweep: the selection metric (never the test split) against each swept
+hyperparameter (sweeps.py). Across suites: the performance profiles.
 Curves show each optimizer's selected setting (build.py); a run that did not end ok is a marked point at
 the step where it stopped, never a missing line. Every PNG carries the ids of the runs it draws in its
 "Description" text chunk.
@@ -28,8 +29,9 @@ from structbench.report.build import Report, SuiteReport
 from structbench.report.curve_index import CurveIndex
 from structbench.report.figure_file import FigureFile
 from structbench.report.profiles import TAU_GRID, TAU_MAX, Profile
+from structbench.report.selection import Criterion
 from structbench.report.summary import VariantSummary
-from structbench.report.variants import varying_keys
+from structbench.report.sweeps import Axis, Sweep, value_text
 
 DPI = 100
 SIZE = (6.4, 3.6)
@@ -386,84 +388,95 @@ def _step_time_figure(suite: SuiteReport, colors: dict[str, tuple[float, ...]]) 
     return _finish(fig, f"{suite.name}: step time", f"{_slug(suite.name)}-step-time", caption, run_ids, suite.name)
 
 
-def learning_rate_key(configs: Sequence[dict[str, object]]) -> str | None:
-    """The learning-rate hyperparameter that varies between an optimizer's settings ("lr" first), if any."""
-    keys = {k for c in configs for k in c if k.startswith("hparams.") and (k == "hparams.lr" or k.endswith("_lr"))}
-    varying = sorted(varying_keys(list(configs), keys))
-    numeric = [k for k in varying if all(isinstance(c.get(k), (int, float)) for c in configs)]
-    if not numeric:
-        return None
-    return "hparams.lr" if "hparams.lr" in numeric else numeric[0]
+def _panel(ax: Axes, axis: Axis, criterion: Criterion, color: tuple[float, ...]) -> None:
+    """One swept key: the selection metric's median (bars: min to max over seeds) at each value, the selected
+    setting ringed, each point's ok seeds written above it, settings without an ok run marked at the top."""
+    positions = [float(p.value) for p in axis.points] if axis.numeric else list(range(len(axis.points)))
+    scored = [(x, p) for x, p in zip(positions, axis.points, strict=True) if p.score.n]
+    if scored:
+        xs = [x for x, _ in scored]
+        ys = np.array([p.score.median for _, p in scored])
+        lo = ys - np.array([p.score.lo for _, p in scored])
+        hi = np.array([p.score.hi for _, p in scored]) - ys
+        ax.errorbar(xs, ys, yerr=[lo, hi], color=color, marker="o", ms=4, lw=1.2, capsize=2.5)
+        for x, p in scored:
+            seeds = f"n={p.score.n}" if p.score.n == p.score.runs else f"n={p.score.n}/{p.score.runs}"
+            seeds += "".join(f", {n} {status}" for status, n in p.score.failures.items())
+            ax.annotate(seeds, (x, p.score.hi), xytext=(0, 4), textcoords="offset points", ha="center", fontsize=6.5)
+        _log_if_wide(ax, np.concatenate([ys - lo, ys + hi]))
+    for x, p in zip(positions, axis.points, strict=True):
+        if p.selected and p.score.n:
+            ax.scatter([x], [p.score.median], s=150, facecolors="none", edgecolors="black", lw=1.1, zorder=4)
+            last = x == max(positions)
+            ax.annotate(
+                "selected",
+                (x, p.score.median),
+                xytext=(-7 if last else 7, -10),
+                textcoords="offset points",
+                ha="right" if last else "left",
+                fontsize=7,
+            )
+        if not p.score.n:
+            status = next((s for s, n in p.variant.statuses.items() if n and s != "ok"), "error")
+            ax.scatter(
+                [x],
+                [0.97],
+                transform=ax.get_xaxis_transform(),
+                marker=FAILURE_MARKERS.get(status, "P"),
+                s=60,
+                color=color,
+                edgecolors="black",
+                lw=0.8,
+                clip_on=False,
+            )
+            ax.annotate(
+                status,
+                (x, 0.97),
+                xycoords=ax.get_xaxis_transform(),
+                xytext=(5, -3),
+                textcoords="offset points",
+                fontsize=7,
+                color="#b00020",
+            )
+    if axis.log:
+        ax.set_xscale("log")
+        ax.xaxis.set_minor_locator(NullLocator())
+    if axis.log or not axis.numeric:
+        ax.set_xticks(positions, [value_text(p.value) for p in axis.points])
+    if axis.log:
+        ax.set_xlim(min(positions) / 1.5, max(positions) * 1.5)
+    elif len(positions) > 1:
+        span = max(positions) - min(positions)
+        ax.set_xlim(min(positions) - 0.1 * span, max(positions) + 0.1 * span)
+    ax.set_xlabel(axis.name + (f"  ({axis.fixed_text})" if axis.fixed else ""))
+    ax.set_ylabel(f"final {criterion.name} {criterion.arrow}")
+    if axis.warning:
+        ax.set_title("selected value at the edge of the grid", color="#b00020", fontsize=8)
 
 
-def _sweep_figure(suite: SuiteReport, colors: dict[str, tuple[float, ...]]) -> FigureFile | None:
-    by_optim: dict[str, list[VariantSummary]] = {}
-    for v in suite.variants:
-        by_optim.setdefault(v.optim, []).append(v)
-    sweeps = {}
-    for optim, vs in by_optim.items():
-        key = learning_rate_key([dict(v.variant.config) for v in vs]) if len(vs) > 1 else None
-        if key is not None:
-            sweeps[optim] = (key, vs)
-    if not sweeps:
-        return None
-    fig, (ax,) = _figure()
-    ax.set_xscale("log")
-    ax.xaxis.set_minor_locator(NullLocator())
-    run_ids: list[str] = []
-    shown: set[str] = set()
-    losses: list[float] = []
-    for optim, (key, vs) in sweeps.items():
-        others = sorted(varying_keys([dict(v.variant.config) for v in vs], {k for v in vs for k in v.variant.config}))
-        lines: dict[str, list[VariantSummary]] = {}
-        for v in vs:
-            rest = ", ".join(f"{k.removeprefix('hparams.')}={v.variant.config.get(k)}" for k in others if k != key)
-            lines.setdefault(f"{optim} ({key.removeprefix('hparams.')})" + (f" {rest}" if rest else ""), []).append(v)
-        for label, members in lines.items():
-            members = sorted(members, key=lambda v: float(v.variant.config[key]))  # type: ignore[arg-type]
-            ok = [v for v in members if not math.isnan(v.final_loss.median)]
-            xs = [float(v.variant.config[key]) for v in ok]  # type: ignore[arg-type]
-            ys = [v.final_loss.median for v in ok]
-            lo = [
-                v.final_loss.median - (v.final_loss.lo if v.final_loss.lo is not None else v.final_loss.median)
-                for v in ok
-            ]
-            hi = [
-                (v.final_loss.hi if v.final_loss.hi is not None else v.final_loss.median) - v.final_loss.median
-                for v in ok
-            ]
-            ax.errorbar(xs, ys, yerr=[lo, hi], color=colors[optim], marker="o", ms=3.5, lw=1.2, capsize=2, label=label)
-            losses += ys
-            for v in members:
-                run_ids += v.variant.run_ids
-                if v in ok:
-                    continue
-                status = next((s for s, n in v.statuses.items() if n and s != "ok"), "error")
-                shown.add(status)
-                ax.scatter(
-                    [float(v.variant.config[key])],  # type: ignore[arg-type]
-                    [0.97],
-                    transform=ax.get_xaxis_transform(),
-                    marker=FAILURE_MARKERS.get(status, "P"),
-                    s=60,
-                    color=colors[optim],
-                    edgecolors="black",
-                    lw=0.8,
-                    clip_on=False,
-                )
-    rates = [float(v.variant.config[key]) for key, vs in sweeps.values() for v in vs]  # type: ignore[arg-type]
-    ax.set_xlim(min(rates) / 2, max(rates) * 2)
-    _log_if_wide(ax, np.array(losses, float))
-    ax.set_xlabel("learning rate")
-    ax.set_ylabel("final eval loss")
-    _outside_legend(fig, ax, shown)
+def sweep_figure(sweep: Sweep, color: tuple[float, ...]) -> Figure:
+    """The sweep's figure: one panel per swept key (sweeps.py), drawn in the optimizer's colour."""
+    count = len(sweep.axes)
+    with matplotlib.rc_context(STYLE):
+        fig, axes = _figure(count, (min(SIZE[0] * (1 + 0.75 * (count - 1)), 18.0), SIZE[1]))
+        fig.subplots_adjust(left=0.12 / count**0.5, right=0.97, wspace=0.3)
+        for ax, axis in zip(axes, sweep.axes, strict=True):
+            _panel(ax, axis, sweep.criterion, color)
+    return fig
+
+
+def _sweep_file(sweep: Sweep, colors: dict[str, tuple[float, ...]]) -> FigureFile:
+    fig = sweep_figure(sweep, colors[sweep.optim])
+    run_ids = list(dict.fromkeys(r for axis in sweep.axes for p in axis.points for r in p.variant.variant.run_ids))
     caption = (
-        "Median final eval loss over seeds (bars: 95% bootstrap CI) for every learning rate run; a marker at the top "
-        "is a setting with no ok run, drawn with its status."
+        f"{sweep.optim}: {sweep.criterion.describe()}. Median over the ok seeds of the final {sweep.criterion.name} "
+        "against each swept hyperparameter; bars: the smallest to the largest seed; n: ok seeds (of the runs); "
+        "ringed: the selected setting; a marker at the top: a setting without an ok run, with its status."
     )
-    return _finish(
-        fig, f"{suite.name}: learning-rate sweep", f"{_slug(suite.name)}-lr-sweep", caption, run_ids, suite.name
-    )
+    if len(sweep.axes) > 1:
+        caption += " Each panel holds the other swept hyperparameters at the selected setting's values (in brackets)."
+    title = f"{sweep.suite}: {sweep.optim} sweep, {sweep.criterion.describe()}"
+    return _finish(fig, title, sweep.figure_name, caption, run_ids, sweep.suite)
 
 
 def _profile_figure(report: Report, colors: dict[str, tuple[float, ...]]) -> FigureFile | None:
@@ -508,6 +521,6 @@ def suite_figures(suite: SuiteReport, colors: dict[str, tuple[float, ...]]) -> l
             _memory_figure(suite, colors),
             _quality_memory_figure(suite, colors),
             _step_time_figure(suite, colors),
-            _sweep_figure(suite, colors),
+            *(_sweep_file(sweep, colors) for sweep in suite.sweeps),
         ]
     return [f for f in figures if f is not None]

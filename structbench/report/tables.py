@@ -23,8 +23,10 @@ from structbench.report.format import (
     signed_estimate_text,
 )
 from structbench.report.profiles import TAU_COLUMNS, Profile
+from structbench.report.selection import Score
 from structbench.report.stats import Estimate, Paired
 from structbench.report.summary import VariantSummary
+from structbench.report.sweeps import Sweep
 from structbench.report.variants import Variant
 from structbench.store import STATUSES
 
@@ -250,10 +252,63 @@ def suite_table(suite: SuiteReport, every_setting: bool = False) -> Table:
         return Table(f"{suite.name}: every setting", columns, rows, caption, key=f"settings-{suite.name}")
     if len(suite.variants) > len(suite.selected):
         caption += (
-            " Optimizers run under several settings show their selected one (fastest to target, else best final "
-            "metric); the Markdown and HTML reports also list every setting."
+            " Optimizers run under several settings show their selected one (chosen on a validation metric, else on "
+            "the training loss, never on this evaluation; the notes say which); the Markdown and HTML reports also "
+            "list every setting."
         )
     return Table(f"{suite.name}: results per optimizer", columns, rows, caption, key=f"suite-{suite.name}")
+
+
+def _seeds_cell(score: Score) -> Cell:
+    """Ok seeds with a value; the runs that count and their failures below when some seeds have none."""
+    if score.n == score.runs:
+        return Cell(str(score.n))
+    failed = ", ".join(f"{n} {s}" for s, n in score.failures.items())
+    return Cell(str(score.n), f"of {score.runs}" + (f"; {failed}" if failed else ""), "bad" if score.failures else "")
+
+
+SWEEP_RULE = (
+    "median over the ok seeds (min – max over the seeds); a setting with a diverged, oom, solver_error or timeout "
+    "run is never selected over one without."
+)
+
+
+def sweep_table(sweep: Sweep, captioned: bool = True) -> Table:
+    """Every setting of a swept optimizer: ok seeds, the selection metric's median and range, the selected mark.
+
+    Without `captioned` (the terminal, which states the rule once per suite) there is no caption: the metric's
+    column header names it."""
+    criterion = sweep.criterion
+    columns = [
+        Column("setting", left=True),
+        Column("seeds"),
+        Column(f"{criterion.name} {criterion.arrow}"),
+        Column("min – max"),
+        Column("selected", left=True),
+    ]
+    rows = []
+    for point in sweep.settings:
+        s = point.score
+        spread = "-" if s.n == 0 else (fmt_num(s.lo) if s.n == 1 else f"{fmt_num(s.lo)} – {fmt_num(s.hi)}")
+        rows.append(
+            [
+                Cell(sweep.setting_text(point), link=point.variant.variant.anchor),
+                _seeds_cell(s),
+                Cell(fmt_num(s.median), tone="best" if point.selected and s.n else ("muted" if not s.n else "")),
+                Cell(spread),
+                Cell("◀ selected" if point.selected else "", tone="good" if point.selected else ""),
+            ]
+        )
+    title = f"{sweep.suite}: {sweep.optim} over {', '.join(sweep.names)}"
+    key = f"sweep-{sweep.suite}-{sweep.optim}"
+    described = criterion.describe()
+    if not captioned:
+        return Table(title, columns, rows, key=key)
+    what = f"the final {criterion.name}, " if criterion.column else ""
+    caption = f"{described[0].upper()}{described[1:]}: {what}{SWEEP_RULE}"
+    if len(sweep.keys) > 1:
+        caption += " The figure plots each hyperparameter with the others held at the selected setting's values."
+    return Table(title, columns, rows, caption, key=key)
 
 
 def _throughput_cell(v: VariantSummary) -> Cell:

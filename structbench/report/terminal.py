@@ -10,7 +10,7 @@ from rich.table import Table as RichTable
 from rich.text import Text
 
 from structbench.report import tables
-from structbench.report.build import Report
+from structbench.report.build import Report, SuiteReport
 from structbench.report.format import fmt_bytes, fmt_num, fmt_seconds
 
 STYLES = {"best": "bold green", "good": "green", "bad": "red", "muted": "dim"}
@@ -54,6 +54,7 @@ def print_report(console: Console, report: Report) -> None:
             console.print(Text(f"note: {note}", style="yellow"))
         if len(suite.variants) > len(suite.selected):
             console.print(Text(f"note: --format md or html lists all {len(suite.variants)} settings.", style="yellow"))
+        _print_sweeps(console, suite)
     profiles = ((report.profile_seconds, "time"), (report.profile_steps, "steps"))
     across = [tables.profile_table(p, basis) for p, basis in profiles if p is not None]
     across += [t for t in (tables.rank_table(report), tables.experiment_table(report)) if t is not None]
@@ -64,6 +65,25 @@ def print_report(console: Console, report: Report) -> None:
             console.print(rich_table)
     for note in report.notes:
         console.print(Text(f"note: {note}", style="yellow"))
+
+
+def _print_sweeps(console: Console, suite: SuiteReport) -> None:
+    """The suite's Sweeps section: a compact table per swept optimizer and its edge-of-grid warnings."""
+    if not suite.sweeps:
+        return
+    console.print(Text(f"Sweeps — {suite.name}", style="bold"))
+    for sweep in suite.sweeps:
+        for rich_table in rich_tables(tables.sweep_table(sweep, captioned=False)):
+            console.print(rich_table)
+        for warning in sweep.warnings:
+            console.print(Text(f"warning: {warning}", style="bold red"))
+    console.print(
+        Text(
+            "Sweeps: each table's metric column is what selected the setting (validation metric, else training "
+            f"loss; never the test split): {tables.SWEEP_RULE} --format md or html plots each sweep.",
+            style="dim",
+        )
+    )
 
 
 def runs_table(rows: Iterable[Mapping[str, Any]]) -> RichTable:

@@ -1,0 +1,306 @@
+"""The report's selection of a setting among an optimizer's settings, and its Sweeps section, on hand-built stores.
+
+The selection must never use the test split (`final_eval_*`, the eval curves, time to target): it uses the
+validation metric where the runs record one, else the final training loss. Every expected value below is worked
+out by hand from the numbers written into the store.
+"""
+
+from __future__ import annotations
+
+import statistics
+from pathlib import Path
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+from structbench import store
+from structbench.report import build, plots, render, tables
+from structbench.report.figure_file import optimizer_colors
+from tests.test_report import write_run
+
+LRS = (0.01, 0.02, 0.04)
+
+# Three seeds per learning rate. Each quantity favours a different learning rate:
+#   test accuracy (final_eval_metric, higher is better): 0.04 (medians 0.81, 0.86, 0.91);
+#   validation accuracy (final_val_metric, higher is better): 0.02 (medians 0.70, 0.78, 0.74);
+#   training loss (final_train_loss, lower is better): 0.01 (medians 0.31, 0.40, 0.50; lr 0.04 has the lowest
+#   single seed, 0.20, but not the lowest median);
+#   time to the loss target 0.5 (eval curve): 0.04 crosses it before step 10, the others after.
+TEST_ACCURACY = {0.01: (0.80, 0.81, 0.82), 0.02: (0.85, 0.86, 0.87), 0.04: (0.90, 0.91, 0.92)}
+VAL_ACCURACY = {0.01: (0.69, 0.70, 0.71), 0.02: (0.77, 0.78, 0.80), 0.04: (0.70, 0.74, 0.79)}
+TRAIN_LOSS = {0.01: (0.31, 0.30, 0.35), 0.02: (0.40, 0.38, 0.45), 0.04: (0.50, 0.20, 0.60)}
+LOSS_AT_10 = {0.01: 0.9, 0.02: 0.8, 0.04: 0.3}
+
+
+def set_columns(out: Path, run_id: str, **columns: float) -> None:
+    """Give a stored run row extra float columns (as a store written by a newer runner would hold them)."""
+    path = out / "runs" / f"{run_id}.parquet"
+    table = pq.read_table(path)
+    for name, value in columns.items():
+        column = pa.array([value], pa.float64())
+        if name in table.column_names:
+            table = table.set_column(table.column_names.index(name), name, column)
+        else:
+            table = table.append_column(name, column)
+    pq.write_table(table, path)
+
+
+def sweep_run(
+    out: Path,
+    optim: str,
+    hparams: dict,
+    seed: int,
+    *,
+    train_loss: float,
+    test_accuracy: float = 0.5,
+    loss_at_10: float = 0.9,
+    status: str = "ok",
+    suite: str = "hand",
+    target: dict | None = None,
+    **columns: float,
+) -> str:
+    run_id = ("" if suite == "hand" else f"{suite}-") + f"{optim}-"
+    run_id += "-".join(f"{k}{v}" for k, v in hparams.items()) + f"-s{seed}"
+    evals = [(0, 0.0, 2.0, 0.1), (10, 1.0, loss_at_10, 0.3), (20, 2.0, 0.2, test_accuracy)]
+    if status != "ok":
+        evals = evals[:2]
+    write_run(
+        out,
+        run_id,
+        optim,
+        seed,
+        evals,
+        suite=suite,
+        status=status,
+        hparams=hparams,
+        target=target,
+        final_train_loss=train_loss if status == "ok" else None,
+    )
+    if columns:
+        set_columns(out, run_id, **columns)
+    return run_id
+
+
+def write_three_way_store(out: Path, validation: bool) -> None:
+    store.prepare(out)
+    for lr in LRS:
+        for seed in range(3):
+            sweep_run(
+                out,
+                "sgd",
+                {"lr": lr},
+                seed,
+                train_loss=TRAIN_LOSS[lr][seed],
+                test_accuracy=TEST_ACCURACY[lr][seed],
+                loss_at_10=LOSS_AT_10[lr],
+                target={"metric": "loss", "value": 0.5},
+                **({"final_val_metric": VAL_ACCURACY[lr][seed]} if validation else {}),
+            )
+
+
+def by_median(values: dict[float, tuple[float, ...]], best) -> float:
+    """The learning rate whose median over seeds is best (`best` is min or max)."""
+    medians = {lr: statistics.median(v) for lr, v in values.items()}
+    return best(medians, key=medians.__getitem__)
+
+
+def test_the_hand_numbers_favour_three_different_settings():
+    assert by_median(TEST_ACCURACY, max) == 0.04
+    assert by_median(VAL_ACCURACY, max) == 0.02
+    assert by_median(TRAIN_LOSS, min) == 0.01
+    assert min(min(v) for v in TRAIN_LOSS.values()) in TRAIN_LOSS[0.04]  # the best single seed is not the pick
+
+
+def test_validation_metric_selects_when_the_runs_record_one(tmp_path, cli):
+    out = tmp_path / "results"
+    write_three_way_store(out, validation=True)
+    [suite] = build.build_report(out).suites
+    assert suite.selected["sgd"].label == "sgd lr=0.02"
+    selection = suite.selections["sgd"]
+    assert selection.criterion.describe() == "selected on validation accuracy"
+    chosen = selection.score_of(suite.selected["sgd"].variant)
+    assert (chosen.median, chosen.lo, chosen.hi, chosen.n) == (0.78, 0.77, 0.80, 3)
+    assert any("selected on validation accuracy" in note for note in suite.notes)
+    result = cli("report", "--out", out)
+    assert result.exit_code == 0, result.output
+    assert "selected on validation accuracy" in " ".join(result.stdout.split())
+    assert "validation accuracy ↑" in result.stdout  # the sweep table's metric column
+    # The old rule would have picked lr 0.04 here: fastest to the target and best on the test split.
+    fastest = min(suite.variants, key=lambda v: v.seconds_to_target.median)
+    assert fastest.label == "sgd lr=0.04"
+
+
+def test_without_validation_the_training_loss_selects_not_the_test_metric(tmp_path, cli):
+    out = tmp_path / "results"
+    write_three_way_store(out, validation=False)
+    [suite] = build.build_report(out).suites
+    assert suite.selected["sgd"].label == "sgd lr=0.01"
+    assert suite.selections["sgd"].criterion.describe() == "selected on training loss (no validation split)"
+    best_test = max(suite.variants, key=lambda v: v.final_metric.median)
+    assert best_test.label == "sgd lr=0.04"
+    result = cli("report", "--out", out)
+    assert result.exit_code == 0, result.output
+    text = " ".join(result.stdout.split())
+    assert "selected on training loss (no validation split)" in text
+    assert "sgd lr=0.01 represents it" in text
+
+
+def test_validation_recorded_for_only_some_settings_falls_back_to_training_loss(tmp_path):
+    out = tmp_path / "results"
+    write_three_way_store(out, validation=False)
+    for seed in range(3):
+        set_columns(out, f"sgd-lr0.02-s{seed}", final_val_metric=VAL_ACCURACY[0.02][seed])
+    [suite] = build.build_report(out).suites
+    assert suite.selections["sgd"].criterion.describe() == "selected on training loss (no validation split)"
+    assert suite.selected["sgd"].label == "sgd lr=0.01"
+
+
+def test_a_setting_with_a_diverged_seed_is_never_selected_over_one_without(tmp_path):
+    out = tmp_path / "results"
+    store.prepare(out)
+    # lr 0.1: two ok seeds with training loss 0.05 (the best median over ok seeds) and one diverged seed.
+    # lr 0.01: three ok seeds, median 0.3. lr 1.0: every seed diverged.
+    for seed, loss in enumerate((0.3, 0.2, 0.4)):
+        sweep_run(out, "sgd", {"lr": 0.01}, seed, train_loss=loss)
+    sweep_run(out, "sgd", {"lr": 0.1}, 0, train_loss=0.05)
+    sweep_run(out, "sgd", {"lr": 0.1}, 1, train_loss=0.05)
+    sweep_run(out, "sgd", {"lr": 0.1}, 2, train_loss=0.0, status="diverged")
+    for seed in range(3):
+        sweep_run(out, "sgd", {"lr": 1.0}, seed, train_loss=0.0, status="diverged")
+    [suite] = build.build_report(out).suites
+    assert suite.selected["sgd"].label == "sgd lr=0.01"
+    [sweep] = suite.sweeps
+    table = tables.sweep_table(sweep)
+    rows = {row[0].text: row for row in table.rows}
+    assert rows["lr=0.1"][1].text == "2" and "1 diverged" in rows["lr=0.1"][1].sub
+    assert rows["lr=0.1"][2].text == "0.05"
+    assert rows["lr=1"][2].text == "-"
+    assert rows["lr=0.01"][4].text == "◀ selected"
+    # 0.01 is the smallest lr run: the edge warning names it.
+    assert sweep.warnings == ["sgd: best lr 0.01 is at the lower edge of the grid [0.01, 1]: widen the grid"]
+
+
+def write_grid(out: Path, losses: dict[float, tuple[float, ...]], optim: str = "sgd", suite: str = "hand") -> None:
+    for lr, per_seed in losses.items():
+        for seed, loss in enumerate(per_seed):
+            sweep_run(out, optim, {"lr": lr}, seed, train_loss=loss, suite=suite)
+
+
+def test_edge_warning_when_the_best_lr_is_the_largest_and_none_when_in_the_middle(tmp_path, cli):
+    out = tmp_path / "results"
+    store.prepare(out)
+    # Suite "edge": medians 0.5, 0.4, 0.3 -> lr 0.04, the largest, is best.
+    write_grid(out, {0.01: (0.5, 0.6, 0.4), 0.02: (0.4, 0.35, 0.45), 0.04: (0.3, 0.25, 0.35)}, suite="edge")
+    # Suite "middle": medians 0.5, 0.2, 0.4 -> lr 0.02 is best.
+    write_grid(out, {0.01: (0.5, 0.6, 0.4), 0.02: (0.2, 0.1, 0.3), 0.04: (0.4, 0.35, 0.45)}, suite="middle")
+    report = build.build_report(out)
+    suites = {s.name: s for s in report.suites}
+    [edge] = suites["edge"].sweeps
+    [middle] = suites["middle"].sweeps
+    warning = "sgd: best lr 0.04 is at the upper edge of the grid [0.01, 0.04]: widen the grid"
+    assert edge.warnings == [warning]
+    assert middle.warnings == []
+    assert suites["middle"].selected["sgd"].label == "sgd lr=0.02"
+    result = cli("report", "--out", out)
+    assert result.exit_code == 0, result.output
+    text = " ".join(result.stdout.split())
+    assert warning in text
+    assert text.count("edge of the grid") == 1
+    # The compact table: seeds, median and min-max of the training loss per setting, the selected one marked.
+    rows = {row[0].text: row for row in tables.sweep_table(edge).rows}
+    assert [c.text for c in rows["lr=0.04"][1:]] == ["3", "0.3", "0.25 – 0.35", "◀ selected"]
+    assert [c.text for c in rows["lr=0.01"][1:]] == ["3", "0.5", "0.4 – 0.6", ""]
+
+
+def test_two_swept_keys_hold_the_others_at_the_selected_setting(tmp_path):
+    out = tmp_path / "results"
+    store.prepare(out)
+    # lr x weight_decay; two seeds each. Median training loss = the mean of the two seeds here:
+    #   wd 0.0: lr 0.01 -> 0.60, 0.02 -> 0.50, 0.04 -> 0.55;  wd 0.1: lr 0.01 -> 0.45, 0.02 -> 0.30, 0.04 -> 0.40.
+    # Best: lr 0.02, wd 0.1 (in the lr middle; at the upper edge of the wd grid [0, 0.1]).
+    losses = {
+        (0.01, 0.0): (0.55, 0.65),
+        (0.02, 0.0): (0.45, 0.55),
+        (0.04, 0.0): (0.50, 0.60),
+        (0.01, 0.1): (0.40, 0.50),
+        (0.02, 0.1): (0.25, 0.35),
+        (0.04, 0.1): (0.35, 0.45),
+    }
+    for (lr, wd), per_seed in losses.items():
+        for seed, loss in enumerate(per_seed):
+            sweep_run(out, "adamw", {"lr": lr, "weight_decay": wd}, seed, train_loss=loss)
+    [suite] = build.build_report(out).suites
+    assert suite.selected["adamw"].label == "adamw lr=0.02, weight_decay=0.1"
+    [sweep] = suite.sweeps
+    assert sweep.names == ["lr", "weight_decay"]
+    lr_axis, wd_axis = sweep.axes
+    assert [p.value for p in lr_axis.points] == [0.01, 0.02, 0.04] and dict(lr_axis.fixed) == {"weight_decay": 0.1}
+    assert [p.score.median for p in lr_axis.points] == pytest.approx([0.45, 0.30, 0.40])
+    assert [p.value for p in wd_axis.points] == [0.0, 0.1] and dict(wd_axis.fixed) == {"lr": 0.02}
+    assert [p.score.median for p in wd_axis.points] == pytest.approx([0.50, 0.30])
+    assert sweep.warnings == [
+        "adamw: best weight_decay 0.1 is at the upper edge of the grid [0, 0.1]: widen the grid (with lr=0.02)"
+    ]
+    figure = plots.sweep_figure(sweep, (0.1, 0.2, 0.7, 1.0))
+    lr_ax, wd_ax = figure.axes
+    assert lr_ax.get_xscale() == "log"  # a learning rate
+    assert wd_ax.get_xscale() == "linear"  # 0 is not positive
+    assert "weight_decay=0.1" in lr_ax.get_xlabel()
+    assert "held at the selected setting" in tables.sweep_table(sweep).caption
+
+
+def test_other_keys_are_log_only_when_positive_and_wider_than_a_factor_10(tmp_path):
+    out = tmp_path / "results"
+    store.prepare(out)
+    # adamw over eps 1e-8 .. 1e-4 (positive, a factor 1e4): log. sgd over momentum 0.8 .. 0.95 (a factor 1.19): linear.
+    for eps, loss in ((1e-8, 0.3), (1e-6, 0.2), (1e-4, 0.4)):
+        for seed in range(2):
+            sweep_run(out, "adamw", {"lr": 0.01, "eps": eps}, seed, train_loss=loss)
+    for momentum, loss in ((0.8, 0.5), (0.9, 0.4), (0.95, 0.45)):
+        for seed in range(2):
+            sweep_run(out, "sgd", {"lr": 0.01, "momentum": momentum}, seed, train_loss=loss)
+    [suite] = build.build_report(out).suites
+    adamw, sgd = suite.sweeps
+    assert (adamw.names, sgd.names) == (["eps"], ["momentum"])  # lr did not vary
+    [eps_ax] = plots.sweep_figure(adamw, (0.1, 0.2, 0.7, 1.0)).axes
+    [momentum_ax] = plots.sweep_figure(sgd, (0.1, 0.2, 0.7, 1.0)).axes
+    assert eps_ax.get_xscale() == "log" and momentum_ax.get_xscale() == "linear"
+    # Both best values are in the middle of their grids: no warning.
+    assert suite.selected["adamw"].label == "adamw eps=1e-06" and suite.selected["sgd"].label == "sgd momentum=0.9"
+    assert adamw.warnings == [] and sgd.warnings == []
+
+
+def test_markdown_and_html_carry_the_sweep_table_and_figure_with_a_log_lr_axis(tmp_path, cli, monkeypatch):
+    out = tmp_path / "results"
+    store.prepare(out)
+    write_grid(out, {0.001: (0.9, 0.8), 0.01: (0.4, 0.5), 0.1: (0.6, 0.7)})
+    sweep_run(out, "adamw", {"lr": 0.001}, 0, train_loss=0.5)
+    report = build.build_report(out, plotted=True)
+    [suite] = report.suites
+    [sweep] = suite.sweeps  # adamw ran one setting: no sweep
+    assert sweep.optim == "sgd" and sweep.warnings == []
+    figure = plots.sweep_figure(sweep, optimizer_colors(report.optims)["sgd"])
+    [ax] = figure.axes
+    assert ax.get_xscale() == "log"
+    assert ax.get_xlabel() == "lr"
+    drawn = render.render_figures(report, workers=1)
+    [png] = [f for f in drawn if f.name == "hand-sweep-sgd"]
+    assert set(png.run_ids) == {f"sgd-lr{lr}-s{s}" for lr in (0.001, 0.01, 0.1) for s in range(2)}
+    with monkeypatch.context() as patched:  # the sweep figure is kept in the figure cache like the others
+        patched.setattr(render, "_draw", lambda task: pytest.fail(f"drew the figures of task {task} again"))
+        assert render.render_figures(build.build_report(out, plotted=True), workers=1) == drawn
+
+    result = cli("report", "--out", out, "--format", "all", "--to", tmp_path / "rep")
+    assert result.exit_code == 0, result.output
+    assert (tmp_path / "rep" / "figures" / "hand-sweep-sgd.png").is_file()
+    md = (tmp_path / "rep" / "report.md").read_text()
+    assert "### hand: sweeps" in md and "#### hand: sgd over lr" in md
+    assert "figures/hand-sweep-sgd.png" in md
+    assert md.index("### hand: sweeps") < md.index("figures/hand-sweep-sgd.png")
+    # lr 0.01: median (0.4 + 0.5) / 2 = 0.45, range 0.4 - 0.5, two seeds, selected.
+    assert "| [lr=0.01](#runs-hand-sgd-lr-0-01) | 2 | **0.45** | 0.4 – 0.5 | ◀ selected |" in md
+    assert "Selected on training loss (no validation split)" in md
+    html = (tmp_path / "rep" / "report.html").read_text()
+    assert 'id="sweeps-hand"' in html and 'id="fig-hand-sweep-sgd"' in html
+    assert "selected on training loss (no validation split)" in html
