@@ -210,7 +210,7 @@ def run(
         for cell in todo
     ]
     if cells:
-        err_console.print(
+        console.print(
             f"grid: {len(cells)} runs — {len(cells) - len(todo)} already stored, {len(todo)} to run "
             f"({executor}{f', {workers} workers' if executor == 'local' else ''})"
         )

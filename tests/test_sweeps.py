@@ -110,7 +110,7 @@ def test_suite_sweep_tables_expand_with_sweep_and_the_command_line_wins(tmp_path
     without, _ = spec.load_suites(str(path))
     assert len(grid.build_grid(without, "cpu")) == 2
     with pytest.raises(UsageError, match="declares no"):
-        spec.load_suites("quadratic", sweep=True)
+        spec.load_suites("linear-regression", sweep=True)
 
 
 def test_run_key_depends_on_what_determines_the_result_only(tmp_path):
@@ -165,7 +165,7 @@ def test_repeating_a_grid_runs_nothing_and_rerun_replaces(cli, tmp_path):
     assert cli("run", *GRID, "--out", tmp_path).exit_code == 0
     first = read_runs(tmp_path)
     again = cli("run", *GRID, "--out", tmp_path)
-    assert again.exit_code == 0 and "12 already stored, 0 to run" in again.stderr.replace("\n", " ")
+    assert again.exit_code == 0 and "12 already stored, 0 to run" in again.stdout.replace("\n", " ")
     assert len(read_runs(tmp_path)) == 12
     dry = cli("run", *GRID, "--out", tmp_path, "--dry-run")
     assert dry.stdout.count("stored") >= 12 and "12 cached, 0 to run" in dry.stdout
@@ -199,7 +199,7 @@ def test_a_run_past_its_time_limit_is_stored_as_timeout_and_the_grid_goes_on(cli
         assert train.step.max() == steps, "the step that crossed the limit is logged"
     again = cli("run", "--suite", "quadratic", "--optim", "sgd", "--seed", "0", "--quiet",
                 "--steps", "10000000", "--set", "budget.max_time_s=0.3", "--out", tmp_path)  # fmt: skip
-    assert "1 already stored, 0 to run" in again.stderr.replace("\n", " "), "timeout is a final status"
+    assert "1 already stored, 0 to run" in again.stdout.replace("\n", " "), "timeout is a final status"
 
 
 def test_kill_9_mid_grid_then_the_same_command_runs_only_the_missing_runs(tmp_path):
@@ -224,7 +224,7 @@ def test_kill_9_mid_grid_then_the_same_command_runs_only_the_missing_runs(tmp_pa
     second = subprocess.run(command, env=env, capture_output=True, text=True, timeout=300)
     assert second.returncode == 0, second.stderr
     expected = f"{stored_before} already stored, {12 - stored_before} to run"
-    assert expected in " ".join(second.stderr.split())
+    assert expected in " ".join(second.stdout.split())
     runs = read_runs(tmp_path)
     assert len(runs) == 12 and runs.run_key.is_unique and set(runs.status) == {"ok"}
 
@@ -328,8 +328,8 @@ def test_error_runs_are_run_again_and_final_failures_are_not(cli, tmp_path, monk
     assert first == {"sgd": "error", "adamw": "error"}
     monkeypatch.setattr(QuadraticTask, "__init__", built)
     again = cli(*args, "--set", "hparams.sgd.lr=1e9")
-    assert "2 already stored" not in again.stderr and "0 already stored, 2 to run" in " ".join(again.stderr.split())
+    assert "2 already stored" not in again.stdout and "0 already stored, 2 to run" in " ".join(again.stdout.split())
     statuses = read_runs(tmp_path).groupby("optim").status.apply(sorted).to_dict()
     assert statuses == {"adamw": ["error", "ok"], "sgd": ["diverged", "error"]}
     third = cli(*args, "--set", "hparams.sgd.lr=1e9")
-    assert "2 already stored, 0 to run" in " ".join(third.stderr.split()), "diverged and ok are final"
+    assert "2 already stored, 0 to run" in " ".join(third.stdout.split()), "diverged and ok are final"
