@@ -47,7 +47,7 @@ def timed_run(args: list[str], out: Path) -> tuple[float, pd.DataFrame]:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--runs", type=int, default=24, help="grid size (even: half sgd, half adamw)")
-    parser.add_argument("--steps", type=int, default=4000, help="steps per run")
+    parser.add_argument("--steps", type=int, default=10000, help="steps per run (about 1 s each on this CPU)")
     parser.add_argument("--jobs", type=int, default=2, help="workers of the local executor")
     parser.add_argument("--slurm", action="store_true", help="also measure the Slurm path's overhead per run")
     args = parser.parse_args()

@@ -153,10 +153,7 @@ def run(
     quiet: Annotated[bool, typer.Option("--quiet", help="No progress bars or per-run lines.")] = False,
 ) -> None:
     """Run a suite's grid (optimizers x settings x seeds), skipping runs already stored, on the chosen executor."""
-    from structbench import executors, grid, measure, spec, store
-    from structbench import sweep as sweeps
-    from structbench.data.root import resolve_data_root
-    from structbench.tasks import get_task
+    from structbench import executors
 
     slurm_given = {
         "partition": slurm_partition,
@@ -168,6 +165,15 @@ def run(
         "extra": slurm_extra or [],
     }
     check_executor_options(executor, jobs, wait, slurm_given)
+    if executor == "local" and not dry_run:
+        from structbench.executors import start_worker_server
+
+        start_worker_server()
+    from structbench import grid, measure, spec, store
+    from structbench import sweep as sweeps
+    from structbench.data.root import resolve_data_root
+    from structbench.tasks import get_task
+
     all_overrides = list(overrides or []) + ([f"budget.steps={steps}", "budget.epochs=0"] if steps is not None else [])
     search_spec = sweeps.parse_search(search)
     suites, checks = spec.load_suites(suite, all_overrides, optims or [], seeds or [], sweep, search_spec)

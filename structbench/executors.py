@@ -24,10 +24,12 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from concurrent.futures import Future, ProcessPoolExecutor, as_completed
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from structbench.errors import UsageError
-from structbench.grid import Cell
+
+if TYPE_CHECKING:
+    from structbench.grid import Cell
 
 EXECUTORS = ("inline", "local", "slurm")
 
@@ -95,10 +97,20 @@ class Finished:
     failure: str | None = None
 
 
-def run_local(jobs: Sequence[Job], workers: int) -> Iterator[Finished]:
-    """Run `jobs` on `workers` fresh worker processes; yield each as it finishes (Ctrl-C cancels the rest)."""
+def start_worker_server() -> multiprocessing.context.BaseContext:
+    """Start the server process local workers fork from, importing torch and the runner there, without waiting:
+    called first thing, its imports overlap with this process's own."""
+    from multiprocessing import forkserver
+
     context = multiprocessing.get_context("forkserver")
     context.set_forkserver_preload(["structbench.executors", "structbench.runner"])
+    forkserver.ensure_running()
+    return context
+
+
+def run_local(jobs: Sequence[Job], workers: int) -> Iterator[Finished]:
+    """Run `jobs` on `workers` fresh worker processes; yield each as it finishes (Ctrl-C cancels the rest)."""
+    context = start_worker_server()
     pool = ProcessPoolExecutor(max_workers=workers, mp_context=context, max_tasks_per_child=1)
     futures: dict[Future[dict[str, Any]], Job] = {pool.submit(run_job, job): job for job in jobs}
     try:
