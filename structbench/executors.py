@@ -50,7 +50,7 @@ class Job:
 
 
 def run_job(job: Job, on_progress: Callable[[Any], None] | None = None) -> dict[str, Any]:
-    """Train one cell, store it, and return the stored row with `interrupted` added."""
+    """Train one cell, store it, and return the stored row with `interrupted` and the cell's `setting` added."""
     import torch
 
     from structbench import measure, store
@@ -74,7 +74,7 @@ def run_job(job: Job, on_progress: Callable[[Any], None] | None = None) -> dict[
     store.write_run(out, outcome.row, outcome.curves)
     if job.supersede and outcome.row["status"] in store.FINAL_STATUSES:
         store.remove_runs(out, job.supersede)
-    return {**outcome.row, "interrupted": outcome.interrupted}
+    return {**outcome.row, "interrupted": outcome.interrupted, "setting": job.cell.setting}
 
 
 def available_cores() -> int:

@@ -162,7 +162,9 @@ def test_slurm_executor_stores_the_same_keys_bit_identically(cli, tmp_path):
 
 
 def test_repeating_a_grid_runs_nothing_and_rerun_replaces(cli, tmp_path):
-    assert cli("run", *GRID, "--out", tmp_path).exit_code == 0
+    result = cli("run", *GRID, "--out", tmp_path)
+    assert result.exit_code == 0
+    assert "setting" in result.stdout and all(f"lr={lr}" in result.stdout for lr in ("0.02", "0.05", "0.1"))
     first = read_runs(tmp_path)
     again = cli("run", *GRID, "--out", tmp_path)
     assert again.exit_code == 0 and "12 already stored, 0 to run" in again.stdout.replace("\n", " ")

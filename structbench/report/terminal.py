@@ -87,10 +87,14 @@ def _print_sweeps(console: Console, suite: SuiteReport) -> None:
 
 
 def runs_table(rows: Iterable[Mapping[str, Any]]) -> RichTable:
+    """The runs a `run` command stored; a "setting" column (the swept hyperparameters) when a sweep ran."""
+    rows = list(rows)
+    swept = any(row.get("setting") for row in rows)
     table = RichTable(title="runs")
     for name in (
         "suite",
         "optim",
+        *(("setting",) if swept else ()),
         "seed",
         "status",
         "steps",
@@ -101,12 +105,13 @@ def runs_table(rows: Iterable[Mapping[str, Any]]) -> RichTable:
         "peak mem",
         "state",
     ):
-        table.add_column(name, justify="left" if name in ("suite", "optim", "status") else "right")
+        table.add_column(name, justify="left" if name in ("suite", "optim", "setting", "status") else "right")
     for row in rows:
         style = None if row["status"] == "ok" else "red"
         table.add_row(
             row["suite"],
             row["optim"],
+            *((row.get("setting") or "-",) if swept else ()),
             str(row["seed"]),
             row["status"],
             str(row["steps"]),
