@@ -201,11 +201,10 @@ def run(
     threads = executors.threads_per_worker(workers) if executor == "local" else None
     if slurm is not None:
         threads = slurm.cpus_per_run
-    torch_device = "cuda" if device_kind == "cuda" else ("cpu" if device == "auto" and slurm is None else device)
     job_list = [
         executors.Job(
             cell=cell,
-            device=torch_device if executor != "inline" else device,
+            device=device_kind,
             data_root=str(data_root),
             out=str(out.resolve()),
             executor=executor,

@@ -192,26 +192,17 @@ def resolve_suite(
     per_optim = _optimizer_sweeps(name, raw, chosen, swept, sweep or search is not None)
     specs = []
     for point in grid_points(global_swept):
-        effective = copy.deepcopy(base)
-        for key, value in point.items():
-            assign(effective, key, value)
+        effective = _assigned(base, point)
         _validate_budget(effective["budget"], effective["schedule"])
         _validate_target(effective["target"])
-        settings: list[dict[str, dict[str, Any]]] = []
         if not any(per_optim.values()):
-            settings.append({o: optim.resolve_hparams(o, effective["hparams"][o]) for o in chosen})
-        for optim_name in chosen:
-            fields = per_optim[optim_name]
-            if not fields:
-                if any(per_optim.values()):
-                    settings.append({optim_name: optim.resolve_hparams(optim_name, effective["hparams"][optim_name])})
-                continue
-            points = search.points(fields) if search is not None else grid_points(fields)
-            for setting in points:
-                hparams = copy.deepcopy(effective)
-                for key, value in setting.items():
-                    assign(hparams, key, value)
-                settings.append({optim_name: optim.resolve_hparams(optim_name, hparams["hparams"][optim_name])})
+            settings = [{o: optim.resolve_hparams(o, effective["hparams"][o]) for o in chosen}]
+        else:
+            settings = [
+                {o: optim.resolve_hparams(o, _assigned(effective, point)["hparams"][o])}
+                for o in chosen
+                for point in (search.points(per_optim[o]) if search is not None else grid_points(per_optim[o]))
+            ]
         for hparams in settings:
             specs.append(
                 SuiteSpec(
@@ -230,6 +221,14 @@ def resolve_suite(
                 )
             )
     return specs
+
+
+def _assigned(effective: dict[str, Any], point: Mapping[str, Any]) -> dict[str, Any]:
+    """A copy of `effective` with each key of `point` assigned."""
+    result = copy.deepcopy(effective)
+    for key, value in point.items():
+        assign(result, key, value)
+    return result
 
 
 def _optimizer_sweeps(

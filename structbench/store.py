@@ -177,11 +177,7 @@ class Problem:
 def _read_dir(directory: Path, columns: Sequence[str] | None) -> tuple[pd.DataFrame, list[Problem]]:
     tables: list[pa.Table] = []
     problems: list[Problem] = []
-    if not directory.is_dir():
-        return pd.DataFrame(columns=list(columns or [])), problems
-    for path in sorted(directory.iterdir()):
-        if path.name.startswith((".", "_")) or not path.is_file():
-            continue
+    for path in _store_files(directory):
         try:
             tables.append(pq.read_table(path, columns=list(columns) if columns else None))
         except (pa.ArrowException, OSError, KeyError) as exc:
