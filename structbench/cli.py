@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import functools
 import math
+import signal
 import sys
 from collections.abc import Callable
 from pathlib import Path
@@ -22,7 +23,7 @@ from rich.progress import (
 )
 from rich.table import Table
 
-from structbench.errors import UsageError
+from structbench.errors import StoreWriteError, UsageError
 
 if TYPE_CHECKING:
     from structbench.runner import Progress as RunProgress
@@ -43,7 +44,6 @@ err_console = Console(stderr=True, width=WIDTH)
 
 EXIT_RUN_ERROR = 1
 EXIT_USAGE = 2
-EXIT_INTERRUPTED = 130
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -197,6 +197,9 @@ def run(
         console.print(f"{len(cells)} runs: {len(cells) - len(todo)} cached, {len(todo)} to run; nothing was run.")
         return
     store.prepare(out)
+    debris = store.clean(out)
+    if debris.paths():
+        print(f"removed from {out}: {debris.describe()} (left by an interrupted or crashed run)", file=sys.stderr)
     workers = jobs or executors.available_cores() if executor == "local" else 1
     threads = executors.threads_per_worker(workers) if executor == "local" else None
     if slurm is not None:
@@ -211,6 +214,7 @@ def run(
             parallel_runs=min(workers, len(todo)) if executor == "local" else 1,
             threads=threads,
             supersede=(cached[cell.key],) if cell.key in cached else (),
+            time_limit_s=slurm.time_min * 60.0 if slurm is not None else None,
         )
         for cell in todo
     ]
@@ -219,7 +223,7 @@ def run(
             f"grid: {len(cells)} runs — {len(cells) - len(todo)} already stored, {len(todo)} to run "
             f"({executor}{f', {workers} workers' if executor == 'local' else ''})"
         )
-    from structbench import grid_status
+    from structbench import grid_status, signals
 
     grid_id = grid_status.new_grid_id()
     manifest = {
@@ -234,22 +238,31 @@ def run(
     grid_status.write_manifest(out, grid_id, manifest)
     rows: list[dict[str, Any]] = []
     failures: list[str] = []
+    stored_before = store.run_ids(out)
+    planned = len(job_list) + sum(len(s.seeds) for s in suites if s.experiment is not None)
     interrupted = False
+    signals.install()
     try:
-        run_experiments(suites, measure.resolve_device(device) if executor == "inline" else None, out, rows)
-        if executor == "inline":
-            run_inline(job_list, rows, quiet)
-        elif executor == "local":
-            run_workers(executors.run_local(job_list, workers), len(job_list), rows, failures, quiet)
-        elif job_list:
-            assert slurm is not None
-            submitted = submit_to_slurm(job_list, slurm, out, grid_id, manifest)
-            if not wait:
-                return
-            run_workers(submitted, len(job_list), rows, failures, quiet)
+        with signals.armed():
+            run_experiments(suites, measure.resolve_device(device) if executor == "inline" else None, out, rows)
+            if executor == "inline":
+                run_inline(job_list, rows, quiet)
+            elif executor == "local":
+                run_workers(executors.run_local(job_list, workers), len(job_list), rows, failures, quiet)
+            elif job_list:
+                assert slurm is not None
+                submitted = submit_to_slurm(job_list, slurm, out, grid_id, manifest)
+                if not wait:
+                    return
+                run_workers(submitted, len(job_list), rows, failures, quiet)
     except KeyboardInterrupt:
         interrupted = True
-    finish_run_command(rows, failures, checks, interrupted)
+    except StoreWriteError as exc:
+        stored = len(store.run_ids(out) - stored_before)
+        print(f"error: {exc}; the {stored} run(s) stored before by this command are intact.", file=sys.stderr)
+        raise typer.Exit(EXIT_RUN_ERROR) from None
+    signum = signals.received() or (signal.SIGINT if interrupted else None)
+    finish_run_command(rows, failures, checks, signum, out, stored_before, planned)
 
 
 def check_executor_options(executor: str, jobs: int | None, wait: bool, slurm_given: dict[str, Any]) -> None:
@@ -401,22 +414,45 @@ def submit_to_slurm(job_list: list[Any], slurm: Any, out: Path, grid_id: str, ma
 
 
 def finish_run_command(
-    rows: list[dict[str, Any]], failures: list[str], checks: dict[str, Any], interrupted: bool
+    rows: list[dict[str, Any]],
+    failures: list[str],
+    checks: dict[str, Any],
+    signum: int | None,
+    out: Path,
+    stored_before: set[str],
+    planned: int,
 ) -> None:
-    """Print the runs table and exit with the code the README promises."""
+    """Print the runs table and exit with the code the README promises; after a signal, say what the store holds."""
+    from structbench import signals, store
     from structbench.report import terminal
 
     training = [r for r in rows if not r["task"].startswith("experiment:")]
     if training:
         console.print(terminal.runs_table(training))
-    if interrupted:
-        print("interrupted: the partial run was stored with status 'interrupted'.", file=sys.stderr)
-        raise typer.Exit(EXIT_INTERRUPTED)
+    if signum is not None:
+        print(
+            interruption_summary(signum, store.run_statuses(out, store.run_ids(out) - stored_before), planned),
+            file=sys.stderr,
+        )
+        raise typer.Exit(signals.exit_code(signum))
     failures = failures + check_runs(rows, checks)
     for line in failures:
         print(f"check failed: {line}", file=sys.stderr)
     if failures or any(r["status"] == "error" for r in rows):
         raise typer.Exit(EXIT_RUN_ERROR)
+
+
+def interruption_summary(signum: int, statuses: list[str], planned: int) -> str:
+    """One line from what the store holds: the runs this command stored, by status, and the runs it never started."""
+    from collections import Counter
+
+    counts = Counter(statuses)
+    training = sum(counts.values())
+    stored = ", ".join(f"{n} {status}" for status, n in sorted(counts.items())) or "none"
+    return (
+        f"interrupted by {signal.Signals(signum).name}: this command stored {training} run(s) ({stored}); "
+        f"{max(planned - training, 0)} of the {planned} planned run(s) were not stored and run again next time."
+    )
 
 
 def execute(*args: Any, **kwargs: Any) -> dict[str, Any]:

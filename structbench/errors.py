@@ -11,3 +11,7 @@ class MissingDataError(UsageError):
 
 class SolverError(RuntimeError):
     """A matrix solver (SVD, eigendecomposition) failed beyond recovery; the run ends `solver_error`."""
+
+
+class StoreWriteError(Exception):
+    """The results store could not be written (a full disk, a lost mount): one line naming the store, exit 1."""

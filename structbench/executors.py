@@ -16,6 +16,7 @@ atomic rename (the store is the only coordination between workers) and returns t
 
 from __future__ import annotations
 
+import contextlib
 import math
 import multiprocessing
 import os
@@ -47,34 +48,43 @@ class Job:
     threads: int | None
     supersede: tuple[str, ...] = ()
     """Run ids of earlier final runs of this key (a forced rerun): removed once this run has stored a final row."""
+    time_limit_s: float | None = None
+    """The cluster's time limit of the job running this run (Slurm), which tells a time-limit warning apart."""
 
 
 def run_job(job: Job, on_progress: Callable[[Any], None] | None = None) -> dict[str, Any]:
-    """Train one cell, store it, and return the stored row with `interrupted` and the cell's `setting` added."""
+    """Train one cell, store it, and return the stored row with `interrupted` and the cell's `setting` added.
+
+    SIGINT and SIGTERM (and on Slurm the time-limit warning) interrupt the training only: the run is stored with
+    status `interrupted` (or `timeout`) and a signal arriving while it is being stored waits until the write is done.
+    """
     import torch
 
-    from structbench import measure, store
+    from structbench import measure, signals, store
     from structbench.runner import execute
 
-    if job.threads is not None:
-        torch.set_num_threads(job.threads)
-    device = measure.resolve_device(job.device)
-    out = Path(job.out)
-    outcome = execute(
-        job.cell.suite,
-        job.cell.optim,
-        job.cell.seed,
-        device,
-        Path(job.data_root),
-        on_progress,
-        run_key=job.cell.key,
-        executor=job.executor,
-        parallel_runs=job.parallel_runs,
-    )
-    store.write_run(out, outcome.row, outcome.curves)
-    if job.supersede and outcome.row["status"] in store.FINAL_STATUSES:
-        store.remove_runs(out, job.supersede)
-    return {**outcome.row, "interrupted": outcome.interrupted, "setting": job.cell.setting}
+    signals.install(job.time_limit_s)
+    with signals.armed(False):
+        if job.threads is not None:
+            torch.set_num_threads(job.threads)
+        device = measure.resolve_device(job.device)
+        out = Path(job.out)
+        outcome = execute(
+            job.cell.suite,
+            job.cell.optim,
+            job.cell.seed,
+            device,
+            Path(job.data_root),
+            on_progress,
+            run_key=job.cell.key,
+            executor=job.executor,
+            parallel_runs=job.parallel_runs,
+        )
+        store.write_run(out, outcome.row, outcome.curves)
+        if job.supersede and outcome.row["status"] in store.FINAL_STATUSES:
+            store.remove_runs(out, job.supersede)
+    interrupted = outcome.interrupted or signals.received() is not None
+    return {**outcome.row, "interrupted": interrupted, "setting": job.cell.setting}
 
 
 def available_cores() -> int:
@@ -95,6 +105,8 @@ class Finished:
     job: Job
     row: dict[str, Any] | None
     failure: str | None = None
+    fatal: bool = False
+    """The failure was the store's (StoreWriteError): the runs after it would fail to store too."""
 
 
 def start_worker_server() -> multiprocessing.context.BaseContext:
@@ -109,7 +121,15 @@ def start_worker_server() -> multiprocessing.context.BaseContext:
 
 
 def run_local(jobs: Sequence[Job], workers: int) -> Iterator[Finished]:
-    """Run `jobs` on `workers` fresh worker processes; yield each as it finishes (Ctrl-C cancels the rest)."""
+    """Run `jobs` on `workers` fresh worker processes; yield each as it finishes.
+
+    On a signal (Ctrl-C, SIGTERM) the runs not started are cancelled, the signal is passed on to the workers (a
+    terminal's Ctrl-C reaches them anyway; a SIGTERM sent to this process alone does not), and this waits until each
+    has stored its interrupted run. A worker that raised StoreWriteError is yielded with `fatal` set.
+    """
+    from structbench import signals
+    from structbench.errors import StoreWriteError
+
     context = start_worker_server()
     pool = ProcessPoolExecutor(max_workers=workers, mp_context=context, max_tasks_per_child=1)
     futures: dict[Future[dict[str, Any]], Job] = {pool.submit(run_job, job): job for job in jobs}
@@ -120,9 +140,26 @@ def run_local(jobs: Sequence[Job], workers: int) -> Iterator[Finished]:
             if error is None:
                 yield Finished(job, future.result())
             else:
-                yield Finished(job, None, one_line(error))
+                yield Finished(job, None, one_line(error), fatal=isinstance(error, StoreWriteError))
     finally:
-        pool.shutdown(wait=True, cancel_futures=True)
+        for future in futures:
+            future.cancel()
+        signum = signals.received()
+        if signum is not None:
+            forward_to_workers(signum)
+        with signals.armed(False):
+            pool.shutdown(wait=True, cancel_futures=True)
+
+
+def forward_to_workers(signum: int) -> None:
+    """Send `signum` to the pool's worker processes: the grandchildren of this process (its children are the
+    forkserver and multiprocessing's resource tracker, which the workers fork from or talk to)."""
+    import psutil
+
+    for child in psutil.Process().children():
+        for worker in child.children():
+            with contextlib.suppress(psutil.NoSuchProcess):
+                worker.send_signal(signum)
 
 
 @dataclass(frozen=True)

@@ -26,7 +26,7 @@ from uuid import uuid4
 import pandas as pd
 import torch
 
-from structbench import measure, optim, store
+from structbench import measure, optim, signals, store
 from structbench.errors import SolverError, UsageError
 from structbench.experiments import Claim, get_experiment
 from structbench.optim import Routing, build_with_routing
@@ -117,32 +117,32 @@ def execute(
     seed_everything(seed)
     micro_batch = suite.budget["batch_size"] // suite.budget["grad_accum"]
     ctx = TaskContext(seed=seed, device=device, data_root=data_root, batch_size=micro_batch)
-    task = get_task(suite.task).build(dict(suite.task_args), ctx)
-    suite = resolve_epochs(suite, task)
-    budget = suite.budget
     spec = suite.run_spec(optim_name, seed)
-    resolved_args = getattr(task, "resolved_args", None)
-    if resolved_args is not None:
-        spec["task_args_resolved"] = resolved_args
-    target_metric = suite.target["metric"]
-    if target_metric and target_metric not in (task.metric_name, "loss"):
-        raise UsageError(
-            f"target metric {target_metric!r} is not reported by task {suite.task!r}; "
-            f"use {task.metric_name!r} or 'loss'."
-        )
     try:
-        probe.reset()
-        optimizer, route = build_with_routing(optim_name, task.model, suite.hparams[optim_name])
-        routing = route.as_record()
-        analytic_bytes = analytic_state_bytes(optim_name, task.model, route, suite.hparams[optim_name])
-        scheduler = make_scheduler(optimizer, budget["steps"], suite.schedule)
-        initial = _evaluate(task, device, state)
-        state.curves.append(_eval_point(0, 0.0, initial))
-        final = _train(task, optimizer, scheduler, suite, device, state, on_progress)
+        with signals.armed():
+            task = get_task(suite.task).build(dict(suite.task_args), ctx)
+            suite = resolve_epochs(suite, task)
+            spec = suite.run_spec(optim_name, seed)
+            resolved_args = getattr(task, "resolved_args", None)
+            if resolved_args is not None:
+                spec["task_args_resolved"] = resolved_args
+            _check_target_metric(suite, task)
+            probe.reset()
+            optimizer, route = build_with_routing(optim_name, task.model, suite.hparams[optim_name])
+            routing = route.as_record()
+            analytic_bytes = analytic_state_bytes(optim_name, task.model, route, suite.hparams[optim_name])
+            scheduler = make_scheduler(optimizer, suite.budget["steps"], suite.schedule)
+            initial = _evaluate(task, device, state)
+            state.curves.append(_eval_point(0, 0.0, initial))
+            final = _train(task, optimizer, scheduler, suite, device, state, on_progress)
+    except signals.Interrupted as exc:
+        state.status, interrupted = ("timeout" if exc.timed_out else "interrupted"), True
+        if exc.timed_out:
+            state.error = "the cluster's time-limit warning (SIGUSR2) arrived; the job was near its time limit"
     except KeyboardInterrupt:
         state.status, interrupted = "interrupted", True
-    except torch.OutOfMemoryError as exc:
-        state.status, state.error = "oom", str(exc).splitlines()[0]
+    except (torch.OutOfMemoryError, MemoryError) as exc:
+        state.status, state.error = "oom", (str(exc).splitlines() or [type(exc).__name__])[0]
     except SolverError as exc:
         state.status, state.error = "solver_error", str(exc)
     except UsageError:
@@ -177,29 +177,38 @@ def execute(
         "peak_mem_bytes": probe.peak_bytes(),
         "peak_mem_source": probe.source,
         "state_bytes": measure.state_bytes(optimizer) if optimizer is not None else None,
-        "param_count": sum(p.numel() for p in task.model.parameters()),
+        "param_count": sum(p.numel() for p in task.model.parameters()) if task is not None else None,
         "final_train_loss": state.last_train_loss,
         "final_eval_loss": final.loss if final else None,
         "final_eval_metric": final.metric if final else None,
-        "eval_metric_name": task.metric_name,
+        "eval_metric_name": task.metric_name if task is not None else None,
         "target_step": state.target_step,
         "target_s": state.target_s,
         **measure.environment(device),
-        "eval_metric_mode": task.metric_mode,
+        "eval_metric_mode": task.metric_mode if task is not None else None,
         "initial_eval_loss": initial.loss if initial else None,
         "initial_eval_metric": initial.metric if initial else None,
         "nvml_mem_bytes": probe.nvml_used_bytes(),
         "solver_failures": int(getattr(optimizer, "solver_failures", 0)),
         "routing": json.dumps(routing),
-        "data_source": task.data_source,
+        "data_source": task.data_source if task is not None else None,
         "analytic_state_bytes": analytic_bytes,
         "claims": None,
-        **_throughput(task, budget, state),
+        **_throughput(task, suite.budget, state),
         "run_key": run_key,
         "executor": executor,
         "parallel_runs": parallel_runs,
     }
     return RunOutcome(row=row, curves=state.curves, interrupted=interrupted)
+
+
+def _check_target_metric(suite: SuiteSpec, task: Task) -> None:
+    target_metric = suite.target["metric"]
+    if target_metric and target_metric not in (task.metric_name, "loss"):
+        raise UsageError(
+            f"target metric {target_metric!r} is not reported by task {suite.task!r}; "
+            f"use {task.metric_name!r} or 'loss'."
+        )
 
 
 def resolve_epochs(suite: SuiteSpec, task: Task) -> SuiteSpec:
@@ -216,9 +225,9 @@ def resolve_epochs(suite: SuiteSpec, task: Task) -> SuiteSpec:
     return dataclasses.replace(suite, budget={**budget, "steps": steps, "eval_every": eval_every})
 
 
-def _throughput(task: Task, budget: dict[str, Any], state: _RunState) -> dict[str, Any]:
+def _throughput(task: Task | None, budget: dict[str, Any], state: _RunState) -> dict[str, Any]:
     """Items (tokens, images) per second of training, over the timed steps (the first, warm-up step excluded)."""
-    items_per_call = getattr(task, "items_per_call", None)
+    items_per_call = getattr(task, "items_per_call", None) if task is not None else None
     if items_per_call is None or not state.step_times:
         return {"throughput_per_s": None, "throughput_unit": None}
     items = items_per_call * budget["grad_accum"] * len(state.step_times)
@@ -400,13 +409,26 @@ def _train(
         if eval_every and done % eval_every == 0 and done != total:
             result = _evaluate(task, device, state)
             state.curves.append(_eval_point(done, wall, result))
+            if _diverged_at_eval(state, done, result):
+                return None
             _check_target(state, done, wall, result, task, target_metric, target_value)
     measure.synchronize(device)
     state.wall_s = train_wall()
     final = _evaluate(task, device, state)
     state.curves.append(_eval_point(total, state.wall_s, final))
+    if _diverged_at_eval(state, total, final):
+        return None
     _check_target(state, total, state.wall_s, final, task, target_metric, target_value)
     return final
+
+
+def _diverged_at_eval(state: _RunState, step: int, result: Any) -> bool:
+    """A non-finite evaluation loss (NaN, +inf or -inf) ends the run `diverged`, as a non-finite training loss does."""
+    if math.isfinite(result.loss):
+        return False
+    state.status = "diverged"
+    state.error = f"non-finite evaluation loss ({result.loss}) at step {step}"
+    return True
 
 
 def _accumulate_gradients(task: Task, step: int, accum: int) -> torch.Tensor:

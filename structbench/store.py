@@ -4,16 +4,23 @@
     <out>/curves/<run_id>.parquet   one row per logged point
     <out>/tables/<run_id>.parquet   a numerical experiment's result table (experiment suites only)
 
+    <out>/checkpoints/<run_key>/    the latest checkpoint of a run in progress (structbench.checkpoint)
+
 Each file is written to a hidden temporary name in the same directory and renamed into place, so a
 crash never leaves a half-written file where readers look (pyarrow ignores names starting with '.').
-Curves are written before the run row: a run row implies its curve file exists.
+Curves are written before the run row: a run row implies its curve file exists. Writers hold a shared lock on
+`<out>/.lock`; `clean` takes it exclusively, so it removes what a crash left (temporaries, a curve file whose row
+never came, a checkpoint of a run since stored) and never a file another process is still writing.
 """
 
 from __future__ import annotations
 
+import fcntl
 import os
-from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+import shutil
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -22,9 +29,11 @@ import pyarrow as pa
 import pyarrow.dataset as ds
 import pyarrow.parquet as pq
 
-from structbench.errors import UsageError
+from structbench.errors import StoreWriteError, UsageError
 
 SCHEMA_VERSION = 1
+TEMPORARY_SUFFIX = ".tmp"
+LOCK_FILE = ".lock"
 STATUSES = ("ok", "diverged", "oom", "solver_error", "timeout", "error", "interrupted")
 FINAL_STATUSES = frozenset({"ok", "diverged", "oom", "solver_error", "timeout"})
 """A run with a final status is never run again for the same run key; `error` and `interrupted` runs are."""
@@ -131,7 +140,7 @@ def prepare(out: Path) -> None:
 
 
 def _write_atomic(table: pa.Table, path: Path, writer: Callable[[pa.Table, Path], None]) -> None:
-    tmp = path.with_name(f".{path.name}.tmp")
+    tmp = path.with_name(f".{path.name}{TEMPORARY_SUFFIX}")
     try:
         writer(table, tmp)
         os.replace(tmp, path)
@@ -150,22 +159,56 @@ def write_run(
     writer: Callable[[pa.Table, Path], None] = _write_parquet,
     table: pd.DataFrame | None = None,
 ) -> Path:
-    """Store one run (its experiment table and curve file first, then its row); return the run file's path."""
+    """Store one run (its experiment table and curve file first, then its row); return the run file's path.
+
+    An OS error (a full disk, a lost mount) removes whatever this call had put in place and raises StoreWriteError:
+    the store holds the whole run or nothing of it, and the runs stored before are untouched.
+    """
     missing = [f.name for f in RUN_SCHEMA if f.name not in row and f.name not in OPTIONAL_RUN_COLUMNS]
     if missing:
         raise ValueError(f"run row lacks contract columns: {missing}")
     if row["status"] not in STATUSES:
         raise ValueError(f"invalid status {row['status']!r}")
     run_id = row["run_id"]
+    run_table = pa.Table.from_pylist([{f.name: row.get(f.name) for f in RUN_SCHEMA}], schema=RUN_SCHEMA)
+    curve_table = pa.Table.from_pylist([dict(c, run_id=run_id) for c in curves], schema=CURVE_SCHEMA)
+    parts: list[tuple[pa.Table, Path]] = []
     if table is not None:
         result = pa.Table.from_pandas(table.assign(run_id=run_id), preserve_index=False)
-        _write_atomic(result, tables_dir(out) / f"{run_id}.parquet", writer)
-    curve_table = pa.Table.from_pylist([dict(c, run_id=run_id) for c in curves], schema=CURVE_SCHEMA)
-    _write_atomic(curve_table, curves_dir(out) / f"{run_id}.parquet", writer)
-    run_table = pa.Table.from_pylist([{f.name: row.get(f.name) for f in RUN_SCHEMA}], schema=RUN_SCHEMA)
-    path = runs_dir(out) / f"{run_id}.parquet"
-    _write_atomic(run_table, path, writer)
-    return path
+        parts.append((result, tables_dir(out) / f"{run_id}.parquet"))
+    parts += [(curve_table, curves_dir(out) / f"{run_id}.parquet"), (run_table, runs_dir(out) / f"{run_id}.parquet")]
+    written: list[Path] = []
+    with writer_lock(out):
+        try:
+            for part, path in parts:
+                _write_atomic(part, path, writer)
+                written.append(path)
+        except OSError as exc:
+            for path in reversed(written):
+                path.unlink(missing_ok=True)
+            raise StoreWriteError(f"cannot write to the results store {out}: {exc.strerror or exc}") from exc
+    return written[-1]
+
+
+@contextmanager
+def writer_lock(out: Path) -> Iterator[None]:
+    """Held (shared) while a process writes into the store, so `clean` never removes a file still being written."""
+    with _locked(out, fcntl.LOCK_SH):
+        yield
+
+
+@contextmanager
+def _locked(out: Path, mode: int) -> Iterator[None]:
+    try:
+        handle = (out / LOCK_FILE).open("a")
+    except OSError as exc:
+        raise StoreWriteError(f"cannot write to the results store {out}: {exc.strerror or exc}") from exc
+    with handle:
+        fcntl.flock(handle, mode)
+        try:
+            yield
+        finally:
+            fcntl.flock(handle, fcntl.LOCK_UN)
 
 
 @dataclass(frozen=True)
@@ -219,6 +262,19 @@ def _store_files(directory: Path) -> list[Path]:
     return [p for p in sorted(directory.iterdir()) if p.is_file() and not p.name.startswith((".", "_"))]
 
 
+def run_ids(out: Path) -> set[str]:
+    """The ids of every run row in the store (from the file names; nothing is read)."""
+    return {p.stem for p in _store_files(runs_dir(out))}
+
+
+def run_statuses(out: Path, ids: set[str]) -> list[str]:
+    """The status of each of these stored runs."""
+    return [
+        pq.read_table(runs_dir(out) / f"{run_id}.parquet", columns=["status"])["status"][0].as_py()
+        for run_id in sorted(ids)
+    ]
+
+
 def final_run_keys(out: Path) -> dict[str, str]:
     """run_key -> run_id of every run with a final status."""
     frame = run_keys(out)
@@ -246,3 +302,86 @@ def load_curves(out: Path, run_ids: Sequence[str] | None = None) -> pd.DataFrame
         return frame
     frames = [pq.read_table(directory / f"{r}.parquet").to_pandas() for r in run_ids]
     return pd.concat(frames, ignore_index=True) if frames else pd.DataFrame(columns=CURVE_SCHEMA.names)
+
+
+def checkpoints_dir(out: Path) -> Path:
+    """Checkpoints of runs in progress, one directory per run key (see structbench.checkpoint)."""
+    return out / "checkpoints"
+
+
+@dataclass
+class Debris:
+    """What a crash can leave in a store: temporaries, curve or table files without their run, and checkpoints of
+    runs that have since been stored with a final status."""
+
+    temporaries: list[Path] = field(default_factory=list)
+    orphans: list[Path] = field(default_factory=list)
+    stale_checkpoints: list[Path] = field(default_factory=list)
+
+    def paths(self) -> list[Path]:
+        return [*self.temporaries, *self.orphans, *self.stale_checkpoints]
+
+    def describe(self) -> str:
+        parts = [
+            (len(self.temporaries), "leftover temporary file", "leftover temporary files"),
+            (len(self.orphans), "curve/table file without its run", "curve/table files without their runs"),
+            (len(self.stale_checkpoints), "checkpoint of a run already stored", "checkpoints of runs already stored"),
+        ]
+        return ", ".join(f"{n} {one if n == 1 else many}" for n, one, many in parts if n)
+
+
+def find_debris(out: Path) -> Debris:
+    debris = Debris()
+    for directory in (runs_dir(out), curves_dir(out), tables_dir(out)):
+        if directory.is_dir():
+            debris.temporaries += sorted(
+                p for p in directory.iterdir() if p.name.startswith(".") and p.name.endswith(TEMPORARY_SUFFIX)
+            )
+    stored = run_ids(out)
+    for directory in (curves_dir(out), tables_dir(out)):
+        debris.orphans += [p for p in _store_files(directory) if p.stem not in stored]
+    checkpoints = checkpoints_dir(out)
+    if checkpoints.is_dir():
+        final = final_run_keys(out)
+        for directory in sorted(checkpoints.iterdir()):
+            if directory.name in final:
+                debris.stale_checkpoints.append(directory)
+            elif directory.is_dir():
+                debris.temporaries += sorted(p for p in directory.iterdir() if p.name.endswith(TEMPORARY_SUFFIX))
+    return debris
+
+
+def clean(out: Path) -> Debris:
+    """Remove the store's debris (waiting for writes in progress to finish first); return what was removed."""
+    with _locked(out, fcntl.LOCK_EX):
+        debris = find_debris(out)
+        for path in debris.paths():
+            if path.is_dir():
+                shutil.rmtree(path, ignore_errors=True)
+            else:
+                path.unlink(missing_ok=True)
+    return debris
+
+
+QUARANTINE = ".quarantine"
+
+
+def unreadable_files(out: Path) -> list[Problem]:
+    """Run and curve files that do not read as Parquet (or that the store's reader rejects)."""
+    _, problems = load_runs(out, ["run_id"])
+    for path in _store_files(curves_dir(out)):
+        try:
+            pq.read_metadata(path)
+        except (pa.ArrowException, OSError) as exc:
+            problems.append(Problem(path, str(exc).splitlines()[0] if str(exc) else type(exc).__name__))
+    return problems
+
+
+def quarantine(out: Path, paths: Sequence[Path]) -> Path:
+    """Move unreadable files aside to `<out>/.quarantine/<runs|curves|...>/` (kept for inspection, never read)."""
+    target = out / QUARANTINE
+    for path in paths:
+        destination = target / path.parent.name / path.name
+        destination.parent.mkdir(parents=True, exist_ok=True)
+        os.replace(path, destination)
+    return target

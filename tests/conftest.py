@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import signal
 from pathlib import Path
 
 import pandas as pd
@@ -7,11 +8,22 @@ import pytest
 import torch
 from typer.testing import CliRunner
 
+from structbench import signals
 from structbench.cli import app
 
 # One intra-op thread for the whole test run: its tensors are small, and OpenMP threads that spin at barriers slow
 # a run many times over when another process shares the cores (a 2-core CI rehearsal took 23 min instead of 2).
 torch.set_num_threads(1)
+
+
+@pytest.fixture(autouse=True)
+def restore_signal_handlers():
+    """A command run in-process installs structbench's SIGINT/SIGTERM handlers: restore pytest's after each test."""
+    saved = {signum: signal.getsignal(signum) for signum in (*signals.HANDLED, signals.SLURM_WARNING)}
+    yield
+    for signum, handler in saved.items():
+        signal.signal(signum, handler)
+    signals.reset()
 
 
 @pytest.fixture

@@ -10,6 +10,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from structbench import store
+from structbench.errors import StoreWriteError
 
 
 def make_row(run_id: str, **changes):
@@ -66,12 +67,12 @@ def test_a_write_that_fails_midway_leaves_no_file(tmp_path):
         path.write_bytes(b"PAR1 partial")
         raise OSError("disk full")
 
-    with pytest.raises(OSError, match="disk full"):
+    with pytest.raises(StoreWriteError, match=f"results store {tmp_path}: disk full"):
         store.write_run(tmp_path, make_row("r2"), CURVE, writer=half_write)
-    assert sorted(p.name for p in tmp_path.rglob("*")) == ["curves", "runs", "tables"]
+    assert sorted(p.name for p in tmp_path.rglob("*")) == [".lock", "curves", "runs", "tables"]
 
 
-def test_run_row_write_failure_keeps_the_curve_but_no_run(tmp_path):
+def test_run_row_write_failure_removes_the_curve_already_written(tmp_path):
     store.prepare(tmp_path)
     calls = {"n": 0}
 
@@ -82,10 +83,12 @@ def test_run_row_write_failure_keeps_the_curve_but_no_run(tmp_path):
             raise OSError("crash")
         pq.write_table(table, path)
 
-    with pytest.raises(OSError):
+    store.write_run(tmp_path, make_row("before"), CURVE)
+    with pytest.raises(StoreWriteError):
         store.write_run(tmp_path, make_row("r3"), CURVE, writer=fail_second)
-    assert [p.name for p in (tmp_path / "runs").iterdir()] == []
-    assert [p.name for p in (tmp_path / "curves").iterdir()] == ["r3.parquet"]
+    assert calls["n"] == 2
+    assert [p.name for p in (tmp_path / "runs").iterdir()] == ["before.parquet"]
+    assert [p.name for p in (tmp_path / "curves").iterdir()] == ["before.parquet"]
 
 
 def test_rows_missing_contract_columns_or_with_bad_status_are_refused(tmp_path):
