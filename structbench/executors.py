@@ -57,10 +57,11 @@ def run_job(job: Job, on_progress: Callable[[Any], None] | None = None) -> dict[
 
     SIGINT and SIGTERM (and on Slurm the time-limit warning) interrupt the training only: the run is stored with
     status `interrupted` (or `timeout`) and a signal arriving while it is being stored waits until the write is done.
+    The run continues from its checkpoint in the store if it has one; the checkpoint goes once a final row is stored.
     """
     import torch
 
-    from structbench import measure, signals, store
+    from structbench import checkpoint, measure, signals, store
     from structbench.runner import execute
 
     signals.install(job.time_limit_s)
@@ -79,10 +80,13 @@ def run_job(job: Job, on_progress: Callable[[Any], None] | None = None) -> dict[
             run_key=job.cell.key,
             executor=job.executor,
             parallel_runs=job.parallel_runs,
+            checkpoints=out,
         )
         store.write_run(out, outcome.row, outcome.curves)
-        if job.supersede and outcome.row["status"] in store.FINAL_STATUSES:
-            store.remove_runs(out, job.supersede)
+        if outcome.row["status"] in store.FINAL_STATUSES:
+            checkpoint.remove(out, job.cell.key)
+            if job.supersede:
+                store.remove_runs(out, job.supersede)
     interrupted = outcome.interrupted or signals.received() is not None
     return {**outcome.row, "interrupted": interrupted, "setting": job.cell.setting}
 

@@ -14,6 +14,7 @@ import json
 import math
 import random
 import statistics
+import sys
 import time
 import traceback
 from collections.abc import Callable
@@ -26,13 +27,13 @@ from uuid import uuid4
 import pandas as pd
 import torch
 
-from structbench import measure, optim, signals, store
+from structbench import checkpoint, measure, optim, signals, store
 from structbench.errors import SolverError, UsageError
 from structbench.experiments import Claim, get_experiment
 from structbench.optim import Routing, build_with_routing
 from structbench.schedule import make_scheduler
 from structbench.spec import SuiteSpec
-from structbench.tasks import Task, TaskContext, get_task
+from structbench.tasks import EvalResult, Task, TaskContext, get_task
 
 
 @dataclass
@@ -70,6 +71,10 @@ class _RunState:
     target_step: int | None = None
     target_s: float | None = None
     curves: list[dict[str, Any]] = field(default_factory=list)
+    loop_s: float = 0.0
+    """Seconds the training loop ran (steps, evaluations; checkpoints excluded) up to the last step boundary."""
+    checkpoint_s: float = 0.0
+    resumed_from_step: int | None = None
 
 
 def new_run_id(suite: str, optim_name: str, seed: int) -> str:
@@ -96,11 +101,13 @@ def execute(
     run_key: str | None = None,
     executor: str = "inline",
     parallel_runs: int = 1,
+    checkpoints: Path | None = None,
 ) -> RunOutcome:
     """Train one run and measure it; see the module docstring for how failures are recorded.
 
     `run_key` (the grid's content key), `executor` and `parallel_runs` (how many runs shared this machine's cores
-    while it ran) are stored with the row.
+    while it ran) are stored with the row. With `checkpoints` (a store) and a run key, the run continues from the
+    key's checkpoint there if one exists, and saves one every `budget.checkpoint_every` steps.
     """
     started = datetime.now(UTC)
     run_id = new_run_id(suite.name, optim_name, seed)
@@ -132,9 +139,16 @@ def execute(
             routing = route.as_record()
             analytic_bytes = analytic_state_bytes(optim_name, task.model, route, suite.hparams[optim_name])
             scheduler = make_scheduler(optimizer, suite.budget["steps"], suite.schedule)
-            initial = _evaluate(task, device, state)
-            state.curves.append(_eval_point(0, 0.0, initial))
-            final = _train(task, optimizer, scheduler, suite, device, state, on_progress)
+            saved = _load_checkpoint(checkpoints, run_key)
+            if saved is not None:
+                state, initial = _resume(saved, task, optimizer, scheduler)
+            else:
+                initial = _evaluate(task, device, state)
+                state.curves.append(_eval_point(0, 0.0, initial))
+            saver = None
+            if checkpoints is not None and run_key is not None and suite.budget["checkpoint_every"] > 0:
+                saver = _checkpoint_saver(checkpoints, run_key, task, optimizer, scheduler, device, initial)
+            final = _train(task, optimizer, scheduler, suite, device, state, on_progress, saver)
     except signals.Interrupted as exc:
         state.status, interrupted = ("timeout" if exc.timed_out else "interrupted"), True
         if exc.timed_out:
@@ -198,8 +212,67 @@ def execute(
         "run_key": run_key,
         "executor": executor,
         "parallel_runs": parallel_runs,
+        "checkpoint_s": state.checkpoint_s,
+        "resumed_from_step": state.resumed_from_step,
     }
     return RunOutcome(row=row, curves=state.curves, interrupted=interrupted)
+
+
+def _load_checkpoint(out: Path | None, run_key: str | None) -> dict[str, Any] | None:
+    """The run key's checkpoint in the store, if any; one that does not load is reported and the run starts over."""
+    if out is None or run_key is None:
+        return None
+    try:
+        return checkpoint.load(out, run_key)
+    except ValueError as exc:
+        print(f"warning: {exc}; the run starts from step 0.", file=sys.stderr)
+        return None
+
+
+def _resume(
+    saved: dict[str, Any],
+    task: Task,
+    optimizer: torch.optim.Optimizer,
+    scheduler: torch.optim.lr_scheduler.LRScheduler,
+) -> tuple[_RunState, EvalResult]:
+    """Put a freshly built run into the checkpointed one's state; return its measurements and initial evaluation."""
+    task.model.load_state_dict(saved["model"])
+    optimizer.load_state_dict(saved["optimizer"])
+    scheduler.load_state_dict(saved["scheduler"])
+    task.load_stream_state(saved["stream"])
+    checkpoint.restore_rng(saved["rng"])
+    state = _RunState(**saved["state"])
+    state.resumed_from_step = saved["step"]
+    return state, EvalResult(*saved["initial"])
+
+
+def _checkpoint_saver(
+    out: Path,
+    run_key: str,
+    task: Task,
+    optimizer: torch.optim.Optimizer,
+    scheduler: torch.optim.lr_scheduler.LRScheduler,
+    device: torch.device,
+    initial: EvalResult,
+) -> Callable[[int, _RunState], None]:
+    """A function that checkpoints the run at a step boundary (signals deferred until the file is in place)."""
+
+    def save(step: int, state: _RunState) -> None:
+        measure.synchronize(device)
+        with signals.deferred():
+            payload = {
+                "step": step,
+                "model": task.model.state_dict(),
+                "optimizer": optimizer.state_dict(),
+                "scheduler": scheduler.state_dict(),
+                "rng": checkpoint.rng_state(device),
+                "stream": task.stream_state(),
+                "state": dataclasses.asdict(state),
+                "initial": (initial.loss, initial.metric),
+            }
+            state.checkpoint_s += checkpoint.save(out, run_key, payload)
+
+    return save
 
 
 def _check_target_metric(suite: SuiteSpec, task: Task) -> None:
@@ -327,10 +400,13 @@ def _train(
     device: torch.device,
     state: _RunState,
     on_progress: Callable[[Progress], None] | None,
+    save_checkpoint: Callable[[int, _RunState], None] | None = None,
 ) -> Any:
-    """Run the budget's steps; return the final evaluation, or None when the run diverged."""
+    """Run the budget's steps (from the step a resumed `state` reached); return the final evaluation, or None when
+    the run diverged or timed out."""
     budget = suite.budget
     total, log_every, eval_every = budget["steps"], budget["log_every"], budget["eval_every"]
+    checkpoint_every = budget["checkpoint_every"] if save_checkpoint is not None else 0
     target_metric, target_value = suite.target["metric"], suite.target["value"]
     clock = measure.StepClock(device)
     pending_losses: list[torch.Tensor] = []
@@ -338,17 +414,21 @@ def _train(
     task.model.train()
     measure.synchronize(device)
     loop_start = time.perf_counter()
-    eval_at_start = state.eval_s
+    wall_before, loop_before = state.wall_s, state.loop_s
+    eval_at_start, checkpoint_at_start = state.eval_s, state.checkpoint_s
+
+    def loop_time() -> float:
+        return loop_before + time.perf_counter() - loop_start - (state.checkpoint_s - checkpoint_at_start)
 
     def train_wall() -> float:
-        return time.perf_counter() - loop_start - (state.eval_s - eval_at_start)
+        return wall_before + loop_time() - loop_before - (state.eval_s - eval_at_start)
 
     accum, clip = budget["grad_accum"], budget["grad_clip"]
     params = [p for group in optimizer.param_groups for p in group["params"]]
     pending_norms: list[torch.Tensor] = []
     time_limit = budget["max_time_s"]
     timed_out = False
-    for step in range(total):
+    for step in range(state.steps_done, total):
         clock.step_start()
         optimizer.zero_grad(set_to_none=True)
         loss = _accumulate_gradients(task, step, accum)
@@ -361,8 +441,15 @@ def _train(
         scheduler.step()
         pending_losses.append(loss.detach())
         done = step + 1
-        timed_out = time_limit > 0 and time.perf_counter() - loop_start > time_limit
-        if done % log_every and done != total and (not eval_every or done % eval_every) and not timed_out:
+        timed_out = time_limit > 0 and loop_time() > time_limit
+        checkpoint_due = checkpoint_every > 0 and done % checkpoint_every == 0 and done != total
+        if (
+            done % log_every
+            and done != total
+            and (not eval_every or done % eval_every)
+            and not timed_out
+            and not checkpoint_due
+        ):
             continue
         losses = torch.stack(pending_losses).double().cpu().tolist()
         norms = torch.stack(pending_norms).double().cpu().tolist() if pending_norms else [None] * len(losses)
@@ -403,8 +490,9 @@ def _train(
             on_progress(Progress(done, total, losses[-1], done / wall if wall > 0 else math.nan))
         if timed_out:
             state.status = "timeout"
-            elapsed = time.perf_counter() - loop_start
-            state.error = f"ran {elapsed:.3g} s (training and evaluation), past budget.max_time_s = {time_limit:g} s"
+            state.error = (
+                f"ran {loop_time():.3g} s (training and evaluation), past budget.max_time_s = {time_limit:g} s"
+            )
             return None
         if eval_every and done % eval_every == 0 and done != total:
             result = _evaluate(task, device, state)
@@ -412,6 +500,10 @@ def _train(
             if _diverged_at_eval(state, done, result):
                 return None
             _check_target(state, done, wall, result, task, target_metric, target_value)
+        state.loop_s = loop_time()
+        if checkpoint_due:
+            assert save_checkpoint is not None
+            save_checkpoint(done, state)
     measure.synchronize(device)
     state.wall_s = train_wall()
     final = _evaluate(task, device, state)

@@ -92,6 +92,21 @@ def armed(on: bool = True) -> Iterator[None]:
         _state.armed = previous
 
 
+@contextmanager
+def deferred() -> Iterator[None]:
+    """Inside, signals are only recorded (e.g. while a checkpoint is written); one that arrived is raised on leaving
+    when the code around was armed, so the work inside completes and the interruption still happens."""
+    previous = _state.armed
+    _state.armed = False
+    try:
+        yield
+    finally:
+        _state.armed = previous
+    if previous and _state.received is not None and not _state.raised:
+        _state.raised = True
+        raise _interruption(_state.received)
+
+
 def received() -> int | None:
     """The first signal this process received since `install`/`reset`, or None."""
     return _state.received

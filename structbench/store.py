@@ -91,9 +91,21 @@ RUN_SCHEMA = pa.schema(
         ("run_key", pa.string()),
         ("executor", pa.string()),
         ("parallel_runs", pa.int64()),
+        ("checkpoint_s", pa.float64()),
+        ("resumed_from_step", pa.int64()),
     ]
 )
-OPTIONAL_RUN_COLUMNS = frozenset({"throughput_per_s", "throughput_unit", "run_key", "executor", "parallel_runs"})
+OPTIONAL_RUN_COLUMNS = frozenset(
+    {
+        "throughput_per_s",
+        "throughput_unit",
+        "run_key",
+        "executor",
+        "parallel_runs",
+        "checkpoint_s",
+        "resumed_from_step",
+    }
+)
 """Columns added after the first stores were written: a row may omit them (stored as null)."""
 
 KEY_COLUMNS = ("run_id", "run_key", "status", "suite", "optim", "seed")

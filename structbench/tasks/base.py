@@ -41,6 +41,14 @@ class Task(Protocol):
         """Loss and metric on the held-out data (or the exact objective); called under no_grad."""
         ...
 
+    def stream_state(self) -> dict[str, Any]:
+        """Where the training data stream stands (its generators, epoch order, position): saved in checkpoints."""
+        ...
+
+    def load_stream_state(self, state: dict[str, Any]) -> None:
+        """Continue the data stream from a `stream_state()`, so the next batches are the ones that would have come."""
+        ...
+
 
 @dataclass(frozen=True)
 class TaskDef:

@@ -108,6 +108,12 @@ class QuadraticTask:
             return 0.5 * float((diff * hd).sum())
         return 0.5 * float((diff * (self.left @ diff @ self.right)).sum())
 
+    def stream_state(self) -> dict[str, Any]:
+        return {"noise_gen": self.noise_gen.get_state()}
+
+    def load_stream_state(self, state: dict[str, Any]) -> None:
+        self.noise_gen.set_state(state["noise_gen"])
+
     def _noise(self, m: int, n: int) -> torch.Tensor:
         if self.noise_rank == 0:
             noise = torch.randn(m, n, generator=self.noise_gen, dtype=torch.float64) * self.noise_scale

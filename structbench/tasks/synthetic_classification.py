@@ -57,6 +57,12 @@ class SyntheticClassificationTask:
         index = index.to(self.train_x.device)
         return F.cross_entropy(self.model(self.train_x[index]), self.train_y[index])
 
+    def stream_state(self) -> dict[str, Any]:
+        return {"batch_gen": self.batch_gen.get_state()}
+
+    def load_stream_state(self, state: dict[str, Any]) -> None:
+        self.batch_gen.set_state(state["batch_gen"])
+
     def evaluate(self) -> EvalResult:
         logits = self.model(self.test_x)
         loss = F.cross_entropy(logits, self.test_y)

@@ -159,6 +159,12 @@ class LanguageModelTask:
         windows = self.train_tokens[(starts[:, None] + offsets).to(self.device)]
         return self._loss(windows)
 
+    def stream_state(self) -> dict[str, Any]:
+        return {"batch_gen": self.batch_gen.get_state()}
+
+    def load_stream_state(self, state: dict[str, Any]) -> None:
+        self.batch_gen.set_state(state["batch_gen"])
+
     def _eval_windows(self) -> Iterator[torch.Tensor]:
         """Consecutive windows covering the first `eval_tokens` predictions of the validation split."""
         starts = list(range(0, self.eval_tokens, self.seq_len))

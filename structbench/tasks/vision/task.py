@@ -182,6 +182,18 @@ class ImageClassificationTask:
             self.draws = draw_crop_flip(self.train_size, self.padding, self.generator).to(self.device)
         self.cursor = 0
 
+    def stream_state(self) -> dict[str, Any]:
+        """The epoch's order, its augmentation draws and the position in it, and the generator of the next epochs."""
+        draws = None if self.draws is None else {"offsets": self.draws.offsets, "flips": self.draws.flips}
+        return {"generator": self.generator.get_state(), "order": self.order, "draws": draws, "cursor": self.cursor}
+
+    def load_stream_state(self, state: dict[str, Any]) -> None:
+        self.generator.set_state(state["generator"])
+        self.order = state["order"].to(self.device)
+        draws = state["draws"]
+        self.draws = None if draws is None else CropFlip(draws["offsets"], draws["flips"]).to(self.device)
+        self.cursor = state["cursor"]
+
     def normalise(self, images: torch.Tensor) -> torch.Tensor:
         """uint8 images to float32, standardised per channel; keeps the batch's memory layout."""
         return images.float().mul_(self.scale).add_(self.shift)
