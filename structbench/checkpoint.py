@@ -17,7 +17,6 @@ import io
 import os
 import random
 import shutil
-import time
 from pathlib import Path
 from typing import Any
 
@@ -47,9 +46,8 @@ def restore_rng(state: dict[str, Any]) -> None:
         torch.cuda.set_rng_state_all(state["cuda"])
 
 
-def save(out: Path, run_key: str, payload: dict[str, Any]) -> float:
-    """Write `payload` as the key's checkpoint, atomically; return the seconds it took (serialising included)."""
-    start = time.perf_counter()
+def save(out: Path, run_key: str, payload: dict[str, Any]) -> None:
+    """Write `payload` as the key's checkpoint, atomically (the previous one stays until the new one is complete)."""
     buffer = io.BytesIO()
     torch.save({"format": FORMAT, **payload}, buffer)
     target = directory(out, run_key)
@@ -65,7 +63,6 @@ def save(out: Path, run_key: str, payload: dict[str, Any]) -> float:
             os.replace(tmp, path)
         finally:
             tmp.unlink(missing_ok=True)
-    return time.perf_counter() - start
 
 
 def load(out: Path, run_key: str) -> dict[str, Any] | None:

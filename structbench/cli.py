@@ -553,6 +553,14 @@ def report(
     result = build.build_report(out, wanted, optims or [], baseline, options.since(since), plotted)
     for problem in result.problems:
         print(f"warning: skipped unreadable file {problem.path}: {problem.reason}", file=sys.stderr)
+    from structbench import store
+
+    debris = store.find_debris(out)
+    if debris.paths():
+        print(
+            f"warning: {out} holds {debris.describe()}; `structbench doctor --out {out} --repair` removes them.",
+            file=sys.stderr,
+        )
     if not result.suites and result.experiments.empty:
         console.print(f"no runs in {out}" + (f" for suite(s) {', '.join(wanted)}" if wanted else ""))
         return
@@ -574,6 +582,37 @@ def report(
             raise UsageError(f"cannot write the report to {target}: {exc.strerror or exc}.") from None
         for path in written:
             console.print(f"wrote {path}")
+
+
+@app.command()
+@usage_errors_exit_2
+def doctor(
+    out: Annotated[Path, typer.Option(help="Results directory.")] = Path("results"),
+    repair: Annotated[
+        bool, typer.Option("--repair", help="Remove the debris and move unreadable files to OUT/.quarantine/.")
+    ] = False,
+) -> None:
+    """Check a results store: leftover temporaries, curve files without their run, checkpoints of runs already
+    stored, unreadable files. Exit 1 when something is wrong and --repair was not given."""
+    from structbench import store
+
+    if not out.is_dir():
+        raise UsageError(f"results directory {out} does not exist.")
+    debris = store.find_debris(out)
+    unreadable = store.unreadable_files(out)
+    for path in debris.paths():
+        print(f"{'removed' if repair else 'found'}: {path}")
+    for problem in unreadable:
+        print(f"{'quarantined' if repair else 'unreadable'}: {problem.path}: {problem.reason}")
+    if not debris.paths() and not unreadable:
+        print(f"{out}: {len(store.run_ids(out))} runs, no debris, every file readable.")
+        return
+    if not repair:
+        print(f"run `structbench doctor --out {out} --repair` to fix this.", file=sys.stderr)
+        raise typer.Exit(EXIT_RUN_ERROR)
+    store.clean(out)
+    if unreadable:
+        store.quarantine(out, [problem.path for problem in unreadable])
 
 
 @app.command()
