@@ -153,7 +153,9 @@ def run(
     quiet: Annotated[bool, typer.Option("--quiet", help="No progress bars or per-run lines.")] = False,
 ) -> None:
     """Run a suite's grid (optimizers x settings x seeds), skipping runs already stored, on the chosen executor."""
-    from structbench import executors
+    from structbench import executors, signals
+
+    signals.install()
 
     slurm_given = {
         "partition": slurm_partition,
@@ -196,10 +198,6 @@ def run(
         console.print(grid_table(cells, cached, rerun))
         console.print(f"{len(cells)} runs: {len(cells) - len(todo)} cached, {len(todo)} to run; nothing was run.")
         return
-    store.prepare(out)
-    debris = store.clean(out)
-    if debris.paths():
-        print(f"removed from {out}: {debris.describe()} (left by an interrupted or crashed run)", file=sys.stderr)
     workers = jobs or executors.available_cores() if executor == "local" else 1
     threads = executors.threads_per_worker(workers) if executor == "local" else None
     if slurm is not None:
@@ -223,7 +221,7 @@ def run(
             f"grid: {len(cells)} runs — {len(cells) - len(todo)} already stored, {len(todo)} to run "
             f"({executor}{f', {workers} workers' if executor == 'local' else ''})"
         )
-    from structbench import grid_status, signals
+    from structbench import grid_status
 
     grid_id = grid_status.new_grid_id()
     manifest = {
@@ -235,14 +233,17 @@ def run(
             {"key": c.key, "suite": c.suite.name, "optim": c.optim, "setting": c.setting, "seed": c.seed} for c in cells
         ],
     }
-    grid_status.write_manifest(out, grid_id, manifest)
     rows: list[dict[str, Any]] = []
     failures: list[str] = []
     stored_before = store.run_ids(out)
     planned = len(job_list) + sum(len(s.seeds) for s in suites if s.experiment is not None)
     interrupted = False
-    signals.install()
     try:
+        store.prepare(out)
+        debris = store.clean(out)
+        if debris.paths():
+            print(f"removed from {out}: {debris.describe()} (left by an interrupted or crashed run)", file=sys.stderr)
+        grid_status.write_manifest(out, grid_id, manifest)
         with signals.armed():
             run_experiments(suites, measure.resolve_device(device) if executor == "inline" else None, out, rows)
             if executor == "inline":

@@ -21,9 +21,10 @@ from uuid import uuid4
 
 import pandas as pd
 
-from structbench.store import FINAL_STATUSES
+from structbench.errors import StoreWriteError
+from structbench.store import FINAL_STATUSES, MANIFESTS, TEMPORARY_SUFFIX
 
-GRIDS_DIR = ".grids"
+GRIDS_DIR = MANIFESTS
 QUEUED_STATES = frozenset({"PENDING", "REQUEUED", "CONFIGURING", "RESIZING", "SUSPENDED"})
 RUNNING_STATES = frozenset({"RUNNING", "COMPLETING"})
 
@@ -33,13 +34,18 @@ def new_grid_id() -> str:
 
 
 def write_manifest(out: Path, grid_id: str, record: dict[str, Any]) -> Path:
-    """Write (or replace) one grid's manifest by atomic rename."""
+    """Write (or replace) one grid's manifest by atomic rename; an OS error (a full disk) is a StoreWriteError."""
     directory = out / GRIDS_DIR
-    directory.mkdir(parents=True, exist_ok=True)
     path = directory / f"{grid_id}.json"
-    tmp = directory / f".{grid_id}.json.tmp"
-    tmp.write_text(json.dumps(record, indent=1, default=str))
-    os.replace(tmp, path)
+    tmp = directory / f".{grid_id}.json{TEMPORARY_SUFFIX}"
+    try:
+        directory.mkdir(parents=True, exist_ok=True)
+        tmp.write_text(json.dumps(record, indent=1, default=str))
+        os.replace(tmp, path)
+    except OSError as exc:
+        raise StoreWriteError(f"cannot write to the results store {out}: {exc.strerror or exc}") from exc
+    finally:
+        tmp.unlink(missing_ok=True)
     return path
 
 

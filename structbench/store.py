@@ -15,6 +15,7 @@ never came, a checkpoint of a run since stored) and never a file another process
 
 from __future__ import annotations
 
+import errno
 import fcntl
 import os
 import shutil
@@ -34,6 +35,8 @@ from structbench.errors import StoreWriteError, UsageError
 SCHEMA_VERSION = 1
 TEMPORARY_SUFFIX = ".tmp"
 LOCK_FILE = ".lock"
+MANIFESTS = ".grids"
+"""Where structbench.grid_status keeps each grid's manifest."""
 STATUSES = ("ok", "diverged", "oom", "solver_error", "timeout", "error", "interrupted")
 FINAL_STATUSES = frozenset({"ok", "diverged", "oom", "solver_error", "timeout"})
 """A run with a final status is never run again for the same run key; `error` and `interrupted` runs are."""
@@ -140,7 +143,8 @@ def tables_dir(out: Path) -> Path:
 
 
 def prepare(out: Path) -> None:
-    """Create the store's directories and prove they are writable, before any run starts."""
+    """Create the store's directories and prove they are writable, before any run starts: a path the user cannot
+    write is a UsageError, any other OS error (a full disk) a StoreWriteError."""
     try:
         for directory in (runs_dir(out), curves_dir(out), tables_dir(out)):
             directory.mkdir(parents=True, exist_ok=True)
@@ -148,7 +152,9 @@ def prepare(out: Path) -> None:
             probe.write_bytes(b"")
             probe.unlink()
     except OSError as exc:
-        raise UsageError(f"results directory {out} is not writable: {exc.strerror or exc}.") from None
+        if exc.errno in (errno.EACCES, errno.EPERM, errno.EROFS, errno.ENOTDIR, errno.EEXIST):
+            raise UsageError(f"results directory {out} is not writable: {exc.strerror or exc}.") from None
+        raise StoreWriteError(f"cannot write to the results store {out}: {exc.strerror or exc}") from exc
 
 
 def _write_atomic(table: pa.Table, path: Path, writer: Callable[[pa.Table, Path], None]) -> None:
@@ -344,7 +350,7 @@ class Debris:
 
 def find_debris(out: Path) -> Debris:
     debris = Debris()
-    for directory in (runs_dir(out), curves_dir(out), tables_dir(out)):
+    for directory in (runs_dir(out), curves_dir(out), tables_dir(out), out / MANIFESTS):
         if directory.is_dir():
             debris.temporaries += sorted(
                 p for p in directory.iterdir() if p.name.startswith(".") and p.name.endswith(TEMPORARY_SUFFIX)
