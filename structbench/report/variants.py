@@ -20,6 +20,8 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from structbench.report.anchors import anchor
+
 IGNORED_SPEC_KEYS = frozenset({"seed", "source", "suite", "optim", "task"})
 
 
@@ -71,7 +73,7 @@ class Variant:
 
     @property
     def anchor(self) -> str:
-        return "runs-" + "".join(c if c.isalnum() else "-" for c in f"{self.suite}-{self.label}").strip("-")
+        return anchor("runs", f"{self.suite}-{self.label}")
 
 
 def flatten(spec: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
