@@ -32,6 +32,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
+from structbench.report.atomic import replacing
 from structbench.report.parallel import usable_cores
 from structbench.store import Problem
 
@@ -74,19 +75,16 @@ def _read_cache(path: Path, schema: pa.Schema) -> pa.Table | None:
 
 
 def _write_cache(path: Path, table: pa.Table, schema: pa.Schema) -> None:
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
     try:
         path.parent.mkdir(exist_ok=True)
         with (
+            replacing(path) as tmp,
             pa.OSFile(str(tmp), "wb") as sink,
             pa.ipc.new_file(sink, table.schema.with_metadata(_cache_meta(schema))) as w,
         ):
             w.write_table(table.replace_schema_metadata(_cache_meta(schema)))
-        os.replace(tmp, path)
     except OSError:
         return
-    finally:
-        tmp.unlink(missing_ok=True)
 
 
 def _read_file(path: Path, schema: pa.Schema, required: Collection[str]) -> pa.Table:

@@ -14,6 +14,7 @@ from pathlib import Path
 
 from structbench.report import tables
 from structbench.report.anchors import anchor
+from structbench.report.atomic import write_text_atomic
 from structbench.report.build import Report, SuiteReport
 from structbench.report.figure_file import FigureFile, figure_links
 from structbench.report.glossary import DEFINITIONS
@@ -224,6 +225,7 @@ def render(report: Report, figures: list[FigureFile]) -> str:
 
 
 def write(report: Report, figures: list[FigureFile], directory: Path) -> Path:
+    """Write report.html, replaced whole (atomic.py): a failed write leaves the previous report as it was."""
     path = directory / "report.html"
-    path.write_text(render(report, figures), encoding="utf-8")
+    write_text_atomic(path, render(report, figures))
     return path

@@ -7,6 +7,7 @@ from pathlib import Path
 
 from structbench.report import tables
 from structbench.report.anchors import anchor
+from structbench.report.atomic import write_bytes_atomic, write_text_atomic
 from structbench.report.build import Report, SuiteReport
 from structbench.report.figure_file import FigureFile, figure_links
 from structbench.report.glossary import DEFINITIONS
@@ -157,13 +158,17 @@ def render(report: Report, figures: list[FigureFile]) -> str:
 
 
 def write(report: Report, figures: list[FigureFile], directory: Path) -> Path:
-    """Write report.md and its PNGs (replacing the PNGs of an earlier report in the same place)."""
+    """Write report.md and its PNGs, each replaced whole (atomic.py); then remove the PNGs of an earlier report in
+    the same place that this one does not have."""
+    text = render(report, figures)
     figure_dir = directory / FIGURE_DIR
     figure_dir.mkdir(parents=True, exist_ok=True)
-    for old in figure_dir.glob("*.png"):
-        old.unlink()
     for figure in figures:
-        (figure_dir / f"{figure.name}.png").write_bytes(figure.png)
+        write_bytes_atomic(figure_dir / f"{figure.name}.png", figure.png)
     path = directory / "report.md"
-    path.write_text(render(report, figures), encoding="utf-8")
+    write_text_atomic(path, text)
+    current = {f"{figure.name}.png" for figure in figures}
+    for old in figure_dir.glob("*.png"):
+        if old.name not in current:
+            old.unlink()
     return path
