@@ -580,7 +580,8 @@ def report(
             if "html" in formats:
                 written.append(html.write(result, figures, target))
         except OSError as exc:
-            raise UsageError(f"cannot write the report to {target}: {exc.strerror or exc}.") from None
+            print(f"error: cannot write the report to {target}: {exc.strerror or exc}", file=sys.stderr)
+            raise typer.Exit(EXIT_RUN_ERROR) from None
         for path in written:
             console.print(f"wrote {path}")
 

@@ -235,13 +235,37 @@ class Problem:
     reason: str
 
 
-def _read_dir(directory: Path, columns: Sequence[str] | None) -> tuple[pd.DataFrame, list[Problem]]:
+def unsupported_version(table: pa.Table) -> str | None:
+    """Why rows of a run file cannot be read (their `schema_version` is missing or not SCHEMA_VERSION), or None."""
+    versions = set(table.column("schema_version").to_pylist()) if "schema_version" in table.column_names else {None}
+    if None in versions:
+        return f"schema_version is missing (this structbench reads {SCHEMA_VERSION})"
+    other = sorted(versions - {SCHEMA_VERSION})
+    return f"schema_version {other[0]} is not supported (this structbench reads {SCHEMA_VERSION})" if other else None
+
+
+def _read_run_file(path: Path, columns: Sequence[str] | None) -> pa.Table:
+    """A run file's rows (only `columns`, if given); ValueError when its schema version is not SCHEMA_VERSION."""
+    parquet = pq.ParquetFile(path)
+    versioned = "schema_version" in parquet.schema_arrow.names
+    reason = unsupported_version(parquet.read(columns=["schema_version"]) if versioned else pa.table({}))
+    if reason is not None:
+        raise ValueError(reason)
+    return parquet.read(columns=list(columns) if columns else None)
+
+
+def _read_dir(directory: Path, columns: Sequence[str] | None, runs: bool = False) -> tuple[pd.DataFrame, list[Problem]]:
+    """Every readable file's rows and the files that could not be read; `runs`: files of run rows, whose schema
+    version must be SCHEMA_VERSION (unsupported_version)."""
     tables: list[pa.Table] = []
     problems: list[Problem] = []
     for path in _store_files(directory):
         try:
-            tables.append(pq.read_table(path, columns=list(columns) if columns else None))
-        except (pa.ArrowException, OSError, KeyError) as exc:
+            if runs:
+                tables.append(_read_run_file(path, columns))
+            else:
+                tables.append(pq.read_table(path, columns=list(columns) if columns else None))
+        except (pa.ArrowException, OSError, KeyError, ValueError) as exc:
             problems.append(Problem(path, str(exc).splitlines()[0] if str(exc) else type(exc).__name__))
     if not tables:
         return pd.DataFrame(columns=list(columns or [])), problems
@@ -249,16 +273,18 @@ def _read_dir(directory: Path, columns: Sequence[str] | None) -> tuple[pd.DataFr
 
 
 def load_runs(out: Path, columns: Sequence[str] | None = None) -> tuple[pd.DataFrame, list[Problem]]:
-    """Every readable run row (only `columns`, if given) and the files that could not be read."""
-    return _read_dir(runs_dir(out), columns)
+    """Every readable run row (only `columns`, if given) and the files that could not be read, among them files of
+    a schema version this structbench does not read."""
+    return _read_dir(runs_dir(out), columns, runs=True)
 
 
 def run_keys(out: Path) -> pd.DataFrame:
     """run_id, run_key, status, suite, optim and seed of every readable run with a key, read in one projected scan.
 
-    Unreadable files are skipped here (the report lists them); a file from before run keys has none and is dropped.
+    Unreadable files are skipped here (the report lists them), and so are rows of another schema version than
+    SCHEMA_VERSION (as load_runs skips them); a file from before run keys has none and is dropped.
     """
-    schema = pa.schema([RUN_SCHEMA.field(name) for name in KEY_COLUMNS])
+    schema = pa.schema([RUN_SCHEMA.field(name) for name in (*KEY_COLUMNS, "schema_version")])
     files = [str(p) for p in _store_files(runs_dir(out))]
     try:
         table = ds.dataset(files, format="parquet", schema=schema).to_table()
@@ -271,7 +297,8 @@ def run_keys(out: Path) -> pd.DataFrame:
                 continue
         table = pa.concat_tables(readable) if readable else schema.empty_table()
     frame = table.to_pandas()
-    return frame[frame["run_key"].notna()].reset_index(drop=True)
+    kept = frame["run_key"].notna() & (frame["schema_version"] == SCHEMA_VERSION)
+    return frame.loc[kept, list(KEY_COLUMNS)].reset_index(drop=True)
 
 
 def _store_files(directory: Path) -> list[Path]:

@@ -15,6 +15,7 @@ from pathlib import Path
 
 import numpy as np
 import pandas as pd
+import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 from PIL import Image
@@ -391,6 +392,28 @@ def test_cache_follows_the_store(cli, tmp_path):
     assert len(build.build_report(out).runs) == 1
     # The cache sits outside the store's datasets.
     assert len(pd.read_parquet(out / "runs")) == 1
+
+
+@pytest.mark.parametrize("version", [0, 99])
+def test_run_file_of_another_schema_version_is_warned_and_skipped(cli, tmp_path, version):
+    out = tmp_path / "results"
+    store.prepare(out)
+    write_run(out, "a-0", "adamw", 0, adamw_evals(0))
+    write_run(out, "a-1", "adamw", 1, [(0, 0.0, 2.0, 0.1), (20, 2.0, 0.05, 0.9)])
+    path = out / "runs" / "a-1.parquet"
+    table = pq.read_table(path)
+    column = table.column_names.index("schema_version")
+    pq.write_table(table.set_column(column, "schema_version", pa.array([version], pa.int32())), path)
+    warning = (
+        f"warning: skipped unreadable file {path}: schema_version {version} is not supported (this structbench reads 1)"
+    )
+    for _ in range(2):  # and again once the read cache exists: a rejected file is never cached
+        result = cli("report", "--out", out)
+        assert result.exit_code == 0, result.output
+        assert result.stderr.splitlines() == [warning]
+    adamw = build.build_report(out).suites[0].selected["adamw"]
+    assert adamw.variant.run_ids == ["a-0"]
+    assert adamw.final_loss.median == pytest.approx(0.2)  # a-0's last loss; a-1's 0.05 is not read
 
 
 def test_corrupt_curve_file_is_warned_and_the_run_falls_back(cli, tmp_path):

@@ -6,6 +6,7 @@ import math
 from datetime import UTC, datetime
 
 import pandas as pd
+import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
@@ -111,6 +112,39 @@ def test_load_runs_skips_corrupt_files_and_reports_them(tmp_path):
     assert runs.run_id.tolist() == ["good"]
     assert list(runs.columns) == ["run_id", "status"]
     assert [p.path.name for p in problems] == ["bad.parquet"]
+
+
+def set_schema_version(path, version):
+    """Rewrite a run file with another `schema_version` (None: null; "absent": no such column)."""
+    table = pq.read_table(path)
+    i = table.column_names.index("schema_version")
+    if version == "absent":
+        table = table.remove_column(i)
+    else:
+        table = table.set_column(i, "schema_version", pa.array([version], pa.int32()))
+    pq.write_table(table, path)
+
+
+@pytest.mark.parametrize(
+    ("version", "reason"),
+    [
+        (0, "schema_version 0 is not supported (this structbench reads 1)"),
+        (99, "schema_version 99 is not supported (this structbench reads 1)"),
+        (None, "schema_version is missing (this structbench reads 1)"),
+        ("absent", "schema_version is missing (this structbench reads 1)"),
+    ],
+)
+def test_run_files_of_another_schema_version_are_reported_and_skipped(tmp_path, version, reason):
+    store.prepare(tmp_path)
+    store.write_run(tmp_path, make_row("good", run_key="key-good"), CURVE)
+    store.write_run(tmp_path, make_row("other", run_key="key-other"), CURVE)
+    set_schema_version(tmp_path / "runs" / "other.parquet", version)
+    for columns in (None, ["run_id", "status"]):
+        runs, problems = store.load_runs(tmp_path, columns)
+        assert runs.run_id.tolist() == ["good"]
+        assert [(p.path.name, p.reason) for p in problems] == [("other.parquet", reason)]
+    assert store.run_keys(tmp_path).run_id.tolist() == ["good"]
+    assert store.final_run_keys(tmp_path) == {"key-good": "good"}
 
 
 def test_prepare_rejects_an_unwritable_directory(tmp_path):

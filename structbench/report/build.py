@@ -232,7 +232,8 @@ def build_suite(name: str, runs: pd.DataFrame, curves: pd.DataFrame, baseline_na
     superseded = variants[0].variant.older.frame if variants else runs.iloc[0:0]
     if len(superseded):
         notes.append(
-            f"{len(superseded)} earlier run(s) of a seed that ran again are superseded (listed with the runs)."
+            f"{len(superseded)} run(s) of a seed that ran more than once are superseded (listed with the runs): "
+            "per seed the latest run with a final status counts, else the latest run."
         )
     failures = pd.DataFrame(
         [

@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import functools
 import os
-from collections.abc import Collection
+from collections.abc import Callable, Collection
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
@@ -32,6 +32,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
+from structbench.report.atomic import replacing
 from structbench.report.parallel import usable_cores
 from structbench.store import Problem
 
@@ -40,6 +41,8 @@ CACHE_FORMAT = "3"
 _FILE, _ID = "_file", "_identity"
 CHUNK = 250
 """Files read as one task; a store file takes about half a millisecond of CPU to read."""
+Validate = Callable[[pa.Table], str | None]
+"""A check of a file's rows: why they cannot be used (the file is then reported like an unreadable one), or None."""
 
 
 def _identities(directory: Path) -> dict[str, str]:
@@ -74,39 +77,44 @@ def _read_cache(path: Path, schema: pa.Schema) -> pa.Table | None:
 
 
 def _write_cache(path: Path, table: pa.Table, schema: pa.Schema) -> None:
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
     try:
         path.parent.mkdir(exist_ok=True)
         with (
+            replacing(path) as tmp,
             pa.OSFile(str(tmp), "wb") as sink,
             pa.ipc.new_file(sink, table.schema.with_metadata(_cache_meta(schema))) as w,
         ):
             w.write_table(table.replace_schema_metadata(_cache_meta(schema)))
-        os.replace(tmp, path)
     except OSError:
         return
-    finally:
-        tmp.unlink(missing_ok=True)
 
 
-def _read_file(path: Path, schema: pa.Schema, required: Collection[str]) -> pa.Table:
-    """The file's `schema` columns (absent optional ones as nulls), cast to their schema types."""
+def _read_file(path: Path, schema: pa.Schema, required: Collection[str], validate: Validate | None) -> pa.Table:
+    """The file's `schema` columns (absent optional ones as nulls), cast to their schema types; ValueError when
+    `validate` rejects them."""
     parquet = pq.ParquetFile(path)
     present = set(parquet.schema_arrow.names)
     missing = [name for name in required if name not in present]
     if missing:
         raise ValueError(f"not a structbench store file: lacks column(s) {', '.join(missing)}")
     table = parquet.read(columns=[name for name in schema.names if name in present], use_threads=False)
-    if table.schema.equals(schema):
-        return table
-    arrays = [
-        table.column(f.name).cast(f.type) if f.name in present else pa.nulls(table.num_rows, f.type) for f in schema
-    ]
-    return pa.Table.from_arrays(arrays, schema=schema)
+    if not table.schema.equals(schema):
+        arrays = [
+            table.column(f.name).cast(f.type) if f.name in present else pa.nulls(table.num_rows, f.type) for f in schema
+        ]
+        table = pa.Table.from_arrays(arrays, schema=schema)
+    reason = validate(table) if validate is not None else None
+    if reason is not None:
+        raise ValueError(reason)
+    return table
 
 
 def _read_chunk(
-    directory: Path, schema: pa.Schema, required: Collection[str], files: list[tuple[str, str]]
+    directory: Path,
+    schema: pa.Schema,
+    required: Collection[str],
+    validate: Validate | None,
+    files: list[tuple[str, str]],
 ) -> tuple[pa.Table | None, list[Problem]]:
     """The readable files among `files` ((name, identity) pairs) as one table with each row's file name and
     identity, and the files that could not be read. The table is combined into one chunk here, so that the
@@ -117,7 +125,7 @@ def _read_chunk(
     for name, identity in files:
         path = directory / name
         try:
-            tables.append(_read_file(path, schema, required))
+            tables.append(_read_file(path, schema, required, validate))
         except (pa.ArrowException, OSError, ValueError, KeyError) as exc:
             problems.append(Problem(path, str(exc).splitlines()[0] if str(exc) else type(exc).__name__))
             continue
@@ -134,12 +142,16 @@ def _read_chunk(
 
 
 def _read_files(
-    directory: Path, schema: pa.Schema, required: Collection[str], files: list[tuple[str, str]]
+    directory: Path,
+    schema: pa.Schema,
+    required: Collection[str],
+    validate: Validate | None,
+    files: list[tuple[str, str]],
 ) -> tuple[list[pa.Table], list[Problem]]:
     """`_read_chunk` over `files` in contiguous chunks of CHUNK files, on one thread per core when there are more
     chunks than one (the Parquet reader releases the GIL while it reads)."""
     chunks = [files[start : start + CHUNK] for start in range(0, len(files), CHUNK)]
-    read = functools.partial(_read_chunk, directory, schema, required)
+    read = functools.partial(_read_chunk, directory, schema, required, validate)
     threads = min(len(chunks), usable_cores())
     if threads > 1:
         with ThreadPoolExecutor(threads) as pool:
@@ -166,10 +178,12 @@ def read_columns(
     required: Collection[str],
     cache_name: str,
     only: Collection[str] | None = None,
+    validate: Validate | None = None,
 ) -> tuple[pa.Table, list[Problem]]:
     """Rows of every readable file in `directory` (or of the file names in `only`), `schema`'s columns.
 
-    Returns the table (with the schema's columns only) and the files that could not be read.
+    Returns the table (with the schema's columns only) and the files that could not be read or that `validate`
+    rejects (those are never cached, so they are reported on every read).
     """
     identities = _identities(directory)
     cache_path = directory.parent / CACHE_DIR / f"{cache_name}.arrow"
@@ -177,7 +191,9 @@ def read_columns(
     valid = _still_valid(cached, identities) if cached is not None else None
     have = set(valid.column(_FILE).unique().to_pylist()) if valid is not None else set()
     wanted = set(identities) if only is None else set(identities) & set(only)
-    fresh, problems = _read_files(directory, schema, required, [(n, identities[n]) for n in sorted(wanted - have)])
+    fresh, problems = _read_files(
+        directory, schema, required, validate, [(n, identities[n]) for n in sorted(wanted - have)]
+    )
     parts = ([valid] if valid is not None else []) + fresh
     if not parts:
         return schema.empty_table(), problems

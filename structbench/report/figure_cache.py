@@ -16,13 +16,13 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
 import shutil
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 import matplotlib
 
+from structbench.report.atomic import replacing
 from structbench.report.cached_read import CACHE_DIR
 from structbench.report.figure_file import FigureFile
 
@@ -87,21 +87,23 @@ def load(out: Path, name: str, digest: str, colors: Mapping[str, tuple[float, ..
 def store(
     out: Path, name: str, digest: str, colors: Mapping[str, tuple[float, ...]], figures: Sequence[FigureFile]
 ) -> None:
+    """Keep the figures as a new entry: a directory written under a temporary name and renamed into place
+    (atomic.replacing), so a reader finds a whole entry or none."""
     root = _root(out)
     entry = _entry(out, name, digest, colors)
-    tmp = root / f".{entry.name}.{os.getpid()}.tmp"
     fields = ("name", "title", "caption", "run_ids", "suite", "width", "height")
     manifest = [{k: getattr(f, k) for k in fields} for f in figures]
     try:
-        tmp.mkdir(parents=True, exist_ok=True)
-        for figure in figures:
-            (tmp / f"{figure.name}.png").write_bytes(figure.png)
-        (tmp / "manifest.json").write_text(json.dumps(manifest), encoding="utf-8")
-        shutil.rmtree(entry, ignore_errors=True)
-        os.replace(tmp, entry)
+        root.mkdir(parents=True, exist_ok=True)
+        with replacing(entry) as tmp:
+            tmp.mkdir()
+            for figure in figures:
+                (tmp / f"{figure.name}.png").write_bytes(figure.png)
+            (tmp / "manifest.json").write_text(json.dumps(manifest), encoding="utf-8")
+            shutil.rmtree(entry, ignore_errors=True)
         _prune(root, _slug(name))
     except OSError:
-        shutil.rmtree(tmp, ignore_errors=True)
+        return
 
 
 def _prune(root: Path, slug: str) -> None:

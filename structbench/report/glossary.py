@@ -16,8 +16,10 @@ DEFINITIONS: tuple[tuple[str, str], ...] = (
         "Which runs count",
         "Final loss and metric, step time, compile time, memory and state bytes: runs that ended ok. Time to "
         "target: every run with a result (ok, diverged, oom, solver_error); one that never reached the target "
-        "counts as not reached, so a failure weighs against its optimizer. When a seed ran twice, the latest run "
-        "counts and the earlier one is listed as superseded.",
+        "counts as not reached, so a failure weighs against its optimizer. When a seed ran more than once, one run "
+        "counts: the latest with a final status (ok, diverged, oom, solver_error, timeout) if there is one, else the "
+        "latest (an error or interrupted run then shows as the seed's failure). So an interrupted or failed rerun "
+        "never hides an earlier result; the seed's other runs are listed as superseded.",
     ),
     (
         "Steps and time to target",

@@ -13,6 +13,8 @@ from html import escape
 from pathlib import Path
 
 from structbench.report import tables
+from structbench.report.anchors import anchor
+from structbench.report.atomic import write_text_atomic
 from structbench.report.build import Report, SuiteReport
 from structbench.report.figure_file import FigureFile, figure_links
 from structbench.report.glossary import DEFINITIONS
@@ -108,7 +110,7 @@ def _suite(suite: SuiteReport, report: Report, figures: list[FigureFile]) -> str
     targets = "; ".join(t.describe() for t in suite.targets) or "none"
     baseline = suite.baseline.label if suite.baseline is not None else f"{report.baseline} (no runs here)"
     parts = [
-        f'<section id="suite-{escape(suite.name)}"><h2>{escape(suite.name)}</h2>',
+        f'<section id="{anchor("suite", suite.name)}"><h2>{escape(suite.name)}</h2>',
         f'<p class="meta">Task <code>{escape(suite.task)}</code> · {suite.run_count} runs · eval metric '
         f"<code>{escape(suite.metric_name)}</code> ({'lower' if suite.metric_mode == 'min' else 'higher'} is better) "
         f"· target: {escape(targets)} · baseline: {escape(baseline)}</p>",
@@ -133,7 +135,7 @@ def _sweeps(suite: SuiteReport, report: Report, figures: list[FigureFile]) -> st
     if not suite.sweeps:
         return ""
     parts = [
-        f'<h3 id="sweeps-{escape(suite.name)}">Sweeps</h3><p class="meta">Each optimizer run under several '
+        f'<h3 id="{anchor("sweeps", suite.name)}">Sweeps</h3><p class="meta">Each optimizer run under several '
         "hyperparameter settings: the metric that selected its setting against each swept hyperparameter (never "
         "the test split).</p>"
     ]
@@ -194,7 +196,7 @@ def render(report: Report, figures: list[FigureFile]) -> str:
         for p in report.problems
     )
     notes = "".join(f'<p class="note">{escape(n)}</p>' for n in report.notes)
-    nav = "".join(f'<li><a href="#suite-{escape(s.name)}">{escape(s.name)}</a></li>' for s in report.suites)
+    nav = "".join(f'<li><a href="#{anchor("suite", s.name)}">{escape(s.name)}</a></li>' for s in report.suites)
     across = [_figures([f for f in figures if f.suite is None], report)]
     for profile, basis in ((report.profile_seconds, "time"), (report.profile_steps, "steps")):
         if profile is not None:
@@ -223,6 +225,7 @@ def render(report: Report, figures: list[FigureFile]) -> str:
 
 
 def write(report: Report, figures: list[FigureFile], directory: Path) -> Path:
+    """Write report.html, replaced whole (atomic.py): a failed write leaves the previous report as it was."""
     path = directory / "report.html"
-    path.write_text(render(report, figures), encoding="utf-8")
+    write_text_atomic(path, render(report, figures))
     return path

@@ -14,6 +14,7 @@ from structbench.store import Problem
 
 RUN_COLUMNS = (
     "run_id",
+    "schema_version",
     "suite",
     "task",
     "optim",
@@ -87,8 +88,13 @@ def load_runs(
     optims: Collection[str] = (),
     since: pd.Timestamp | None = None,
 ) -> tuple[pd.DataFrame, list[Problem]]:
-    """The readable run rows, filtered to `suites` / `optims` (empty: all) and runs started at or after `since`."""
-    table, problems = read_columns(store.runs_dir(out), RUN_READ_SCHEMA, REQUIRED_RUN_COLUMNS, "runs")
+    """The readable run rows, filtered to `suites` / `optims` (empty: all) and runs started at or after `since`.
+
+    Files of a schema version this structbench does not read are reported as problems and skipped
+    (store.unsupported_version)."""
+    table, problems = read_columns(
+        store.runs_dir(out), RUN_READ_SCHEMA, REQUIRED_RUN_COLUMNS, "runs", validate=store.unsupported_version
+    )
     runs = _plain(table.to_pandas())
     if suites:
         runs = runs[runs["suite"].isin(list(suites))]

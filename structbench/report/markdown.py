@@ -6,6 +6,8 @@ from collections.abc import Iterable
 from pathlib import Path
 
 from structbench.report import tables
+from structbench.report.anchors import anchor
+from structbench.report.atomic import write_bytes_atomic, write_text_atomic
 from structbench.report.build import Report, SuiteReport
 from structbench.report.figure_file import FigureFile, figure_links
 from structbench.report.glossary import DEFINITIONS
@@ -13,33 +15,51 @@ from structbench.report.glossary import DEFINITIONS
 FIGURE_DIR = "figures"
 
 
-def _escape(text: str) -> str:
-    return text.replace("|", "\\|").replace("\n", " ")
+LITERAL = str.maketrans({c: f"&#{ord(c)};" for c in "&<>\\`*_[]|#~$"})
+"""Characters that Markdown (CommonMark, GitHub's tables, strikethrough and maths) or HTML text could read as
+syntax. Quotes are left as they are: store text never goes into an attribute value (anchors are made by
+anchors.anchor)."""
+
+
+def escape(text: object) -> str:
+    """Text from the store (or the command line) as Markdown that any viewer shows literally.
+
+    Line breaks become spaces (a line break could end a table row or start a block), and every character in
+    LITERAL becomes a numeric character reference. CommonMark never reads a reference as syntax (not as a tag, a
+    link, emphasis or a table's column separator) and HTML decodes it, so the one form is literal text in Markdown
+    and inside the report's HTML blocks (`<details><summary>`) alike, where backslash escapes would show as typed.
+    Not for code spans or fenced code, which show references as typed: store text goes in `<code>` instead.
+    """
+    return " ".join(str(text).splitlines()).translate(LITERAL)
+
+
+def _code(text: object) -> str:
+    return f"<code>{escape(text)}</code>"
 
 
 def _cell(cell: tables.Cell) -> str:
-    text = _escape(cell.text)
+    text = escape(cell.text)
     if cell.link:
         text = f"[{text}](#{cell.link})"
     if cell.tone == "best":
         text = f"**{text}**"
-    return f"{text} {_escape(cell.sub)}" if cell.sub else text
+    return f"{text} {escape(cell.sub)}" if cell.sub else text
 
 
 def table(t: tables.Table, heading: str = "###") -> str:
-    lines = [f"{heading} {t.title}", ""] if heading else []
-    lines.append("| " + " | ".join(_escape(c.name) for c in t.columns) + " |")
+    lines = [f"{heading} {escape(t.title)}", ""] if heading else []
+    lines.append("| " + " | ".join(escape(c.name) for c in t.columns) + " |")
     lines.append("|" + "|".join(":---" if c.left else "---:" for c in t.columns) + "|")
     lines += ["| " + " | ".join(_cell(c) for c in row) + " |" for row in t.rows]
     if t.caption:
-        lines += ["", f"*{t.caption}*"]
+        lines += ["", f"*{escape(t.caption)}*"]
     return "\n".join(lines) + "\n"
 
 
 def _figure(figure: FigureFile, links: Iterable[tuple[str, str]]) -> str:
-    runs = ", ".join(f"[{label}](#{anchor})" for label, anchor in links)
+    runs = ", ".join(f"[{escape(label)}](#{target})" for label, target in links)
     return (
-        f"![{figure.title}]({FIGURE_DIR}/{figure.name}.png)\n\n*{figure.caption}* "
+        f"![{escape(figure.title)}]({FIGURE_DIR}/{figure.name}.png)\n\n*{escape(figure.caption)}* "
         f"Runs ({len(figure.run_ids)}): {runs or 'see the run list'}.\n"
     )
 
@@ -48,10 +68,10 @@ def _suite(suite: SuiteReport, report: Report, figures: list[FigureFile]) -> lis
     targets = "; ".join(t.describe() for t in suite.targets) or "none"
     baseline = suite.baseline.label if suite.baseline is not None else f"{report.baseline} (no runs here)"
     parts = [
-        f'<a id="suite-{suite.name}"></a>\n\n## {suite.name}\n',
-        f"Task `{suite.task}` · {suite.run_count} runs · eval metric `{suite.metric_name}` "
-        f"({'lower' if suite.metric_mode == 'min' else 'higher'} is better) · target: {targets} · "
-        f"baseline: {baseline}\n",
+        f'<a id="{anchor("suite", suite.name)}"></a>\n\n## {escape(suite.name)}\n',
+        f"Task {_code(suite.task)} · {suite.run_count} runs · eval metric {_code(suite.metric_name)} "
+        f"({'lower' if suite.metric_mode == 'min' else 'higher'} is better) · target: {escape(targets)} · "
+        f"baseline: {escape(baseline)}\n",
         table(tables.suite_table(suite)),
     ]
     if len(suite.variants) > len(suite.selected):
@@ -62,7 +82,7 @@ def _suite(suite: SuiteReport, report: Report, figures: list[FigureFile]) -> lis
     for extra in (tables.comparison_table(suite), tables.failure_table(suite)):
         if extra is not None:
             parts.append(table(extra))
-    parts += [f"> note: {note}\n" for note in suite.notes]
+    parts += [f"> note: {escape(note)}\n" for note in suite.notes]
     sweep_figures = {s.figure_name for s in suite.sweeps}
     parts += [
         _figure(f, figure_links(f, report)) for f in figures if f.suite == suite.name and f.name not in sweep_figures
@@ -75,14 +95,14 @@ def _sweeps(suite: SuiteReport, report: Report, figures: list[FigureFile]) -> li
     if not suite.sweeps:
         return []
     parts = [
-        f'<a id="sweeps-{suite.name}"></a>\n\n### {suite.name}: sweeps\n',
+        f'<a id="{anchor("sweeps", suite.name)}"></a>\n\n### {escape(suite.name)}: sweeps\n',
         "Each optimizer run under several hyperparameter settings: the metric that selected its setting against "
         "each swept hyperparameter (never the test split).\n",
     ]
     by_name = {f.name: f for f in figures if f.suite == suite.name}
     for sweep in suite.sweeps:
         parts.append(table(tables.sweep_table(sweep), heading="####"))
-        parts += [f"> warning: {w}\n" for w in sweep.warnings]
+        parts += [f"> warning: {escape(w)}\n" for w in sweep.warnings]
         if sweep.figure_name in by_name:
             parts.append(_figure(by_name[sweep.figure_name], figure_links(by_name[sweep.figure_name], report)))
     return parts
@@ -100,7 +120,7 @@ def _runs(report: Report) -> list[str]:
             if len(v.variant.older_rows):
                 body += "\n" + table(tables.runs_of_variant(v.variant, env_of, superseded=True), heading="")
             parts.append(
-                f'<a id="{v.variant.anchor}"></a>\n<details><summary>{suite.name} — {v.label} '
+                f'<a id="{v.variant.anchor}"></a>\n<details><summary>{escape(suite.name)} — {escape(v.label)} '
                 f"({v.variant.runs_text()})</summary>\n\n{body}\n"
                 f"```json\n{v.variant.spec_text()}\n```\n</details>\n"
             )
@@ -112,13 +132,14 @@ def render(report: Report, figures: list[FigureFile]) -> str:
     runs = len(report.runs)
     header = [
         "# structbench report\n",
-        f"Generated {report.generated:%Y-%m-%d %H:%M} UTC from `{report.out}` · {len(report.suites)} suite(s) · "
-        f"{runs} run(s) · baseline `{report.baseline}` · suites: {report.filters['suites']} · optimizers: "
-        f"{report.filters['optimizers']} · since: {report.filters['since']}\n",
+        f"Generated {report.generated:%Y-%m-%d %H:%M} UTC from {_code(report.out)} · {len(report.suites)} suite(s) · "
+        f"{runs} run(s) · baseline {_code(report.baseline)} · suites: {escape(report.filters['suites'])} · "
+        f"optimizers: {escape(report.filters['optimizers'])} · since: {escape(report.filters['since'])}\n",
     ]
-    header += [f"> warning: skipped unreadable file `{p.path}`: {p.reason}\n" for p in report.problems]
-    header += [f"> note: {note}\n" for note in report.notes]
-    contents = ["- [Across suites](#across-suites)"] + [f"- [{s.name}](#suite-{s.name})" for s in report.suites]
+    header += [f"> warning: skipped unreadable file {_code(p.path)}: {escape(p.reason)}\n" for p in report.problems]
+    header += [f"> note: {escape(note)}\n" for note in report.notes]
+    contents = ["- [Across suites](#across-suites)"]
+    contents += [f"- [{escape(s.name)}](#{anchor('suite', s.name)})" for s in report.suites]
     header.append("\n".join([*contents, "- [How to read](#how-to-read)", "- [Runs](#runs)"]) + "\n")
     across = ['<a id="across-suites"></a>\n\n## Across suites\n']
     across += [_figure(f, figure_links(f, report)) for f in figures if f.suite is None]
@@ -137,13 +158,17 @@ def render(report: Report, figures: list[FigureFile]) -> str:
 
 
 def write(report: Report, figures: list[FigureFile], directory: Path) -> Path:
-    """Write report.md and its PNGs (replacing the PNGs of an earlier report in the same place)."""
+    """Write report.md and its PNGs, each replaced whole (atomic.py); then remove the PNGs of an earlier report in
+    the same place that this one does not have."""
+    text = render(report, figures)
     figure_dir = directory / FIGURE_DIR
     figure_dir.mkdir(parents=True, exist_ok=True)
-    for old in figure_dir.glob("*.png"):
-        old.unlink()
     for figure in figures:
-        (figure_dir / f"{figure.name}.png").write_bytes(figure.png)
+        write_bytes_atomic(figure_dir / f"{figure.name}.png", figure.png)
     path = directory / "report.md"
-    path.write_text(render(report, figures), encoding="utf-8")
+    write_text_atomic(path, text)
+    current = {f"{figure.name}.png" for figure in figures}
+    for old in figure_dir.glob("*.png"):
+        if old.name not in current:
+            old.unlink()
     return path

@@ -79,7 +79,7 @@ class Score:
     n: int
     """Ok seeds with a value."""
     runs: int
-    """Runs that count (the latest per seed), whatever their status."""
+    """Runs that count (one per seed: variants.py), whatever their status."""
     failures: Mapping[str, int]
     """Runs that failed the optimizer's way, by status."""
 

@@ -2,7 +2,7 @@
 
 Which runs feed which number:
 - final eval loss / metric, step time, optimizer share, compile time, peak memory, state bytes: the runs
-  that ended `ok` (one per seed, the latest);
+  that ended `ok` (one run counts per seed: variants.py);
 - steps / seconds to target: every run that produced a result (`ok`, `diverged`, `oom`, `solver_error`);
   one that never crossed the target counts as not reached (+inf), so a diverged seed weighs against its
   optimizer instead of vanishing. `error` and `interrupted` runs are shown in the counts and the failure

@@ -10,6 +10,7 @@ from typing import Any
 
 import pandas as pd
 
+from structbench.report.anchors import anchor
 from structbench.report.build import Report, SuiteReport
 from structbench.report.format import (
     NOT_REACHED,
@@ -249,14 +250,14 @@ def suite_table(suite: SuiteReport, every_setting: bool = False) -> Table:
     if timed:
         caption += _target_caption(suite, effective)
     if every_setting:
-        return Table(f"{suite.name}: every setting", columns, rows, caption, key=f"settings-{suite.name}")
+        return Table(f"{suite.name}: every setting", columns, rows, caption, key=anchor("settings", suite.name))
     if len(suite.variants) > len(suite.selected):
         caption += (
             " Optimizers run under several settings show their selected one (chosen on a validation metric, else on "
             "the training loss, never on this evaluation; the notes say which); the Markdown and HTML reports also "
             "list every setting."
         )
-    return Table(f"{suite.name}: results per optimizer", columns, rows, caption, key=f"suite-{suite.name}")
+    return Table(f"{suite.name}: results per optimizer", columns, rows, caption, key=anchor("suite", suite.name))
 
 
 def _seeds_cell(score: Score) -> Cell:
@@ -300,7 +301,7 @@ def sweep_table(sweep: Sweep, captioned: bool = True) -> Table:
             ]
         )
     title = f"{sweep.suite}: {sweep.optim} over {', '.join(sweep.names)}"
-    key = f"sweep-{sweep.suite}-{sweep.optim}"
+    key = anchor("sweep", f"{sweep.suite}-{sweep.optim}")
     described = criterion.describe()
     if not captioned:
         return Table(title, columns, rows, key=key)
@@ -358,7 +359,7 @@ def comparison_table(suite: SuiteReport) -> Table | None:
         + ("; pairs where neither reached the target are left out." if timed else ".")
     )
     return Table(
-        f"{suite.name}: paired comparison with the baseline", columns, rows, caption, key=f"paired-{suite.name}"
+        f"{suite.name}: paired comparison with the baseline", columns, rows, caption, key=anchor("paired", suite.name)
     )
 
 
@@ -385,7 +386,7 @@ def failure_table(suite: SuiteReport) -> Table | None:
         ]
         for r in suite.failures.itertuples()
     ]
-    return Table(f"{suite.name}: runs that did not end ok", columns, rows, key=f"failures-{suite.name}")
+    return Table(f"{suite.name}: runs that did not end ok", columns, rows, key=anchor("failures", suite.name))
 
 
 def profile_table(profile: Profile, basis: str) -> Table:

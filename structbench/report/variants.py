@@ -5,8 +5,12 @@ override of the budget or the target. Statistics over seeds only make sense with
 the runs are grouped by their stored effective spec with the seed left out. A variant's label is the
 optimizer's name plus the settings that tell it apart: the spec fields that differ between this
 optimizer's variants in the suite, and any field outside the hyperparameters that differs between the
-suite's variants at all (a different budget or target). When one seed of a variant ran more than once,
-the latest run counts and the earlier ones are kept as "superseded" (listed, not used).
+suite's variants at all (a different budget or target).
+
+When one seed of a variant ran more than once, one run counts: the latest run with a final status
+(`store.FINAL_STATUSES`: ok, diverged, oom, solver_error, timeout) if the seed has one, else the latest run. So a
+rerun that was interrupted or hit an error never hides an earlier result, and a seed with no result still shows
+its failure. The seed's other runs are kept as "superseded" (listed, not used).
 """
 
 from __future__ import annotations
@@ -19,6 +23,9 @@ from typing import Any
 
 import numpy as np
 import pandas as pd
+
+from structbench.report.anchors import anchor
+from structbench.store import FINAL_STATUSES
 
 IGNORED_SPEC_KEYS = frozenset({"seed", "source", "suite", "optim", "task"})
 
@@ -46,7 +53,8 @@ class Variant:
     config: Mapping[str, Any]
     latest: Columns
     rows: np.ndarray
-    """Positions of this variant's runs (latest per seed, in seed order) in `latest.frame`."""
+    """Positions of this variant's runs that count (one per seed, in seed order: module docstring) in
+    `latest.frame`."""
     older: Columns
     older_rows: np.ndarray
 
@@ -71,7 +79,7 @@ class Variant:
 
     @property
     def anchor(self) -> str:
-        return "runs-" + "".join(c if c.isalnum() else "-" for c in f"{self.suite}-{self.label}").strip("-")
+        return anchor("runs", f"{self.suite}-{self.label}")
 
 
 def flatten(spec: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
@@ -125,10 +133,13 @@ def group_variants(runs: pd.DataFrame) -> list[Variant]:
     """One suite's runs as variants, in optimizer order and then by the settings that tell them apart."""
     keys = [json.dumps(config_of(spec), sort_keys=True, default=str) for spec in runs["spec"]]
     config_of_key = {key: json.loads(key) for key in set(keys)}
-    ordered = runs.assign(_config=keys).sort_values(["started_at", "run_id"], kind="stable")
-    is_latest = ~ordered.duplicated(["optim", "_config", "seed"], keep="last").to_numpy()
-    latest = ordered[is_latest].sort_values(["optim", "_config", "seed"], kind="stable").reset_index(drop=True)
-    older = ordered[~is_latest].reset_index(drop=True)
+    final = runs["status"].isin(list(FINAL_STATUSES)).to_numpy(bool)
+    # Within a seed, the run that sorts last counts: runs with a final status sort after the others, then by time.
+    ordered = runs.assign(_config=keys, _final=final).sort_values(["_final", "started_at", "run_id"], kind="stable")
+    counts = ~ordered.duplicated(["optim", "_config", "seed"], keep="last").to_numpy()
+    ordered = ordered.drop(columns="_final")
+    latest = ordered[counts].sort_values(["optim", "_config", "seed"], kind="stable").reset_index(drop=True)
+    older = ordered[~counts].sort_values(["started_at", "run_id"], kind="stable").reset_index(drop=True)
     rows_of = latest.groupby(["optim", "_config"], sort=False).indices
     older_rows_of = older.groupby(["optim", "_config"], sort=False).indices if len(older) else {}
     latest_columns = Columns(latest.drop(columns="_config"))
