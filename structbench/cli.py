@@ -383,6 +383,8 @@ def run_workers(finished: Any, total: int, rows: list[dict[str, Any]], failures:
         bar = progress.add_task("runs", total=total)
         for one in finished:
             progress.advance(bar)
+            if one.fatal:
+                raise StoreWriteError(one.failure)
             if one.row is None:
                 failures.append(f"{one.job.cell.label}: the worker failed: {one.failure}")
                 progress.console.print(escape(failures[-1]))

@@ -21,8 +21,10 @@ import math
 import multiprocessing
 import os
 import shutil
+from collections import Counter
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from concurrent.futures import Future, ProcessPoolExecutor, as_completed
+from concurrent.futures.process import BrokenProcessPool
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -124,13 +126,38 @@ def start_worker_server() -> multiprocessing.context.BaseContext:
     return context
 
 
+WORKER_ATTEMPTS = 3
+"""How often a run is started on a fresh pool after its worker pool broke (a worker killed, e.g. by the kernel's
+out-of-memory killer, or crashed) before it is reported as failed."""
+
+
 def run_local(jobs: Sequence[Job], workers: int) -> Iterator[Finished]:
     """Run `jobs` on `workers` fresh worker processes; yield each as it finishes.
 
     On a signal (Ctrl-C, SIGTERM) the runs not started are cancelled, the signal is passed on to the workers (a
     terminal's Ctrl-C reaches them anyway; a SIGTERM sent to this process alone does not), and this waits until each
-    has stored its interrupted run. A worker that raised StoreWriteError is yielded with `fatal` set.
+    has stored its interrupted run. A worker that raised StoreWriteError is yielded with `fatal` set. When a worker
+    dies, Python's pool fails every run not yet finished (and stops the other workers, which store their runs as
+    interrupted): those runs start again on a new pool, each at most WORKER_ATTEMPTS times in all.
     """
+    from structbench import signals
+
+    attempts: Counter[str] = Counter()
+    remaining = list(jobs)
+    while remaining:
+        broken: list[Job] = []
+        for finished in _run_pool(remaining, workers):
+            if finished.failure is not None and finished.failure.startswith(BrokenProcessPool.__name__):
+                attempts[finished.job.cell.key] += 1
+                if attempts[finished.job.cell.key] < WORKER_ATTEMPTS:
+                    broken.append(finished.job)
+                    continue
+                finished.failure = f"its worker process died {WORKER_ATTEMPTS} times (killed, e.g. out of memory?)"
+            yield finished
+        remaining = broken if signals.received() is None else []
+
+
+def _run_pool(jobs: Sequence[Job], workers: int) -> Iterator[Finished]:
     from structbench import signals
     from structbench.errors import StoreWriteError
 
@@ -143,8 +170,10 @@ def run_local(jobs: Sequence[Job], workers: int) -> Iterator[Finished]:
             error = future.exception()
             if error is None:
                 yield Finished(job, future.result())
+            elif isinstance(error, StoreWriteError):
+                yield Finished(job, None, str(error), fatal=True)
             else:
-                yield Finished(job, None, one_line(error), fatal=isinstance(error, StoreWriteError))
+                yield Finished(job, None, one_line(error))
     finally:
         for future in futures:
             future.cancel()

@@ -384,3 +384,43 @@ def test_doctor_reports_then_repairs_debris_and_unreadable_files(cli, tmp_path):
     assert not corrupt.exists() and (tmp_path / ".quarantine" / "runs" / corrupt.name).read_bytes() == b"not parquet"
     clean = cli("doctor", "--out", tmp_path)
     assert clean.exit_code == 0 and "1 runs, no debris, every file readable" in clean.stdout
+
+
+# A sitecustomize that makes the first build of seed 0's task kill its own process (SIGKILL, as the kernel's
+# out-of-memory killer does); loaded by every interpreter of the command, the local executor's workers included.
+KILL_ONCE = textwrap.dedent(
+    """
+    import os, signal
+    from pathlib import Path
+    from structbench.tasks import quadratic
+
+    marker = Path(os.environ["KILL_MARKER"])
+    build = quadratic.QuadraticTask.__init__
+
+    def dying_build(self, args, ctx):
+        if ctx.seed == 0 and not marker.exists():
+            marker.write_text("killed")
+            os.kill(os.getpid(), signal.SIGKILL)
+        build(self, args, ctx)
+
+    quadratic.QuadraticTask.__init__ = dying_build
+    """
+)
+
+
+def test_a_killed_local_worker_does_not_end_the_grid(tmp_path):
+    (tmp_path / "site").mkdir()
+    (tmp_path / "site" / "sitecustomize.py").write_text(KILL_ONCE)
+    marker, out = tmp_path / "killed", tmp_path / "results"
+    env = {**os.environ, "KILL_MARKER": str(marker), "PYTHONPATH": str(tmp_path / "site")}
+    done = subprocess.run(
+        [sys.executable, "-m", "structbench", "run", "--suite", "quadratic", "--optim", "sgd", "--seed", "0",
+         "--seed", "1", "--seed", "2", "--steps", "2000", "--executor", "local", "--jobs", "2", "--out", str(out),
+         "--quiet"],
+        capture_output=True, text=True, env=env, timeout=300,
+    )  # fmt: skip
+    assert marker.read_text() == "killed", "the fault was injected"
+    assert done.returncode == 0, done.stderr
+    runs = read_runs(out)
+    assert sorted(runs[runs.status == "ok"].seed) == [0, 1, 2]
+    assert set(runs.status) <= {"ok", "interrupted"}, "a worker the broken pool stopped stores its run interrupted"
