@@ -207,3 +207,25 @@ def test_a_run_killed_after_its_second_checkpoint_resumes_bit_identically(optim_
     pd.testing.assert_frame_equal(curves(whole, a.run_id), curves(split, b.run_id))
     assert a.final_eval_loss == b.final_eval_loss
     assert store.find_debris(split).paths() == []
+
+
+def test_the_global_random_generators_continue_after_a_resume(tmp_path, monkeypatch):
+    """A model whose training draws from torch's and Python's global generators (dropout, random augmentation)."""
+    import random
+
+    original = QuadraticTask.train_loss
+
+    def noisy(self: QuadraticTask, index: int) -> torch.Tensor:
+        return original(self, index) * (1 + 0.01 * torch.rand(()) + 0.01 * random.random())
+
+    monkeypatch.setattr(QuadraticTask, "train_loss", noisy)
+    cell = quadratic_cell("sgd")
+    whole = run_job(job(cell, tmp_path / "whole"))
+    with monkeypatch.context() as patch:
+        interrupt_at(patch, 24)
+        run_job(job(cell, tmp_path / "split"))
+    resumed = run_job(job(cell, tmp_path / "split"))
+    assert resumed["resumed_from_step"] == 20
+    pd.testing.assert_frame_equal(
+        curves(tmp_path / "whole", whole["run_id"]), curves(tmp_path / "split", resumed["run_id"])
+    )
