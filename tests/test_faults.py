@@ -83,7 +83,7 @@ def wait_for_line(proc: subprocess.Popen, prefix: bytes, limit_s: float) -> None
 @pytest.mark.parametrize("trial", range(TRIALS))
 def test_a_signal_at_a_random_point_of_a_grid_loses_nothing(trial, tmp_path, cli):
     rng = random.Random(trial)
-    signum = rng.choice([signal.SIGINT, signal.SIGTERM])
+    signum = rng.choice([signal.SIGINT, signal.SIGTERM, signal.SIGINT, signal.SIGTERM, signal.SIGKILL])
     delay = rng.uniform(0.0, 2.5)
     out, finished_log = tmp_path / "results", tmp_path / "finished.txt"
     driver = tmp_path / "driver.py"
@@ -108,7 +108,9 @@ def test_a_signal_at_a_random_point_of_a_grid_loses_nothing(trial, tmp_path, cli
     finished = finished_log.read_text().split("\n")[:-1] if finished_log.exists() else []
     stored = {f"{r.optim} {r.seed}" for r in runs.itertuples()} if len(runs) else set()
     assert set(finished) <= stored, f"finished runs missing from the store: {set(finished) - stored}"
-    if proc.returncode in (0, -signum):  # the grid ended before the signal (or it hit the interpreter's exit)
+    if signum == signal.SIGKILL:  # nothing can be said; what it leaves must be consistent and cleaned up below
+        assert proc.returncode in (0, -signal.SIGKILL)
+    elif proc.returncode in (0, -signum):  # the grid ended before the signal (or it hit the interpreter's exit)
         assert len(runs) == 4 and set(runs.status) == {"ok"}
     else:
         assert proc.returncode == 128 + signum, stderr
@@ -424,3 +426,28 @@ def test_a_killed_local_worker_does_not_end_the_grid(tmp_path):
     runs = read_runs(out)
     assert sorted(runs[runs.status == "ok"].seed) == [0, 1, 2]
     assert set(runs.status) <= {"ok", "interrupted"}, "a worker the broken pool stopped stores its run interrupted"
+
+
+@pytest.mark.parametrize(("time_limit_s", "status"), [(120.0, "timeout"), (86400.0, "interrupted")])
+def test_slurms_time_limit_warning_ends_a_run_timeout_only_near_the_jobs_limit(time_limit_s, status, tmp_path,
+                                                                              monkeypatch):  # fmt: skip
+    """submitit has Slurm send SIGUSR2 90 s before the time limit, and also on preemption: near the limit (a 2-minute
+    job) the run ends `timeout` (final); a day-long job warned after seconds was preempted: `interrupted`."""
+    from structbench import grid, spec
+    from structbench.executors import Job, run_job
+
+    original = QuadraticTask.train_loss
+
+    def warned(self, step):
+        if step == 5:
+            os.kill(os.getpid(), signal.SIGUSR2)
+        return original(self, step)
+
+    monkeypatch.setattr(QuadraticTask, "train_loss", warned)
+    suites, _ = spec.load_suites("quadratic", ["budget.steps=1000"], ["sgd"], [0])
+    cell = grid.build_grid(suites, "cpu")[0]
+    store.prepare(tmp_path)
+    row = run_job(Job(cell=cell, device="cpu", data_root=str(tmp_path), out=str(tmp_path), executor="slurm",
+                      parallel_runs=1, threads=1, time_limit_s=time_limit_s))  # fmt: skip
+    assert row["status"] == status and row["steps"] < 1000
+    assert read_runs(tmp_path).status.tolist() == [status]
