@@ -237,4 +237,5 @@ IMAGE_CLASSIFICATION = TaskDef(
     defaults=DEFAULTS,
     build=ImageClassificationTask,
     preflight=preflight,
+    metric_name=ImageClassificationTask.metric_name,
 )
