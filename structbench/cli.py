@@ -37,6 +37,12 @@ EXIT_USAGE = 2
 EXIT_INTERRUPTED = 130
 
 
+def one_line(message: str) -> str:
+    """A message with its line breaks (those of str.splitlines) turned into spaces: an error is one line on stderr,
+    whatever text of the user's (a key, a path) it quotes."""
+    return " ".join(message.splitlines())
+
+
 class OneLineErrors(TyperGroup):
     """The root command: a command-line error (unknown option, bad or missing value) is reported like any other
     usage error, as one `error: ...` line on stderr with click's exit code (2), instead of a framed help box."""
@@ -55,7 +61,7 @@ class OneLineErrors(TyperGroup):
             code = super().main(args, prog_name, complete_var, standalone_mode=False, **extra)
         except typer.TyperException as exc:
             if type(exc).__name__ != "NoArgsIsHelpError":  # its message, the help, is already printed
-                print(f"error: {' '.join(exc.format_message().split())}", file=sys.stderr)
+                print(f"error: {one_line(exc.format_message())}", file=sys.stderr)
             code = exc.exit_code
         except typer.Abort:
             print("error: aborted.", file=sys.stderr)
@@ -92,7 +98,7 @@ def usage_errors_exit_2(command: F) -> F:
         try:
             return command(*args, **kwargs)
         except UsageError as exc:
-            print(f"error: {exc}", file=sys.stderr)
+            print(f"error: {one_line(str(exc))}", file=sys.stderr)
             raise typer.Exit(EXIT_USAGE) from None
 
     return wrapper  # type: ignore[return-value]

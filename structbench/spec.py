@@ -151,7 +151,8 @@ def read_suite_file(name_or_path: str) -> tuple[str, Path, dict[str, Any]]:
     unknown = set(raw) - SUITE_KEYS
     if unknown:
         raise UsageError(
-            f"suite file {path}: unknown field(s) {', '.join(sorted(unknown))}; valid: {', '.join(sorted(SUITE_KEYS))}."
+            f"suite file {path}: unknown field(s) {', '.join(map(repr, sorted(unknown)))}; "
+            f"valid: {', '.join(sorted(SUITE_KEYS))}."
         )
     for key, value in raw.items():
         is_valid, expected = SUITE_FIELDS[key]
@@ -437,7 +438,9 @@ def resolve_experiment_suite(
 def _merge(section: str, defaults: Mapping[str, Any], given: Mapping[str, Any]) -> dict[str, Any]:
     unknown = sorted(set(given) - set(defaults))
     if unknown:
-        raise UsageError(f"unknown {section} field(s) {', '.join(unknown)}; valid: {', '.join(sorted(defaults))}.")
+        raise UsageError(
+            f"unknown {section} field(s) {', '.join(map(repr, unknown))}; valid: {', '.join(sorted(defaults))}."
+        )
     merged = copy.deepcopy(dict(defaults))
     for key, value in given.items():
         merged[key] = coerce(f"{section}.{key}", value, defaults[key])

@@ -191,7 +191,7 @@ def _preflight(args: dict[str, Any], data_root: Path) -> None:
     _check_corpus_length(args, tokens)
     config = resolve_config(args["model"], seq_len=int(args["seq_len"]), **model_overrides(args))
     params = count_params(config, tokens.vocab_size)
-    check_memory(f"language model {args['model']!r} with {params} float32 parameters", 4 * params)
+    check_memory(f"language model {args['model']!r}: its {params} float32 parameters", 4 * params)
 
 
 LANGUAGE_MODEL = TaskDef(
