@@ -189,6 +189,22 @@ def test_a_language_model_too_large_for_memory_is_refused(cli, tmp_path, out):
     assert "language model 'gpt-tiny': its" in line and "float32 parameters need at least" in line
 
 
+def test_an_image_model_too_large_for_memory_is_refused(cli, out):
+    # The digits MLP with hidden width 10^6 has a 10^6 x 10^6 middle layer: 10^12 float32 parameters, 4 TB.
+    line = usage_error(
+        cli("run", "--suite", "digits", "--dry-run", "--set", "task_args.model_options={hidden=1000000}", "--out", out),
+        out,
+    )
+    assert "model 'mlp' with options {'hidden': 1000000}: its" in line and "GiB of memory" in line
+
+
+def test_image_model_options_no_model_could_build_are_refused(cli, out):
+    line = usage_error(
+        cli("run", "--suite", "digits", "--dry-run", "--set", "task_args.model_options={hidden=-1}", "--out", out), out
+    )
+    assert "model 'mlp' cannot take task_args.model_options {'hidden': -1}" in line
+
+
 @pytest.mark.parametrize(
     ("setting", "message"),
     [

@@ -31,9 +31,9 @@ from typing import Any, Literal
 import torch
 import torch.nn.functional as F
 
-from structbench.data import load, require
+from structbench.data import dataset_info, load, require
 from structbench.errors import UsageError
-from structbench.tasks.base import EvalResult, TaskContext, TaskDef
+from structbench.tasks.base import EvalResult, TaskContext, TaskDef, check_memory
 from structbench.tasks.vision.augment import CropFlip, crop_flip, draw_crop_flip, zero_pad
 from structbench.tasks.vision.models import build_model
 
@@ -229,6 +229,24 @@ class ImageClassificationTask:
 def preflight(args: dict[str, Any], data_root: Path) -> None:
     validate_args(args)
     require(args["dataset"], data_root)
+    check_model_size(args)
+
+
+def check_model_size(args: dict[str, Any]) -> None:
+    """Build the model on the meta device (no memory taken) for the dataset's image shape: options it cannot take,
+    or float32 parameters beyond this machine's memory, are usage errors before any run."""
+    info = dataset_info(args["dataset"])
+    channels, height, _ = info.image_shape
+    options = dict(args["model_options"] or {})
+    try:
+        with torch.device("meta"):
+            model = build_model(
+                args["model"], in_channels=channels, image_size=height, num_classes=info.num_classes, **options
+            )
+    except (TypeError, ValueError, RuntimeError) as exc:  # RuntimeError: a size beyond int64 elements
+        raise UsageError(f"model {args['model']!r} cannot take task_args.model_options {options!r}: {exc}") from None
+    params = sum(p.numel() for p in model.parameters())
+    check_memory(f"model {args['model']!r} with options {options!r}: its {params} float32 parameters", 4 * params)
 
 
 IMAGE_CLASSIFICATION = TaskDef(
