@@ -418,6 +418,11 @@ def resolve_experiment_suite(
     for assignment in overrides:
         apply_override(effective, assignment)
     _check_numbers("task_args", effective["task_args"])
+    if definition.validate is not None:
+        try:
+            definition.validate(effective["task_args"])
+        except (ValueError, TypeError) as exc:
+            raise UsageError(f"experiment {definition.name!r}: {exc}") from None
     return SuiteSpec(
         name=name,
         description=str(raw.get("description", "")),
@@ -463,6 +468,9 @@ def coerce(key: str, value: Any, like: Any) -> Any:
             return value
     elif isinstance(like, list):
         if isinstance(value, list):
+            return value
+    elif isinstance(like, dict):
+        if isinstance(value, dict):
             return value
     elif like is None:
         return value

@@ -396,3 +396,38 @@ def test_an_infinite_target_value_is_refused_and_nan_means_no_fixed_value(cli, t
 def test_a_key_below_a_single_value_says_so(cli, out):
     line = usage_error(cli("run", "--suite", "quadratic", "--dry-run", "--set", "budget.steps.x=3", "--out", out), out)
     assert "unknown key 'budget.steps.x': budget.steps is a single value, not a table" in line
+
+
+# ---- numerical experiments ----------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("suite", "setting", "message"),
+    [
+        ("quant-error", "task_args.order=0", "experiment 'quant-error': quant-error needs order >= 1"),
+        ("quant-error", "task_args.bits=[5]", "unknown bits or codebooks [5]"),
+        ("orth-error", "task_args.rows=1", "orth-error needs 2 <= rows <= cols"),
+        ("orth-error", "task_args.kappas=[0.5]", "kappas are condition numbers, each >= 1; got [0.5]"),
+        ("update-cond", "task_args.steps=0", "steps and log_every must be >= 1; got 0, 20"),
+        ("update-cond", "task_args.trace=tower", "unknown trace 'tower'"),
+    ],
+)
+def test_experiment_arguments_no_run_could_use_are_refused_before_the_store_exists(cli, out, suite, setting, message):
+    line = usage_error(cli("run", "--suite", suite, "--set", setting, "--out", out), out)
+    assert message in line
+
+
+def test_an_experiment_too_large_for_memory_is_refused(cli, out):
+    # U and A of order 10^8 in float64: 2 x 8 x 10^16 bytes.
+    line = usage_error(cli("run", "--suite", "quant-error", "--set", "task_args.order=100000000", "--out", out), out)
+    assert "quant-error of order 100000000: U and A in float64 need at least" in line
+
+
+def test_update_cond_trace_arguments_in_a_suite_file_are_checked_by_the_trace_task(cli, tmp_path, out):
+    unknown = write_suite(
+        tmp_path, "unknown.toml", 'experiment = "update-cond"\n[task_args]\ntrace_args = {nope = 1}\n'
+    )
+    line = usage_error(cli("run", "--suite", unknown, "--out", out), out)
+    assert "trace_args has no field(s) ['nope']" in line
+    small = write_suite(tmp_path, "small.toml", 'experiment = "update-cond"\n[task_args]\ntrace_args = {dim = 4}\n')
+    assert cli("run", "--suite", small, "--dry-run", "--out", out).exit_code == 0
