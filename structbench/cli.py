@@ -231,7 +231,8 @@ def run(
         if suite_spec.experiment is None:
             task_def = get_task(suite_spec.task)
             if task_def.preflight is not None:
-                task_def.preflight(suite_spec.task_args, data_root)
+                budget = suite_spec.budget
+                task_def.preflight(suite_spec.task_args, data_root, budget["batch_size"] // budget["grad_accum"])
     cells = grid.build_grid([s for s in suites if s.experiment is None], device_kind)
     cached = store.final_run_keys(out) if out.is_dir() else {}
     todo = cells if rerun else [c for c in cells if c.key not in cached]

@@ -198,6 +198,13 @@ def test_an_image_model_too_large_for_memory_is_refused(cli, out):
     assert "model 'mlp' with options {'hidden': 1000000}: its" in line and "GiB of memory" in line
 
 
+def test_a_batch_larger_than_the_training_split_with_drop_last_is_refused(cli, out):
+    # scikit-learn's digits have 1,797 images in all, so 10^6 per batch leaves no full batch to train on.
+    batch = ("--set", "budget.batch_size=1000000", "--set", "task_args.drop_last=true")
+    line = usage_error(cli("run", "--suite", "digits", "--optim", "sgd", "--steps", "2", *batch, "--out", out), out)
+    assert "batch size 1000000 exceeds the" in line and "with drop_last = true" in line
+
+
 def test_image_model_options_no_model_could_build_are_refused(cli, out):
     line = usage_error(
         cli("run", "--suite", "digits", "--dry-run", "--set", "task_args.model_options={hidden=-1}", "--out", out), out

@@ -189,12 +189,12 @@ def validate_args(params: Mapping[str, Any]) -> None:
         raise ValueError(f"steps and log_every must be >= 1; got {params['steps']}, {params['log_every']}")
     if not all(float(scale) > 0 for scale in params["fismo_grad_scales"]):
         raise ValueError(f"fismo_grad_scales must be > 0; got {params['fismo_grad_scales']}")
-    task_def, preset, _, _ = TRACES[params["trace"]]
+    task_def, preset, batch_size, _ = TRACES[params["trace"]]
     unknown = sorted(set(params["trace_args"]) - set(task_def.defaults))
     if unknown:
         raise ValueError(f"trace_args has no field(s) {unknown}; valid: {', '.join(sorted(task_def.defaults))}")
     if task_def.preflight is not None:
-        task_def.preflight({**task_def.defaults, **preset, **params["trace_args"]}, Path("."))
+        task_def.preflight({**task_def.defaults, **preset, **params["trace_args"]}, Path("."), batch_size)
 
 
 def _run(args: dict[str, Any], seed: int, device: torch.device) -> ExperimentResult:

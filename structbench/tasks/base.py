@@ -51,8 +51,10 @@ class TaskDef:
     summary: str
     defaults: Mapping[str, Any]
     build: Callable[[dict[str, Any], TaskContext], Task]
-    preflight: Callable[[dict[str, Any], Path], None] | None = None
-    """Checks that must pass before any run starts (e.g. the dataset is on disk); raises UsageError."""
+    preflight: Callable[[dict[str, Any], Path, int], None] | None = None
+    """Checks that must pass before any run starts (e.g. the dataset is on disk), given the task arguments, the data
+    root and the batch size each training call draws (the budget's batch size over its grad_accum); raises
+    UsageError."""
     metric_name: str | None = None
     """The metric the task's evaluation reports, so that a suite's target is checked before any run (None: the
     runner checks it when the task is built)."""

@@ -168,6 +168,6 @@ QUADRATIC = TaskDef(
     summary="matrix quadratics with known optimum: Kronecker, block-diagonal, linear regression",
     defaults=DEFAULTS,
     build=QuadraticTask,
-    preflight=lambda args, data_root: validate_args(args),
+    preflight=lambda args, data_root, batch_size: validate_args(args),
     metric_name=QuadraticTask.metric_name,
 )

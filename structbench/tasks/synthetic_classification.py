@@ -88,6 +88,6 @@ SYNTHETIC_CLASSIFICATION = TaskDef(
     summary="MLP on a seeded Gaussian mixture (labelled synthetic; smoke suite only)",
     defaults=DEFAULTS,
     build=SyntheticClassificationTask,
-    preflight=lambda args, data_root: validate_args(args),
+    preflight=lambda args, data_root, batch_size: validate_args(args),
     metric_name=SyntheticClassificationTask.metric_name,
 )

@@ -184,7 +184,7 @@ def _check_corpus_length(args: dict[str, Any], tokens: TokenData) -> None:
         )
 
 
-def _preflight(args: dict[str, Any], data_root: Path) -> None:
+def _preflight(args: dict[str, Any], data_root: Path, batch_size: int) -> None:
     """Read and tokenize the corpus once before any run, so missing data or vocabularies fail early (exit 2); check
     that it is longer than a window and that the model's parameters fit in this machine's memory."""
     tokens = prepare(args, data_root)

@@ -110,10 +110,8 @@ class ImageClassificationTask:
         self.batch_size = ctx.batch_size
         self.train_size = len(train)
         self.drop_last = bool(args["drop_last"])
-        if self.drop_last and self.batch_size > self.train_size:
-            raise UsageError(
-                f"batch size {self.batch_size} exceeds the {self.train_size} training examples with drop_last = true."
-            )
+        if self.drop_last:
+            check_drop_last(self.batch_size, self.train_size)
         full_batches, remainder = divmod(self.train_size, self.batch_size)
         self.steps_per_epoch = full_batches + (1 if remainder and not self.drop_last else 0)
         self.epoch_positions = full_batches * self.batch_size if self.drop_last else self.train_size
@@ -226,10 +224,19 @@ class ImageClassificationTask:
         return EvalResult(loss=float(total_loss) / count, metric=int(correct) / count)
 
 
-def preflight(args: dict[str, Any], data_root: Path) -> None:
+def preflight(args: dict[str, Any], data_root: Path, batch_size: int) -> None:
     validate_args(args)
     require(args["dataset"], data_root)
     check_model_size(args)
+    if args["drop_last"]:
+        train, _, _ = load(args["dataset"], data_root)
+        check_drop_last(batch_size, len(train))
+
+
+def check_drop_last(batch_size: int, train_size: int) -> None:
+    """With drop_last a batch larger than the training split leaves no batch to train on."""
+    if batch_size > train_size:
+        raise UsageError(f"batch size {batch_size} exceeds the {train_size} training examples with drop_last = true.")
 
 
 def check_model_size(args: dict[str, Any]) -> None:
