@@ -152,6 +152,12 @@ def test_a_suite_file_nested_beyond_the_parser_is_refused_by_name(cli, tmp_path,
     assert f"suite file {suite} nests its tables or arrays too deeply" in line
 
 
+def test_a_line_break_in_a_suite_file_name_stays_on_the_one_error_line(cli, tmp_path, out):
+    suite = write_suite(tmp_path, "two\nlines.toml", "task = 3\n")
+    line = usage_error(cli("run", "--suite", suite, "--dry-run", "--out", out), out)
+    assert f"suite file {tmp_path}/two lines.toml: field 'task' must be a string" in line
+
+
 def test_a_directory_named_like_a_suite_file_is_an_unknown_suite(cli, tmp_path, out):
     folder = tmp_path / "folder.toml"
     folder.mkdir()
