@@ -22,6 +22,7 @@ from rich.progress import (
     TimeRemainingColumn,
 )
 from rich.table import Table
+from typer.core import TyperGroup
 
 from structbench.errors import StoreWriteError, UsageError
 
@@ -32,7 +33,44 @@ if TYPE_CHECKING:
 # Modules that load torch (runner, optim, tasks, spec, measure, data) are imported inside the commands that use
 # them, so `structbench report`, `--help` and the like start without torch.
 
+EXIT_RUN_ERROR = 1
+EXIT_USAGE = 2
+
+
+def one_line(message: str) -> str:
+    """A message with its line breaks (those of str.splitlines) turned into spaces: an error is one line on stderr,
+    whatever text of the user's (a key, a path) it quotes."""
+    return " ".join(message.splitlines())
+
+
+class OneLineErrors(TyperGroup):
+    """The root command: a command-line error (unknown option, bad or missing value) is reported like any other
+    usage error, as one `error: ...` line on stderr with click's exit code (2), instead of a framed help box."""
+
+    def main(
+        self,
+        args: Any = None,
+        prog_name: str | None = None,
+        complete_var: str | None = None,
+        standalone_mode: bool = True,
+        **extra: Any,
+    ) -> Any:
+        if not standalone_mode:
+            return super().main(args, prog_name, complete_var, standalone_mode=False, **extra)
+        try:
+            code = super().main(args, prog_name, complete_var, standalone_mode=False, **extra)
+        except typer.TyperException as exc:
+            if type(exc).__name__ != "NoArgsIsHelpError":  # its message, the help, is already printed
+                print(f"error: {one_line(exc.format_message())}", file=sys.stderr)
+            code = exc.exit_code
+        except typer.Abort:  # click's name for a KeyboardInterrupt that reached it
+            print("interrupted.", file=sys.stderr)
+            code = 128 + signal.SIGINT
+        sys.exit(code if isinstance(code, int) else 0)
+
+
 app = typer.Typer(
+    cls=OneLineErrors,
     help="Benchmark structured optimizers: run suites, record measurements to Parquet, report.",
     no_args_is_help=True,
     add_completion=False,
@@ -42,10 +80,14 @@ WIDTH = None if sys.stdout.isatty() else 160
 console = Console(width=WIDTH)
 err_console = Console(stderr=True, width=WIDTH)
 
-EXIT_RUN_ERROR = 1
-EXIT_USAGE = 2
-
 F = TypeVar("F", bound=Callable[..., Any])
+
+
+def path_value(text: str) -> Path:
+    """A path option's value; an empty one is a usage error (it would silently mean the current directory)."""
+    if not text.strip():
+        raise typer.BadParameter("an empty path is not a directory; give one, or leave the option out.")
+    return Path(text)
 
 
 def usage_errors_exit_2(command: F) -> F:
@@ -56,7 +98,7 @@ def usage_errors_exit_2(command: F) -> F:
         try:
             return command(*args, **kwargs)
         except UsageError as exc:
-            print(f"error: {exc}", file=sys.stderr)
+            print(f"error: {one_line(str(exc))}", file=sys.stderr)
             raise typer.Exit(EXIT_USAGE) from None
 
     return wrapper  # type: ignore[return-value]
@@ -146,9 +188,10 @@ def run(
     ] = None,
     wait: Annotated[bool, typer.Option("--wait", help="With slurm: wait for the runs and print them.")] = False,
     device: Annotated[str, typer.Option(help="auto, cpu or cuda.")] = "auto",
-    out: Annotated[Path, typer.Option(help="Results directory.")] = Path("results"),
+    out: Annotated[Path, typer.Option(parser=path_value, help="Results directory.")] = Path("results"),
     data_dir: Annotated[
-        Path | None, typer.Option(help="Data root (else $STRUCTBENCH_DATA, else ~/.cache/structbench/data).")
+        Path | None,
+        typer.Option(parser=path_value, help="Data root (else $STRUCTBENCH_DATA, else ~/.cache/structbench/data)."),
     ] = None,
     quiet: Annotated[bool, typer.Option("--quiet", help="No progress bars or per-run lines.")] = False,
 ) -> None:
@@ -190,7 +233,8 @@ def run(
         if suite_spec.experiment is None:
             task_def = get_task(suite_spec.task)
             if task_def.preflight is not None:
-                task_def.preflight(suite_spec.task_args, data_root)
+                budget = suite_spec.budget
+                task_def.preflight(suite_spec.task_args, data_root, budget["batch_size"] // budget["grad_accum"])
     cells = grid.build_grid([s for s in suites if s.experiment is None], device_kind)
     cached = store.final_run_keys(out) if out.is_dir() else {}
     todo = cells if rerun else [c for c in cells if c.key not in cached]
@@ -471,7 +515,7 @@ def show_experiment(suite: str, seed: int, outcome: RunOutcome) -> None:
     from structbench.report import terminal
 
     if outcome.table is not None:
-        table = Table(title=f"{suite} (seed {seed}) — run {outcome.row['run_id']}")
+        table = Table(title=escape(f"{suite} (seed {seed}) — run {outcome.row['run_id']}"))
         for column in outcome.table.columns:
             table.add_column(str(column))
         for values in outcome.table.itertuples(index=False):
@@ -500,7 +544,9 @@ def check_runs(rows: list[dict[str, Any]], checks: dict[str, Any]) -> list[str]:
 
 @app.command()
 @usage_errors_exit_2
-def status(out: Annotated[Path, typer.Option(help="Results directory.")] = Path("results")) -> None:
+def status(
+    out: Annotated[Path, typer.Option(parser=path_value, help="Results directory.")] = Path("results"),
+) -> None:
     """Per suite and optimizer: runs done, failed (by status), queued and running on Slurm, and missing."""
     import shutil
 
@@ -533,14 +579,16 @@ def status(out: Annotated[Path, typer.Option(help="Results directory.")] = Path(
 @app.command()
 @usage_errors_exit_2
 def report(
-    out: Annotated[Path, typer.Option(help="Results directory.")] = Path("results"),
+    out: Annotated[Path, typer.Option(parser=path_value, help="Results directory.")] = Path("results"),
     suites: Annotated[list[str] | None, typer.Option("--suite", help="Only these suites (repeatable).")] = None,
     optims: Annotated[
         list[str] | None, typer.Option("--optim", help="Only these optimizers (repeatable); the baseline is kept.")
     ] = None,
     baseline: Annotated[str, typer.Option(help="Optimizer that speed-ups and paired comparisons refer to.")] = "adamw",
     fmt: Annotated[str, typer.Option("--format", help="term, md, html or all.")] = "term",
-    to: Annotated[Path | None, typer.Option(help="Where md/html reports go (default: OUT/report).")] = None,
+    to: Annotated[
+        Path | None, typer.Option(parser=path_value, help="Where md/html reports go (default: OUT/report).")
+    ] = None,
     since: Annotated[
         str | None, typer.Option(help="Only runs started at or after this UTC date/time (2025-01-31[T12:00]).")
     ] = None,
@@ -565,7 +613,7 @@ def report(
             file=sys.stderr,
         )
     if not result.suites and result.experiments.empty:
-        console.print(f"no runs in {out}" + (f" for suite(s) {', '.join(wanted)}" if wanted else ""))
+        console.print(escape(f"no runs in {out}" + (f" for suite(s) {', '.join(wanted)}" if wanted else "")))
         return
     if "term" in formats:
         terminal.print_report(console, result)
@@ -585,7 +633,7 @@ def report(
             print(f"error: cannot write the report to {target}: {exc.strerror or exc}", file=sys.stderr)
             raise typer.Exit(EXIT_RUN_ERROR) from None
         for path in written:
-            console.print(f"wrote {path}")
+            console.print(escape(f"wrote {path}"))
 
 
 @app.command()
@@ -639,7 +687,7 @@ def check(
         for result in conformance.run_checks(name):
             failed += not result.passed
             verdict = "[green]pass[/green]" if result.passed else "[red]FAIL[/red]"
-            table.add_row(name, result.check, verdict, result.message)
+            table.add_row(name, result.check, verdict, escape(result.message))
     console.print(table)
     if failed:
         print(f"{failed} check(s) failed.", file=sys.stderr)
@@ -653,7 +701,9 @@ app.add_typer(data_app, name="data")
 @data_app.command("status")
 @usage_errors_exit_2
 def data_status(
-    data_dir: Annotated[Path | None, typer.Option(help="Data root (else $STRUCTBENCH_DATA, else default).")] = None,
+    data_dir: Annotated[
+        Path | None, typer.Option(parser=path_value, help="Data root (else $STRUCTBENCH_DATA, else default).")
+    ] = None,
 ) -> None:
     """List which datasets, corpora and vocabularies are present under the data root, and where."""
     from structbench.data import dataset_status
@@ -661,16 +711,18 @@ def data_status(
     from structbench.data.text import corpus_status
 
     root = resolve_data_root(data_dir)
-    table = Table(title=f"datasets under {root}")
+    table = Table(title=escape(f"datasets under {root}"))
     for column in ("dataset", "present", "where", "note"):
         table.add_column(column)
     for row in dataset_status(root):
         present = "[green]yes[/green]" if row["present"] else "[red]no[/red]"
-        table.add_row(str(row["name"]), present, str(row["where"] or "-"), str(row["note"] or ""))
+        table.add_row(
+            escape(str(row["name"])), present, escape(str(row["where"] or "-")), escape(str(row["note"] or ""))
+        )
     for row in corpus_status(root):
         present = "[green]yes[/green]" if row["present"] else "[red]no[/red]"
         note = "" if row["present"] else str(row["how_to_get"])
-        table.add_row(str(row["name"]), present, str(row["where"] or "-"), note)
+        table.add_row(escape(str(row["name"])), present, escape(str(row["where"] or "-")), escape(note))
     console.print(table)
 
 

@@ -10,8 +10,9 @@ from __future__ import annotations
 
 import copy
 import math
+import reprlib
 import tomllib
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
@@ -45,22 +46,49 @@ TARGET_DEFAULTS: dict[str, Any] = {"metric": "", "value": math.nan, "from_baseli
 """A target names a `metric` (the task's metric or "loss") and exactly one of a fixed `value` and `from_baseline`, an
 optimizer whose final evaluation of the metric (median over its seeds) becomes the target when the report is made."""
 CHECK_DEFAULTS: dict[str, Any] = {"require_ok": False, "require_loss_decrease": False}
-SUITE_KEYS = {
-    "experiment",
-    "description",
-    "task",
-    "task_args",
-    "budget",
-    "schedule",
-    "target",
-    "optims",
-    "seeds",
-    "hparams",
-    "checks",
-    "include",
-    "sweep",
-    "resources",
+INT64_RANGE = (-(2**63), 2**63 - 1)
+SEED_RANGE = INT64_RANGE
+"""The seeds a run may take: the results store keeps a seed in an int64 column. torch.manual_seed and
+torch.Generator.manual_seed accept [-2^63, 2^64 - 1] (a negative seed wraps modulo 2^64; tried with torch 2.13), so
+every seed in this range, and the seed + 1 a task draws its batches with, is one torch takes."""
+
+
+def _is_table(value: Any) -> bool:
+    return isinstance(value, dict)
+
+
+def _is_table_of_tables(value: Any) -> bool:
+    return isinstance(value, dict) and all(isinstance(v, dict) for v in value.values())
+
+
+def _is_names(value: Any) -> bool:
+    return isinstance(value, list) and bool(value) and all(isinstance(v, str) for v in value)
+
+
+def _is_ints(value: Any) -> bool:
+    return (
+        isinstance(value, list) and bool(value) and all(isinstance(v, int) and not isinstance(v, bool) for v in value)
+    )
+
+
+SUITE_FIELDS: dict[str, tuple[Callable[[Any], bool], str]] = {
+    "experiment": (lambda v: isinstance(v, str), "a string"),
+    "description": (lambda v: isinstance(v, str), "a string"),
+    "task": (lambda v: isinstance(v, str), "a string"),
+    "task_args": (_is_table, "a table"),
+    "budget": (_is_table, "a table"),
+    "schedule": (_is_table, "a table"),
+    "target": (_is_table, "a table"),
+    "optims": (_is_names, "a non-empty list of optimizer names"),
+    "seeds": (_is_ints, "a non-empty list of integers"),
+    "hparams": (_is_table_of_tables, "a table of [hparams.<optim>] tables"),
+    "checks": (_is_table, "a table"),
+    "include": (_is_names, "a non-empty list of suite names or paths"),
+    "sweep": (_is_table_of_tables, "a table of [sweep.<optim>] tables"),
+    "resources": (_is_table, "a table"),
 }
+"""Each top-level field of a suite file: a test of its value's type, and that type in words."""
+SUITE_KEYS = set(SUITE_FIELDS)
 
 
 @dataclass(frozen=True)
@@ -121,16 +149,38 @@ def read_suite_file(name_or_path: str) -> tuple[str, Path, dict[str, Any]]:
         path = builtin_suite_dir() / f"{name_or_path}.toml"
         if not path.is_file():
             raise UsageError(unknown_name_message("suite", name_or_path, suite_names()))
-    try:
-        raw = tomllib.loads(path.read_text())
-    except tomllib.TOMLDecodeError as exc:
-        raise UsageError(f"suite file {path} is not valid TOML: {exc}") from None
+    raw = _parse_suite_file(path)
     unknown = set(raw) - SUITE_KEYS
     if unknown:
         raise UsageError(
-            f"suite file {path}: unknown field(s) {', '.join(sorted(unknown))}; valid: {', '.join(sorted(SUITE_KEYS))}."
+            f"suite file {path}: unknown field(s) {', '.join(map(repr, sorted(unknown)))}; "
+            f"valid: {', '.join(sorted(SUITE_KEYS))}."
         )
+    for key, value in raw.items():
+        is_valid, expected = SUITE_FIELDS[key]
+        if not is_valid(value):
+            raise UsageError(f"suite file {path}: field {key!r} must be {expected}, got {reprlib.repr(value)}.")
+    kinds = [key for key in ("task", "experiment", "include") if key in raw]
+    if len(kinds) != 1:
+        named = " and ".join(kinds) or "none"
+        raise UsageError(f"suite file {path} must name exactly one of task, experiment and include, got {named}.")
     return path.stem, path, raw
+
+
+def _parse_suite_file(path: Path) -> dict[str, Any]:
+    """The TOML table of a suite file; a usage error naming the file when it is unreadable, not UTF-8 or not TOML."""
+    try:
+        text = path.read_bytes().decode("utf-8")
+    except OSError as exc:
+        raise UsageError(f"cannot read suite file {path}: {exc.strerror or exc}.") from None
+    except UnicodeDecodeError as exc:
+        raise UsageError(f"suite file {path} is not UTF-8 text (byte {exc.start} cannot be decoded).") from None
+    try:
+        return tomllib.loads(text)
+    except tomllib.TOMLDecodeError as exc:
+        raise UsageError(f"suite file {path} is not valid TOML: {' '.join(str(exc).split())}") from None
+    except RecursionError:
+        raise UsageError(f"suite file {path} nests its tables or arrays too deeply to be read.") from None
 
 
 def load_suites(
@@ -147,12 +197,37 @@ def load_suites(
     gives one spec per value (their Cartesian product); swept hyperparameters (`--set` lists and ranges, the suite's
     `[sweep.<optim>]` tables with `sweep`, or a `search`) give one single-optimizer spec per setting.
     """
+    check_include_cycles(name_or_path)
+    return _load_suites(name_or_path, overrides, optims, seeds, sweep, search)
+
+
+def _load_suites(
+    name_or_path: str,
+    overrides: Sequence[str],
+    optims: Sequence[str],
+    seeds: Sequence[int],
+    sweep: bool,
+    search: Search | None,
+) -> tuple[list[SuiteSpec], dict[str, Any]]:
     name, path, raw = read_suite_file(name_or_path)
     checks = _merge("checks", CHECK_DEFAULTS, raw.get("checks", {}))
     if "include" in raw:
-        specs = [s for child in raw["include"] for s in load_suites(child, overrides, optims, seeds, sweep, search)[0]]
+        specs = [s for child in raw["include"] for s in _load_suites(child, overrides, optims, seeds, sweep, search)[0]]
         return specs, checks
     return resolve_suite(name, path, raw, overrides, optims, seeds, checks, sweep, search), checks
+
+
+def check_include_cycles(name_or_path: str, chain: tuple[Path, ...] = ()) -> None:
+    """A usage error naming the cycle when a suite includes itself, directly or through other suites.
+
+    `chain` is the suite files (resolved paths) whose includes lead to this one."""
+    _, path, raw = read_suite_file(name_or_path)
+    here = path.resolve()
+    if here in chain:
+        cycle = [*chain[chain.index(here) :], here]
+        raise UsageError(f"suite file {path} includes itself: {' -> '.join(str(p) for p in cycle)}.")
+    for child in raw.get("include", []):
+        check_include_cycles(child, (*chain, here))
 
 
 def resolve_suite(
@@ -168,8 +243,6 @@ def resolve_suite(
 ) -> list[SuiteSpec]:
     if "experiment" in raw:
         return [resolve_experiment_suite(name, path, raw, overrides, seeds, checks)]
-    if "task" not in raw:
-        raise UsageError(f"suite file {path} names neither a task nor an experiment.")
     task_def = get_task(raw["task"])
     chosen = list(dict.fromkeys(optims)) or list(raw.get("optims", ["*"]))
     if chosen == ["*"]:
@@ -185,7 +258,7 @@ def resolve_suite(
         "schedule": _merge("schedule", SCHEDULE_DEFAULTS, raw.get("schedule", {})),
         "target": _merge("target", TARGET_DEFAULTS, raw.get("target", {})),
         "seeds": list(seeds) or list(raw.get("seeds", [0])),
-        "hparams": {o: {**optim.get(o).defaults, **suite_hparams.get(o, {})} for o in chosen},
+        "hparams": {o: _merge(f"hparams.{o}", optim.get(o).defaults, suite_hparams.get(o, {})) for o in chosen},
     }
     fixed, swept = split_overrides(overrides, base)
     for key, value in fixed:
@@ -195,13 +268,15 @@ def resolve_suite(
     specs = []
     for point in grid_points(global_swept):
         effective = _assigned(base, point)
+        for section in ("task_args", "budget", "schedule"):
+            _check_numbers(section, effective[section])
         _validate_budget(effective["budget"], effective["schedule"])
-        _validate_target(effective["target"])
+        _validate_target(effective["target"], task_def.metric_name)
         if not any(per_optim.values()):
-            settings = [{o: optim.resolve_hparams(o, effective["hparams"][o]) for o in chosen}]
+            settings = [{o: optim.validate(o, effective["hparams"][o]) for o in chosen}]
         else:
             settings = [
-                {o: optim.resolve_hparams(o, _assigned(effective, point)["hparams"][o])}
+                {o: optim.validate(o, _assigned(effective, point)["hparams"][o])}
                 for o in chosen
                 for point in (search.points(per_optim[o]) if search is not None else grid_points(per_optim[o]))
             ]
@@ -217,7 +292,7 @@ def resolve_suite(
                     schedule=effective["schedule"],
                     target=effective["target"],
                     optims=list(hparams),
-                    seeds=[int(s) for s in effective["seeds"]],
+                    seeds=_checked_seeds(effective["seeds"]),
                     hparams=hparams,
                     checks=checks,
                 )
@@ -239,12 +314,8 @@ def _optimizer_sweeps(
     """Each optimizer's swept hyperparameters: the suite's `[sweep.<optim>]` table (with --sweep / --search), then
     the command line's swept `hparams.<optim>.*` fields, which replace a suite entry for the same key."""
     tables = raw.get("sweep", {})
-    if not isinstance(tables, dict):
-        raise UsageError(f"suite {suite}: [sweep] must be a table of [sweep.<optim>] tables.")
-    for optim_name, table in tables.items():
+    for optim_name in tables:
         optim.get(optim_name)
-        if not isinstance(table, dict):
-            raise UsageError(f"suite {suite}: [sweep.{optim_name}] must be a table of hyperparameter = values.")
     if (
         use_suite_tables
         and not any(tables.get(o) for o in chosen)
@@ -348,6 +419,12 @@ def resolve_experiment_suite(
     }
     for assignment in overrides:
         apply_override(effective, assignment)
+    _check_numbers("task_args", effective["task_args"])
+    if definition.validate is not None:
+        try:
+            definition.validate(effective["task_args"])
+        except (ValueError, TypeError) as exc:
+            raise UsageError(f"experiment {definition.name!r}: {exc}") from None
     return SuiteSpec(
         name=name,
         description=str(raw.get("description", "")),
@@ -358,7 +435,7 @@ def resolve_experiment_suite(
         schedule={},
         target=dict(TARGET_DEFAULTS),
         optims=[],
-        seeds=[int(s) for s in effective["seeds"]],
+        seeds=_checked_seeds(effective["seeds"]),
         hparams={},
         checks=checks,
         experiment=definition.name,
@@ -368,7 +445,9 @@ def resolve_experiment_suite(
 def _merge(section: str, defaults: Mapping[str, Any], given: Mapping[str, Any]) -> dict[str, Any]:
     unknown = sorted(set(given) - set(defaults))
     if unknown:
-        raise UsageError(f"unknown {section} field(s) {', '.join(unknown)}; valid: {', '.join(sorted(defaults))}.")
+        raise UsageError(
+            f"unknown {section} field(s) {', '.join(map(repr, unknown))}; valid: {', '.join(sorted(defaults))}."
+        )
     merged = copy.deepcopy(dict(defaults))
     for key, value in given.items():
         merged[key] = coerce(f"{section}.{key}", value, defaults[key])
@@ -391,6 +470,9 @@ def coerce(key: str, value: Any, like: Any) -> Any:
             return value
     elif isinstance(like, list):
         if isinstance(value, list):
+            return value
+    elif isinstance(like, dict):
+        if isinstance(value, dict):
             return value
     elif like is None:
         return value
@@ -432,7 +514,9 @@ def assign(effective: dict[str, Any], key: str, value: Any) -> None:
 
 def _bad_key_message(key: str, prefix: Iterable[str], node: Any) -> str:
     base = ".".join(prefix)
-    valid = [f"{base}.{k}" if base else k for k in node] if isinstance(node, dict) else []
+    if not isinstance(node, dict):
+        return f"--set: unknown key {key!r}: {base} is a single value, not a table."
+    valid = [f"{base}.{k}" if base else k for k in node]
     return f"--set: unknown key {key!r}; valid here: {', '.join(sorted(valid))}."
 
 
@@ -454,8 +538,42 @@ def _validate_budget(budget: dict[str, Any], schedule: dict[str, Any]) -> None:
     validate_schedule(schedule)
 
 
-def _validate_target(target: dict[str, Any]) -> None:
+def _checked_seeds(seeds: Sequence[int]) -> list[int]:
+    """The seeds, each checked against SEED_RANGE."""
+    low, high = SEED_RANGE
+    for seed in seeds:
+        if not low <= seed <= high:
+            raise UsageError(
+                f"seed {seed} is out of range: a seed must lie in [-2^63, 2^63 - 1] = [{low}, {high}] "
+                "(the results store keeps seeds as int64; torch.manual_seed takes [-2^63, 2^64 - 1])."
+            )
+    return list(seeds)
+
+
+def _check_numbers(key: str, value: Any) -> None:
+    """A usage error for a NaN or infinite float, or an integer outside int64 (TOML's integers: tomllib reads larger
+    ones, the TOML 1.0 spec says they must be rejected), anywhere in `value` (a field, or a table or list of them)."""
+    if isinstance(value, dict):
+        for name, item in value.items():
+            _check_numbers(f"{key}.{name}", item)
+    elif isinstance(value, list):
+        for item in value:
+            _check_numbers(key, item)
+    elif isinstance(value, float) and not math.isfinite(value):
+        raise UsageError(f"{key} must be a finite number, got {value}.")
+    elif isinstance(value, int) and not INT64_RANGE[0] <= value <= INT64_RANGE[1]:
+        raise UsageError(f"{key} must be a 64-bit integer (at most {INT64_RANGE[1]} in size), got {value}.")
+
+
+def _validate_target(target: dict[str, Any], task_metric: str | None) -> None:
+    """The target's fields fit together and its metric is one the task reports (NaN `value` means no fixed value)."""
+    if math.isinf(target["value"]):
+        raise UsageError(f"target.value must be a finite number, got {target['value']}.")
     has_value, baseline = not math.isnan(target["value"]), target["from_baseline"]
+    if target["metric"] and task_metric is not None and target["metric"] not in (task_metric, "loss"):
+        raise UsageError(
+            f"target.metric {target['metric']!r} is not reported by this task; use {task_metric!r} or 'loss'."
+        )
     if not target["metric"]:
         if has_value or baseline:
             raise UsageError("target.value and target.from_baseline need target.metric (the task's metric or 'loss').")

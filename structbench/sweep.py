@@ -11,7 +11,7 @@ Several swept fields of one optimizer form their Cartesian product. `--search ha
 settings from the declared ranges: a log or lin range is sampled continuously between its ends, a list is a
 categorical choice. The points are the Halton sequence (bases 2, 3, 5, ...: one prime per swept field, as
 AlgoPerf's quasi-random tuning search does) with a seeded Cranley–Patterson shift, so a search is reproducible
-from its seed.
+from its seed. A range, a product of swept fields and a search each give at most MAX_VALUES (10,000) values.
 """
 
 from __future__ import annotations
@@ -125,6 +125,11 @@ def parse_swept(key: str, value: Any) -> Swept | None:
 def grid_points(swept: Sequence[Swept]) -> list[dict[str, Any]]:
     """The Cartesian product of the swept fields' grids, as {key: value} assignments (one empty one if none)."""
     grids = [[(one.key, v) for v in one.grid()] for one in swept]
+    size = math.prod(len(grid) for grid in grids)
+    if size > MAX_VALUES:
+        raise UsageError(
+            f"the swept fields {', '.join(one.key for one in swept)} form {size} settings, more than {MAX_VALUES}."
+        )
     return [dict(point) for point in itertools.product(*grids)]
 
 
@@ -156,8 +161,8 @@ def parse_search(text: str | None) -> Search | None:
     if text is None:
         return None
     match = _SEARCH.match(text.strip())
-    if match is None or int(match.group(1)) < 1:
-        raise UsageError(f"--search takes halton:N or halton:N:SEED with N >= 1, got {text!r}.")
+    if match is None or not 1 <= int(match.group(1)) <= MAX_VALUES:
+        raise UsageError(f"--search takes halton:N or halton:N:SEED with 1 <= N <= {MAX_VALUES}, got {text!r}.")
     return Search(int(match.group(1)), int(match.group(2) or 0))
 
 

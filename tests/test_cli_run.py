@@ -277,7 +277,7 @@ def test_bad_input_is_one_line_exit_2_and_writes_nothing(cli, tmp_path, args, me
     assert message in result.stderr
     assert len(result.stderr.strip().splitlines()) == 1
     assert "Traceback" not in result.output
-    assert not list(out.rglob("*.parquet"))
+    assert not out.exists()
 
 
 def test_unwritable_out_is_a_usage_error(cli, tmp_path):

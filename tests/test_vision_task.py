@@ -254,4 +254,4 @@ def test_bad_arguments_are_usage_errors_before_any_data_is_read(
     tmp_path: Path, override: dict[str, object], message: str
 ) -> None:
     with pytest.raises(UsageError, match=message):
-        preflight({**DEFAULTS, "dataset": "cifar10", **override}, tmp_path)
+        preflight({**DEFAULTS, "dataset": "cifar10", **override}, tmp_path, 64)

@@ -44,14 +44,16 @@ class DatasetReader(Protocol):
 class DatasetInfo:
     """One registered dataset.
 
-    ``expected_files`` is the primary layout, relative to the data root (``[.gz]``: the file may
-    be gzipped); ``also_accepted`` lists the other places and forms that are recognised;
-    ``how_to_get`` says how to obtain the files by hand (``<data root>`` stands for the root).
+    ``image_shape`` is one image's (channels, height, width), as its reader returns it. ``expected_files`` is the
+    primary layout, relative to the data root (``[.gz]``: the file may be gzipped); ``also_accepted`` lists the
+    other places and forms that are recognised; ``how_to_get`` says how to obtain the files by hand (``<data root>``
+    stands for the root).
     """
 
     name: str
     description: str
     num_classes: int
+    image_shape: tuple[int, int, int]
     expected_files: tuple[str, ...]
     also_accepted: tuple[str, ...]
     how_to_get: str
@@ -69,6 +71,7 @@ DATASETS: dict[str, DatasetInfo] = {
             name="cifar10",
             description="CIFAR-10: 50,000 train / 10,000 test 32x32 colour images, 10 classes",
             num_classes=10,
+            image_shape=(3, 32, 32),
             expected_files=tuple(f"{CIFAR10.folder}/{name}" for name in CIFAR10.member_files),
             also_accepted=(CIFAR10.archive,),
             how_to_get=(
@@ -81,6 +84,7 @@ DATASETS: dict[str, DatasetInfo] = {
             name="cifar100",
             description="CIFAR-100: 50,000 train / 10,000 test 32x32 colour images, 100 (20 coarse) classes",
             num_classes=100,
+            image_shape=(3, 32, 32),
             expected_files=tuple(f"{CIFAR100.folder}/{name}" for name in CIFAR100.member_files),
             also_accepted=(CIFAR100.archive,),
             how_to_get=(
@@ -93,6 +97,7 @@ DATASETS: dict[str, DatasetInfo] = {
             name="mnist",
             description="MNIST: 60,000 train / 10,000 test 28x28 grey handwritten digits, 10 classes",
             num_classes=10,
+            image_shape=(1, 28, 28),
             expected_files=_idx_files("mnist"),
             also_accepted=_idx_files("MNIST/raw"),
             how_to_get=(
@@ -107,6 +112,7 @@ DATASETS: dict[str, DatasetInfo] = {
             name="fashion-mnist",
             description="Fashion-MNIST: 60,000 train / 10,000 test 28x28 grey clothing images, 10 classes",
             num_classes=10,
+            image_shape=(1, 28, 28),
             expected_files=_idx_files("fashion-mnist"),
             also_accepted=(
                 *_idx_files("FashionMNIST/raw"),
@@ -124,6 +130,7 @@ DATASETS: dict[str, DatasetInfo] = {
             name="digits",
             description="scikit-learn digits: 1,797 8x8 grey digits (0..16), 10 classes, seeded 80/20 split",
             num_classes=10,
+            image_shape=(1, 8, 8),
             expected_files=(DIGITS_FILE,),
             also_accepted=("sklearn/datasets/data/digits.csv.gz inside an installed scikit-learn",),
             how_to_get=(

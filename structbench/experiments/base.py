@@ -37,3 +37,6 @@ class ExperimentDef:
     summary: str
     defaults: Mapping[str, Any]
     run: Callable[[dict[str, Any], int, torch.device], ExperimentResult]
+    validate: Callable[[Mapping[str, Any]], None] | None = None
+    """Raises ValueError for arguments (defaults merged in) no run could use; called when the suite is resolved, so
+    a bad argument is a usage error before anything runs or is written."""

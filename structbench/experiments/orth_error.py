@@ -28,7 +28,7 @@ from __future__ import annotations
 
 import itertools
 import math
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 import pandas as pd
@@ -37,6 +37,7 @@ from torch import Tensor
 
 from structbench.experiments.base import Claim, ExperimentDef, ExperimentResult
 from structbench.optim import linalg
+from structbench.tasks.base import check_memory
 
 SPECTRA = ("geometric", "plateau")
 DTYPES: dict[str, torch.dtype] = {"float64": torch.float64, "float32": torch.float32}
@@ -109,11 +110,25 @@ def _singular_value_range(x: Tensor) -> tuple[Tensor, Tensor]:
     return evals[..., 0], evals[..., -1]
 
 
-def run(args: dict[str, Any], seed: int, device: torch.device) -> ExperimentResult:
-    params = {**DEFAULTS, **args}
+def validate_args(params: Mapping[str, Any]) -> None:
+    """Raise ValueError unless the arguments describe matrices the lemma covers and known spectra and dtypes."""
     m, n = int(params["rows"]), int(params["cols"])
     if not 2 <= m <= n:
         raise ValueError(f"orth-error needs 2 <= rows <= cols (the lemma's m <= n); got {m} x {n}")
+    if not all(float(k) >= 1 for k in params["kappas"]):
+        raise ValueError(f"kappas are condition numbers, each >= 1; got {params['kappas']}")
+    if not all(isinstance(i, int) and not isinstance(i, bool) and i >= 0 for i in params["steps"]):
+        raise ValueError(f"steps are Newton-Schulz iteration counts, each an int >= 0; got {params['steps']}")
+    unknown = sorted(set(params["spectra"]) - set(SPECTRA)) + sorted(set(params["dtypes"]) - set(DTYPES))
+    if unknown:
+        raise ValueError(f"unknown spectra or dtypes {unknown}; valid: {', '.join([*SPECTRA, *DTYPES])}")
+    check_memory(f"orth-error: {len(params['kappas'])} float64 {m} x {n} matrices", 8 * m * n * len(params["kappas"]))
+
+
+def run(args: dict[str, Any], seed: int, device: torch.device) -> ExperimentResult:
+    params = {**DEFAULTS, **args}
+    validate_args(params)
+    m, n = int(params["rows"]), int(params["cols"])
     kappas = [float(k) for k in params["kappas"]]
     u, v = _factors(m, n, seed, device)
     exact = u @ v.mT
@@ -331,4 +346,5 @@ ORTH_ERROR = ExperimentDef(
     ),
     defaults=DEFAULTS,
     run=run,
+    validate=validate_args,
 )

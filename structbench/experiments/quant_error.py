@@ -29,6 +29,7 @@ f - Diag(diag(f)) (Table 6). `paper` / `paper_ae`: the A2 column of Tables 1, 5 
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
 from typing import Any
 
 import pandas as pd
@@ -37,6 +38,7 @@ from torch import Tensor
 
 from structbench.experiments.base import Claim, ExperimentDef, ExperimentResult
 from structbench.optim import linalg, quant
+from structbench.tasks.base import check_memory
 
 DEFAULTS: dict[str, Any] = {
     "order": 512,
@@ -179,8 +181,29 @@ def error_rows(
     return rows
 
 
+def validate_args(hp: Mapping[str, Any]) -> None:
+    """Raise ValueError unless the arguments describe a positive definite matrix and known quantizers."""
+    order, large, small = int(hp["order"]), float(hp["lam_large"]), float(hp["lam_small"])
+    if order < 1 or not 0 < small <= large or not 0 < float(hp["split"]) < 1:
+        raise ValueError(
+            f"quant-error needs order >= 1, 0 < lam_small <= lam_large and split in (0, 1); "
+            f"got order {order}, lam_small {small}, lam_large {large}, split {hp['split']}"
+        )
+    if int(hp["block_size"]) < 1 or int(hp["t2"]) < 0 or not float(hp["eps"]) >= 0:
+        raise ValueError(
+            f"block_size must be >= 1, t2 >= 0 and eps >= 0; got {hp['block_size']}, {hp['t2']}, {hp['eps']}"
+        )
+    unknown = sorted(set(hp["bits"]) - set(quant.SUPPORTED_BITS)) + sorted(
+        set(hp["codebooks"]) - set(quant.CODEBOOK_NAMES)
+    )
+    if unknown:
+        raise ValueError(f"unknown bits or codebooks {unknown}; valid: {quant.SUPPORTED_BITS}, {quant.CODEBOOK_NAMES}")
+    check_memory(f"quant-error of order {order}: U and A in float64", 2 * 8 * order * order)
+
+
 def run(args: dict[str, Any], seed: int, device: torch.device) -> ExperimentResult:
     hp = {**DEFAULTS, **args}
+    validate_args(hp)
     u, evals = synthetic_matrix(
         int(hp["order"]), float(hp["lam_large"]), float(hp["lam_small"]), float(hp["split"]), seed
     )
@@ -270,4 +293,5 @@ QUANT_ERROR = ExperimentDef(
     ),
     defaults=DEFAULTS,
     run=run,
+    validate=validate_args,
 )

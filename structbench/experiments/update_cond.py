@@ -177,13 +177,29 @@ def run(args: dict[str, Any], seed: int, device: torch.device) -> ExperimentResu
         return _run(args, seed, device)
 
 
-def _run(args: dict[str, Any], seed: int, device: torch.device) -> ExperimentResult:
-    params = {**DEFAULTS, **args}
+def validate_args(params: Mapping[str, Any]) -> None:
+    """Raise ValueError for an unknown trace or method, counts below 1, non-positive gradient scales, or trace task
+    arguments the task itself refuses (its preflight's usage error)."""
     if params["trace"] not in TRACES:
         raise ValueError(f"unknown trace {params['trace']!r}; valid: {', '.join(TRACES)}")
     unknown = sorted(set(params["methods"]) - set(METHODS))
     if unknown:
         raise ValueError(f"unknown methods {unknown}; valid: {', '.join(METHODS)}")
+    if int(params["steps"]) < 1 or int(params["log_every"]) < 1:
+        raise ValueError(f"steps and log_every must be >= 1; got {params['steps']}, {params['log_every']}")
+    if not all(float(scale) > 0 for scale in params["fismo_grad_scales"]):
+        raise ValueError(f"fismo_grad_scales must be > 0; got {params['fismo_grad_scales']}")
+    task_def, preset, batch_size, _ = TRACES[params["trace"]]
+    unknown = sorted(set(params["trace_args"]) - set(task_def.defaults))
+    if unknown:
+        raise ValueError(f"trace_args has no field(s) {unknown}; valid: {', '.join(sorted(task_def.defaults))}")
+    if task_def.preflight is not None:
+        task_def.preflight({**task_def.defaults, **preset, **params["trace_args"]}, Path("."), batch_size)
+
+
+def _run(args: dict[str, Any], seed: int, device: torch.device) -> ExperimentResult:
+    params = {**DEFAULTS, **args}
+    validate_args(params)
     trace = gradient_trace(params, seed, device)
     shapes = {layer: "x".join(str(d) for d in grads[0].shape) for layer, grads in trace.items()}
     runs = [(method, 1.0) for method in params["methods"]]
@@ -357,4 +373,5 @@ UPDATE_COND = ExperimentDef(
     ),
     defaults=DEFAULTS,
     run=run,
+    validate=validate_args,
 )

@@ -26,6 +26,7 @@ from structbench.optim.registry import (
     names,
     register,
     resolve_hparams,
+    validate,
 )
 
 __all__ = [
@@ -37,4 +38,5 @@ __all__ = [
     "names",
     "register",
     "resolve_hparams",
+    "validate",
 ]

@@ -146,9 +146,10 @@ def _divide_or_zero(num: Tensor, denom: Tensor) -> Tensor:
 def _validate_group(group: Mapping[str, Any]) -> None:
     if not is_finite_number(group["lr"]) or group["lr"] < 0:
         raise ValueError(f"lr must be a finite number >= 0; got {group['lr']!r}")
-    for key in ("alpha", "alpha_c"):
-        if not is_finite_number(group[key]):
-            raise ValueError(f"{key} must be a finite number; got {group[key]!r}")
+    if not is_finite_number(group["alpha"]) or group["alpha"] <= 0:
+        raise ValueError(f"alpha must be a finite number > 0 (it scales the step, line 17); got {group['alpha']!r}")
+    if not is_finite_number(group["alpha_c"]) or group["alpha_c"] < 0:
+        raise ValueError(f"alpha_c must be a finite number >= 0; got {group['alpha_c']!r}")
     betas = group["betas"]
     if len(betas) != 3 or not all(is_finite_number(b) and 0.0 <= b < 1.0 for b in betas):
         raise ValueError(f"betas must be three numbers (beta1, beta2, beta3) in [0, 1); got {betas!r}")

@@ -11,6 +11,10 @@ from structbench.optim.registry import NamedParams, OptimizerEntry, Routing, reg
 
 
 def _build_sgd(named: NamedParams, routing: Routing, hp: dict[str, Any]) -> torch.optim.Optimizer:
+    """torch.optim.SGD, which accepts any momentum >= 0; heavy-ball momentum (buf = mu*buf + g) is a geometric
+    average only for mu in [0, 1), and at mu >= 1 the buffer never forgets, so that is the range taken here."""
+    if not 0.0 <= hp["momentum"] < 1.0:
+        raise ValueError(f"momentum must be in [0, 1); got {hp['momentum']!r}")
     return torch.optim.SGD(
         [p for _, p in named],
         lr=hp["lr"],

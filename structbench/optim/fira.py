@@ -75,8 +75,8 @@ RESIDUALS = ("reference", "orthogonal")
 def _validate_fira(group: Mapping[str, Any]) -> None:
     validate_gamma(group)
     alpha_c = group["alpha_c"]
-    if isinstance(alpha_c, bool) or not isinstance(alpha_c, (int, float)) or not math.isfinite(alpha_c):
-        raise ValueError(f"alpha_c must be a finite number; got {alpha_c!r}")
+    if isinstance(alpha_c, bool) or not isinstance(alpha_c, (int, float)) or not math.isfinite(alpha_c) or alpha_c < 0:
+        raise ValueError(f"alpha_c must be a finite number >= 0; got {alpha_c!r}")
     if group["compensation"] not in COMPENSATIONS:
         raise ValueError(f"unknown compensation {group['compensation']!r}; valid: {', '.join(COMPENSATIONS)}")
     if group["residual"] not in RESIDUALS:

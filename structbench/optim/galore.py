@@ -115,8 +115,8 @@ def _validate_group(group: Mapping[str, Any]) -> None:
         raise ValueError(f"rank must be an int >= 1; got {group['rank']!r}")
     if not is_count(group["update_proj_gap"]):
         raise ValueError(f"update_proj_gap must be an int >= 1; got {group['update_proj_gap']!r}")
-    if not is_number(group["scale"]):
-        raise ValueError(f"scale must be a finite number; got {group['scale']!r}")
+    if not is_number(group["scale"]) or group["scale"] <= 0:
+        raise ValueError(f"scale must be a finite number > 0 (it multiplies the update); got {group['scale']!r}")
     betas = group["betas"]
     if len(betas) != 2 or not all(is_number(b) and 0.0 <= b < 1.0 for b in betas):
         raise ValueError(f"betas must be two numbers in [0, 1); got {betas!r}")

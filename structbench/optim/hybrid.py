@@ -70,7 +70,11 @@ def build_hybrid(
     make_structured: Callable[[list[torch.nn.Parameter], Mapping[str, Any]], torch.optim.Optimizer],
     make_fallback: Callable[[list[torch.nn.Parameter], Mapping[str, Any]], torch.optim.Optimizer] | None = None,
 ) -> torch.optim.Optimizer:
-    """The structured method on `routing.structured`, the fallback (AdamW by default) on `routing.fallback`."""
+    """The structured method on `routing.structured`, the fallback (AdamW by default) on `routing.fallback`.
+
+    The default fallback's `adamw_*` hyperparameters are checked even when no parameter goes to it."""
+    if make_fallback is None:
+        check_fallback_adamw(hp)
     by_name = dict(named)
     parts: dict[str, torch.optim.Optimizer] = {}
     if routing.structured:
@@ -78,6 +82,17 @@ def build_hybrid(
     if routing.fallback:
         parts["fallback"] = (make_fallback or fallback_adamw)([by_name[n] for n in routing.fallback], hp)
     return HybridOptimizer(parts)
+
+
+def check_fallback_adamw(hp: Mapping[str, Any]) -> None:
+    """Raise ValueError unless the `adamw_*` hyperparameters lie in torch.optim.AdamW's ranges: betas in [0, 1), eps
+    and weight decay >= 0 (its learning rate is one of the entry's `lr_keys`, checked by the registry)."""
+    for key in ("adamw_beta1", "adamw_beta2"):
+        if not 0.0 <= hp[key] < 1.0:
+            raise ValueError(f"{key} must be in [0, 1); got {hp[key]!r}")
+    for key in ("adamw_eps", "adamw_weight_decay"):
+        if not hp[key] >= 0.0:
+            raise ValueError(f"{key} must be >= 0; got {hp[key]!r}")
 
 
 def adamw_state_bytes(shapes: list[tuple[int, ...]]) -> int:

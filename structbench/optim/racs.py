@@ -96,8 +96,8 @@ def _validate_group(group: Mapping[str, Any]) -> None:
         raise ValueError(f"lr must be a finite number >= 0; got {group['lr']!r}")
     if not is_number(group["beta"]) or not 0.0 <= group["beta"] < 1.0:
         raise ValueError(f"beta must be in [0, 1); got {group['beta']!r}")
-    if not is_number(group["alpha"]):
-        raise ValueError(f"alpha must be a finite number; got {group['alpha']!r}")
+    if not is_number(group["alpha"]) or group["alpha"] <= 0:
+        raise ValueError(f"alpha must be a finite number > 0 (it scales the step); got {group['alpha']!r}")
     if not is_number(group["gamma"]) or group["gamma"] < 1.0:
         raise ValueError(f"gamma must be a finite number >= 1; got {group['gamma']!r}")
     iterations = group["iterations"]

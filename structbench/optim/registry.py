@@ -102,7 +102,8 @@ def unknown_name_message(kind: str, name: str, known: Sequence[str]) -> str:
 
 
 def resolve_hparams(name: str, overrides: Mapping[str, Any]) -> dict[str, Any]:
-    """The entry's defaults updated by `overrides`; unknown keys and bad learning rates are usage errors."""
+    """The entry's defaults updated by `overrides`; unknown keys, bad learning rates, NaN or infinite floats and
+    integers beyond 64 bits are usage errors."""
     entry = get(name)
     unknown = sorted(set(overrides) - set(entry.defaults))
     if unknown:
@@ -115,7 +116,44 @@ def resolve_hparams(name: str, overrides: Mapping[str, Any]) -> dict[str, Any]:
         value = hparams.get(key)
         if not isinstance(value, (int, float)) or isinstance(value, bool) or not math.isfinite(value) or value <= 0:
             raise UsageError(f"optimizer {name!r}: {key} must be a positive finite number, got {value!r}.")
+    for key, value in hparams.items():
+        if isinstance(value, float) and not math.isfinite(value):
+            raise UsageError(f"optimizer {name!r}: {key} must be a finite number, got {value!r}.")
+        if isinstance(value, int) and not -(2**63) <= value < 2**63:
+            raise UsageError(f"optimizer {name!r}: {key} must be a 64-bit integer, got {value}.")
     return hparams
+
+
+def validate(name: str, hparams: Mapping[str, Any]) -> dict[str, Any]:
+    """The resolved hyperparameters of optimizer `name`, once its constructor has accepted them on a probe model.
+
+    A ValueError or TypeError of the constructor becomes a usage error naming the hyperparameter(s) that alone make
+    it fail (each tried on top of the defaults), so a grid is checked setting by setting before its first run.
+    """
+    resolved = resolve_hparams(name, hparams)
+    problem = _construction_error(name, resolved)
+    if problem is None:
+        return resolved
+    defaults = get(name).defaults
+    changed = [key for key, value in resolved.items() if value != defaults[key]]
+    culprits = [key for key in changed if _construction_error(name, {**defaults, key: resolved[key]})] or changed
+    named = ", ".join(f"{key}={resolved[key]!r}" for key in culprits)
+    raise UsageError(f"optimizer {name!r} rejects {named or 'its hyperparameters'}: {' '.join(problem.split())}")
+
+
+def probe_model() -> nn.Module:
+    """A hidden matrix, an output head and their biases (8 x 8, left uninitialised: no random draws), so that both
+    the structured method and its fallback are built."""
+    return nn.Sequential(nn.utils.skip_init(nn.Linear, 8, 8), nn.utils.skip_init(nn.Linear, 8, 8))
+
+
+def _construction_error(name: str, hparams: Mapping[str, Any]) -> str | None:
+    """The message of the ValueError or TypeError building `name` on the probe model raises, None if it builds."""
+    try:
+        build_with_routing(name, probe_model(), hparams)
+    except (ValueError, TypeError) as exc:
+        return str(exc) or type(exc).__name__
+    return None
 
 
 def make_optimizer(name: str, model_or_named_params: nn.Module | NamedParams, **hparams: Any) -> torch.optim.Optimizer:

@@ -389,8 +389,12 @@ def _validate_group(group: Mapping[str, Any]) -> None:
         raise ValueError(f"stat_decay must be in [0, 1]; got {group['stat_decay']}")
     if not group["lr"] > 0.0:
         raise ValueError(f"lr must be > 0; got {group['lr']}")
-    if group["matrix_eps"] < 0.0 or group["weight_decay"] < 0.0:
-        raise ValueError("matrix_eps and weight_decay must be >= 0")
+    if not group["matrix_eps"] > 0.0:
+        raise ValueError(f"matrix_eps must be > 0 (the ridge of the inverse roots); got {group['matrix_eps']!r}")
+    if not group["weight_decay"] >= 0.0 or not group["eps"] >= 0.0:
+        raise ValueError(f"weight_decay and eps must be >= 0; got {group['weight_decay']!r}, {group['eps']!r}")
+    if not all(0.0 <= beta < 1.0 for beta in (group["momentum"], *group["betas"])):
+        raise ValueError(f"momentum and betas must be in [0, 1); got {group['momentum']!r}, {group['betas']!r}")
     if group["precondition"]:
         vectors = [tuple(p.shape) for p in group["params"] if preconditioner_shape(p.shape) is None]
         if vectors:
@@ -446,6 +450,9 @@ def _class_kwargs(hp: Mapping[str, Any]) -> dict[str, Any]:
     for key, valid in (("base", BASES), ("root_method", ROOT_METHODS)):
         if hp[key] not in valid:
             raise UsageError(f"optimizer 'shampoo': {key} must be one of {', '.join(valid)}; got {hp[key]!r}.")
+    for key in ("sgd_weight_decay", "adamw_weight_decay"):
+        if not hp[key] >= 0.0:
+            raise ValueError(f"{key} must be >= 0; got {hp[key]!r}")
     return {
         "base": base,
         "lr": hp["lr"],

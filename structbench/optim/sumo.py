@@ -141,8 +141,8 @@ def _validate_group(group: Mapping[str, Any]) -> None:
     for key in ("rsvd_oversample", "rsvd_power_iters"):
         if not is_int_at_least(group[key], 0):
             raise ValueError(f"{key} must be an int >= 0; got {group[key]!r}")
-    if not is_finite_number(group["alpha"]):
-        raise ValueError(f"alpha must be a finite number; got {group['alpha']!r}")
+    if not is_finite_number(group["alpha"]) or group["alpha"] <= 0:
+        raise ValueError(f"alpha must be a finite number > 0 (it scales the step); got {group['alpha']!r}")
     if not is_finite_number(group["momentum"]) or not 0.0 <= group["momentum"] < 1.0:
         raise ValueError(f"momentum must be in [0, 1); got {group['momentum']!r}")
     if not is_finite_number(group["nl_gamma"]) or group["nl_gamma"] < 1.0:

@@ -6,6 +6,7 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table as RichTable
 from rich.text import Text
 
@@ -30,14 +31,16 @@ def rich_tables(table: tables.Table) -> list[RichTable]:
     for group in groups:
         keep = [0] + [i for i, c in enumerate(table.columns) if i and c.group == group]
         title = table.title if len(groups) == 1 else f"{table.title} — {group}"
-        out = RichTable(title=title, title_justify="left", show_lines=False)
+        out = RichTable(title=escape(title), title_justify="left", show_lines=False)
         for i in keep:
             column = table.columns[i]
-            out.add_column(column.name, justify="left" if column.left else "right", no_wrap=i == 0 or not column.wrap)
+            out.add_column(
+                escape(column.name), justify="left" if column.left else "right", no_wrap=i == 0 or not column.wrap
+            )
         for row in table.rows:
             out.add_row(*(_cell(row[i]) for i in keep))
         if table.caption and group == groups[-1]:
-            out.caption, out.caption_justify = table.caption, "left"
+            out.caption, out.caption_justify = escape(table.caption), "left"
         rendered.append(out)
     return rendered
 
@@ -45,7 +48,7 @@ def rich_tables(table: tables.Table) -> list[RichTable]:
 def print_report(console: Console, report: Report) -> None:
     """Every suite's tables, failures and notes, then the cross-suite profile and ranks."""
     for suite in report.suites:
-        console.rule(f"[bold]{suite.name}[/bold]  ({suite.task}, {suite.run_count} runs)")
+        console.rule(f"[bold]{escape(suite.name)}[/bold]  {escape(f'({suite.task}, {suite.run_count} runs)')}")
         for table in (tables.suite_table(suite), tables.comparison_table(suite), tables.failure_table(suite)):
             if table is not None:
                 for rich_table in rich_tables(table):
@@ -109,14 +112,14 @@ def runs_table(rows: Iterable[Mapping[str, Any]]) -> RichTable:
     for row in rows:
         style = None if row["status"] == "ok" else "red"
         table.add_row(
-            row["suite"],
-            row["optim"],
-            *((row.get("setting") or "-",) if swept else ()),
+            escape(row["suite"]),
+            escape(row["optim"]),
+            *((escape(row.get("setting") or "-"),) if swept else ()),
             str(row["seed"]),
             row["status"],
             str(row["steps"]),
             fmt_num(row["final_eval_loss"]),
-            f"{fmt_num(row['final_eval_metric'])} {row['eval_metric_name']}",
+            escape(f"{fmt_num(row['final_eval_metric'])} {row['eval_metric_name']}"),
             fmt_seconds(row["wall_s"]),
             fmt_seconds(row["step_time_median_s"]),
             fmt_bytes(row["peak_mem_bytes"]),

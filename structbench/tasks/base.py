@@ -7,8 +7,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal, Protocol
 
+import psutil
 import torch
 from torch import nn
+
+from structbench.errors import UsageError
 
 
 @dataclass(frozen=True)
@@ -56,5 +59,21 @@ class TaskDef:
     summary: str
     defaults: Mapping[str, Any]
     build: Callable[[dict[str, Any], TaskContext], Task]
-    preflight: Callable[[dict[str, Any], Path], None] | None = None
-    """Checks that must pass before any run starts (e.g. the dataset is on disk); raises UsageError."""
+    preflight: Callable[[dict[str, Any], Path, int], None] | None = None
+    """Checks that must pass before any run starts (e.g. the dataset is on disk), given the task arguments, the data
+    root and the batch size each training call draws (the budget's batch size over its grad_accum); raises
+    UsageError."""
+    metric_name: str | None = None
+    """The metric the task's evaluation reports, so that a suite's target is checked before any run (None: the
+    runner checks it when the task is built)."""
+
+
+def check_memory(what: str, needed_bytes: int) -> None:
+    """A usage error when `needed_bytes` (a lower bound on what a task allocates before its first step) exceed this
+    machine's memory, so that an impossible size fails before any run instead of in the allocator."""
+    total = psutil.virtual_memory().total
+    if needed_bytes > total:
+        raise UsageError(
+            f"{what} need at least {needed_bytes / 2**30:.1f} GiB, more than this machine's "
+            f"{total / 2**30:.1f} GiB of memory."
+        )

@@ -28,8 +28,8 @@ import torch
 from torch import nn
 
 from structbench.errors import UsageError
-from structbench.tasks.base import EvalResult, TaskContext, TaskDef
-from structbench.tasks.spectra import eigenvalues, random_orthogonal, random_spd
+from structbench.tasks.base import EvalResult, TaskContext, TaskDef, check_memory
+from structbench.tasks.spectra import SPECTRA, eigenvalues, random_orthogonal, random_spd
 
 PROBLEMS = ("kronecker", "block-diagonal", "linear-regression")
 
@@ -46,6 +46,32 @@ DEFAULTS: dict[str, Any] = {
 }
 
 
+def validate_args(args: dict[str, Any]) -> None:
+    """Raise UsageError for arguments no run could use, or a problem too large for this machine's memory."""
+    problem, m, n, rank = args["problem"], int(args["m"]), int(args["n"]), int(args["noise_rank"])
+    if problem not in PROBLEMS:
+        raise UsageError(f"unknown quadratic problem {problem!r}; valid: {', '.join(PROBLEMS)}.")
+    if args["spectrum"] not in SPECTRA:
+        raise UsageError(f"unknown task_args.spectrum {args['spectrum']!r}; valid: {', '.join(SPECTRA)}.")
+    if m < 1 or n < 1:
+        raise UsageError(f"quadratic shape must be positive, got m={m}, n={n}.")
+    if not 0 <= rank <= min(m, n):
+        raise UsageError(f"noise_rank must be in [0, min(m, n)={min(m, n)}], got {rank}.")
+    for key in ("cond_left", "cond_right"):
+        if not args[key] >= 1:
+            raise UsageError(f"task_args.{key} is a condition number: it must be >= 1, got {args[key]}.")
+    if not args["noise_scale"] >= 0:
+        raise UsageError(f"task_args.noise_scale must be >= 0, got {args['noise_scale']}.")
+    check_memory(f"quadratic problem {problem!r} with m={m}, n={n}: its matrices", problem_bytes(problem, m, n))
+
+
+def problem_bytes(problem: str, m: int, n: int) -> int:
+    """A lower bound on the bytes a problem holds: A (m x m) and B (n x n) in float64 and float32 (the n blocks of
+    block-diagonal likewise), and W*, W_0 in float64."""
+    squares = m * m + n * n + (n * m * m if problem == "block-diagonal" else 0)
+    return 12 * squares + 16 * m * n
+
+
 class MatrixParameter(nn.Module):
     """The model of a matrix problem: one (m x n) weight."""
 
@@ -60,15 +86,8 @@ class QuadraticTask:
     data_source = "synthetic (exact objective)"
 
     def __init__(self, args: dict[str, Any], ctx: TaskContext) -> None:
-        problem = args["problem"]
-        if problem not in PROBLEMS:
-            raise UsageError(f"unknown quadratic problem {problem!r}; valid: {', '.join(PROBLEMS)}.")
-        m, n = int(args["m"]), int(args["n"])
-        if m < 1 or n < 1:
-            raise UsageError(f"quadratic shape must be positive, got m={m}, n={n}.")
-        rank = int(args["noise_rank"])
-        if not 0 <= rank <= min(m, n):
-            raise UsageError(f"noise_rank must be in [0, min(m, n)={min(m, n)}], got {rank}.")
+        validate_args(args)
+        problem, m, n, rank = args["problem"], int(args["m"]), int(args["n"]), int(args["noise_rank"])
         self.problem = problem
         self.noise_scale = float(args["noise_scale"])
         self.batch_size = ctx.batch_size
@@ -155,4 +174,6 @@ QUADRATIC = TaskDef(
     summary="matrix quadratics with known optimum: Kronecker, block-diagonal, linear regression",
     defaults=DEFAULTS,
     build=QuadraticTask,
+    preflight=lambda args, data_root, batch_size: validate_args(args),
+    metric_name=QuadraticTask.metric_name,
 )

@@ -12,7 +12,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from structbench.tasks.base import EvalResult, TaskContext, TaskDef
+from structbench.errors import UsageError
+from structbench.tasks.base import EvalResult, TaskContext, TaskDef, check_memory
 
 DEFAULTS: dict[str, Any] = {
     "classes": 4,
@@ -22,6 +23,23 @@ DEFAULTS: dict[str, Any] = {
     "train_size": 512,
     "test_size": 512,
 }
+
+
+def validate_args(args: dict[str, Any]) -> None:
+    """Raise UsageError for sizes no run could use, or data and model too large for this machine's memory."""
+    sizes = {key: int(args[key]) for key in ("classes", "dim", "hidden", "train_size", "test_size")}
+    for key, size in sizes.items():
+        if size < 1:
+            raise UsageError(f"task_args.{key} must be >= 1, got {size}.")
+    if not args["separation"] >= 0:
+        raise UsageError(f"task_args.separation must be >= 0, got {args['separation']}.")
+    dim, hidden, classes = sizes["dim"], sizes["hidden"], sizes["classes"]
+    examples = sizes["train_size"] + sizes["test_size"]
+    weights = dim * hidden + hidden * hidden + hidden * classes
+    check_memory(
+        f"synthetic-classification with {examples} examples of dim {dim} and hidden {hidden}: the data and model",
+        4 * (examples * dim + classes * dim + weights),
+    )
 
 
 def mlp(dim: int, hidden: int, classes: int) -> nn.Sequential:
@@ -36,6 +54,7 @@ class SyntheticClassificationTask:
     data_source = "synthetic gaussian mixture"
 
     def __init__(self, args: dict[str, Any], ctx: TaskContext) -> None:
+        validate_args(args)
         gen = torch.Generator().manual_seed(ctx.seed)
         classes, dim = int(args["classes"]), int(args["dim"])
         means = torch.randn(classes, dim, generator=gen) * float(args["separation"])
@@ -75,4 +94,6 @@ SYNTHETIC_CLASSIFICATION = TaskDef(
     summary="MLP on a seeded Gaussian mixture (labelled synthetic; smoke suite only)",
     defaults=DEFAULTS,
     build=SyntheticClassificationTask,
+    preflight=lambda args, data_root, batch_size: validate_args(args),
+    metric_name=SyntheticClassificationTask.metric_name,
 )

@@ -22,7 +22,8 @@ import torch.nn.functional as F
 
 from structbench.data.token_cache import TokenData, prepare_tokens
 from structbench.errors import UsageError
-from structbench.tasks.base import EvalResult, TaskContext, TaskDef
+from structbench.tasks.base import EvalResult, TaskContext, TaskDef, check_memory
+from structbench.tasks.language.configs import count_params, resolve_config
 from structbench.tasks.language.models import MODEL_CONFIGS, build_model
 
 SWITCHES = ("auto", "on", "off")
@@ -109,12 +110,8 @@ class LanguageModelTask:
 
     def __init__(self, args: dict[str, Any], ctx: TaskContext) -> None:
         tokens = prepare(args, ctx.data_root)
+        _check_corpus_length(args, tokens)
         self.seq_len = int(args["seq_len"])
-        if len(tokens.train) <= self.seq_len + 1 or len(tokens.val) <= self.seq_len + 1:
-            raise UsageError(
-                f"corpus {args['corpus']!r} is too short for seq_len {self.seq_len}: "
-                f"{len(tokens.train)} training and {len(tokens.val)} validation tokens."
-            )
         self.data_source = tokens.source
         self.train_tokens = torch.from_numpy(np.asarray(tokens.train, dtype=np.int32)).to(ctx.device)
         self.val_tokens = torch.from_numpy(np.asarray(tokens.val, dtype=np.int32)).to(ctx.device)
@@ -184,9 +181,23 @@ class LanguageModelTask:
         return EvalResult(loss=loss, metric=math.exp(min(loss, 700.0)))
 
 
-def _preflight(args: dict[str, Any], data_root: Path) -> None:
-    """Read and tokenize the corpus once before any run, so missing data or vocabularies fail early (exit 2)."""
-    prepare(args, data_root)
+def _check_corpus_length(args: dict[str, Any], tokens: TokenData) -> None:
+    seq_len = int(args["seq_len"])
+    if len(tokens.train) <= seq_len + 1 or len(tokens.val) <= seq_len + 1:
+        raise UsageError(
+            f"corpus {args['corpus']!r} is too short for seq_len {seq_len}: "
+            f"{len(tokens.train)} training and {len(tokens.val)} validation tokens."
+        )
+
+
+def _preflight(args: dict[str, Any], data_root: Path, batch_size: int) -> None:
+    """Read and tokenize the corpus once before any run, so missing data or vocabularies fail early (exit 2); check
+    that it is longer than a window and that the model's parameters fit in this machine's memory."""
+    tokens = prepare(args, data_root)
+    _check_corpus_length(args, tokens)
+    config = resolve_config(args["model"], seq_len=int(args["seq_len"]), **model_overrides(args))
+    params = count_params(config, tokens.vocab_size)
+    check_memory(f"language model {args['model']!r}: its {params} float32 parameters", 4 * params)
 
 
 LANGUAGE_MODEL = TaskDef(
@@ -195,4 +206,5 @@ LANGUAGE_MODEL = TaskDef(
     defaults=DEFAULTS,
     build=LanguageModelTask,
     preflight=_preflight,
+    metric_name=LanguageModelTask.metric_name,
 )

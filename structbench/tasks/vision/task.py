@@ -31,9 +31,9 @@ from typing import Any, Literal
 import torch
 import torch.nn.functional as F
 
-from structbench.data import load, require
+from structbench.data import dataset_info, load, require
 from structbench.errors import UsageError
-from structbench.tasks.base import EvalResult, TaskContext, TaskDef
+from structbench.tasks.base import EvalResult, TaskContext, TaskDef, check_memory
 from structbench.tasks.vision.augment import CropFlip, crop_flip, draw_crop_flip, zero_pad
 from structbench.tasks.vision.models import build_model
 
@@ -110,10 +110,8 @@ class ImageClassificationTask:
         self.batch_size = ctx.batch_size
         self.train_size = len(train)
         self.drop_last = bool(args["drop_last"])
-        if self.drop_last and self.batch_size > self.train_size:
-            raise UsageError(
-                f"batch size {self.batch_size} exceeds the {self.train_size} training examples with drop_last = true."
-            )
+        if self.drop_last:
+            check_drop_last(self.batch_size, self.train_size)
         full_batches, remainder = divmod(self.train_size, self.batch_size)
         self.steps_per_epoch = full_batches + (1 if remainder and not self.drop_last else 0)
         self.epoch_positions = full_batches * self.batch_size if self.drop_last else self.train_size
@@ -238,9 +236,36 @@ class ImageClassificationTask:
         return EvalResult(loss=float(total_loss) / count, metric=int(correct) / count)
 
 
-def preflight(args: dict[str, Any], data_root: Path) -> None:
+def preflight(args: dict[str, Any], data_root: Path, batch_size: int) -> None:
     validate_args(args)
     require(args["dataset"], data_root)
+    check_model_size(args)
+    if args["drop_last"]:
+        train, _, _ = load(args["dataset"], data_root)
+        check_drop_last(batch_size, len(train))
+
+
+def check_drop_last(batch_size: int, train_size: int) -> None:
+    """With drop_last a batch larger than the training split leaves no batch to train on."""
+    if batch_size > train_size:
+        raise UsageError(f"batch size {batch_size} exceeds the {train_size} training examples with drop_last = true.")
+
+
+def check_model_size(args: dict[str, Any]) -> None:
+    """Build the model on the meta device (no memory taken) for the dataset's image shape: options it cannot take,
+    or float32 parameters beyond this machine's memory, are usage errors before any run."""
+    info = dataset_info(args["dataset"])
+    channels, height, _ = info.image_shape
+    options = dict(args["model_options"] or {})
+    try:
+        with torch.device("meta"):
+            model = build_model(
+                args["model"], in_channels=channels, image_size=height, num_classes=info.num_classes, **options
+            )
+    except (TypeError, ValueError, RuntimeError) as exc:  # RuntimeError: a size beyond int64 elements
+        raise UsageError(f"model {args['model']!r} cannot take task_args.model_options {options!r}: {exc}") from None
+    params = sum(p.numel() for p in model.parameters())
+    check_memory(f"model {args['model']!r} with options {options!r}: its {params} float32 parameters", 4 * params)
 
 
 IMAGE_CLASSIFICATION = TaskDef(
@@ -249,4 +274,5 @@ IMAGE_CLASSIFICATION = TaskDef(
     defaults=DEFAULTS,
     build=ImageClassificationTask,
     preflight=preflight,
+    metric_name=ImageClassificationTask.metric_name,
 )
