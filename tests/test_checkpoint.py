@@ -152,6 +152,7 @@ def test_synthetic_classification_stream_continues():
     _stream_continues(lambda: SyntheticClassificationTask(dict(DEFAULTS), ctx), 3, 4)
 
 
+@pytest.mark.filterwarnings("ignore::structbench.data.checksums.ChecksumWarning")  # generated, not the published files
 def test_vision_stream_continues_across_an_epoch_boundary_with_augmentation(tmp_path):
     write_cifar10(tmp_path, per_batch=5)  # 25 training images: 7 batches of 4 per epoch
     _stream_continues(lambda: make_task(tmp_path, batch_size=4, augment="crop-flip"), 5, 6)
