@@ -61,6 +61,7 @@ from structbench import measure, spec
 from structbench.data import resolve_data_root
 from structbench.runner import execute
 from structbench.spec import SuiteSpec
+from structbench.tasks.base import to_device
 
 PAPER_TOKENS_PER_S = 97_748
 PAPER_SUITE, PAPER_OPTIM = "llama-60m", "adamw"
@@ -87,7 +88,7 @@ def bare_rate(suite: SuiteSpec, optim_name: str, seed: int, device: torch.device
         optimizer.zero_grad(set_to_none=True)
         for _ in range(accum):
             starts = torch.randint(len(tokens) - seq_len - 1, (micro,), generator=generator)
-            windows = tokens[(starts[:, None] + offsets).to(device)]
+            windows = tokens[to_device(starts[:, None] + offsets, device)]
             with autocast:
                 logits = task.forward(windows[:, :-1].long())
             loss = F.cross_entropy(logits.float().flatten(0, 1), windows[:, 1:].long().flatten())

@@ -75,13 +75,16 @@ class Oracle:
 
 def oracles() -> dict[str, Oracle]:
     found: dict[str, Oracle] = {}
-    found["muon"] = Oracle(
-        "torch.optim.Muon",
-        {"weight_decay": 0.0, "ns_dtype": "bfloat16"},  # torch.optim.Muon runs Newton-Schulz in bf16 on every device
-        lambda ps: torch.optim.Muon(ps, lr=0.02, momentum=0.95, weight_decay=0.0, adjust_lr_fn="original"),
-        matrices_only=True,
-        variants=({"batch_matrices": "off"}, {"batch_matrices": "on"}),
-    )
+    if hasattr(torch.optim, "Muon"):  # torch >= 2.9
+        found["muon"] = Oracle(
+            "torch.optim.Muon",
+            {"weight_decay": 0.0, "ns_dtype": "bfloat16"},  # torch.optim.Muon runs Newton-Schulz in bf16 everywhere
+            lambda ps: torch.optim.Muon(ps, lr=0.02, momentum=0.95, weight_decay=0.0, adjust_lr_fn="original"),
+            matrices_only=True,
+            variants=({"batch_matrices": "off"}, {"batch_matrices": "on"}),
+        )
+    else:
+        print(f"torch.optim.Muon: not in torch {torch.__version__} (needs 2.9); muon is timed without it")
     try:
         import pytorch_optimizer as po
     except ImportError:

@@ -24,7 +24,7 @@ from rich.progress import (
 from rich.table import Table
 from typer.core import TyperGroup
 
-from structbench.errors import StoreWriteError, UsageError
+from structbench.errors import DeviceUnusableError, StoreWriteError, UsageError
 
 if TYPE_CHECKING:
     from structbench.runner import Progress as RunProgress
@@ -302,6 +302,9 @@ def run(
                 run_workers(submitted, len(job_list), rows, failures, quiet)
     except KeyboardInterrupt:
         interrupted = True
+    except DeviceUnusableError as exc:
+        print(f"error: {one_line(str(exc))}", file=sys.stderr)
+        raise typer.Exit(EXIT_RUN_ERROR) from None
     except StoreWriteError as exc:
         stored = len(store.run_ids(out) - stored_before)
         print(f"error: {exc}; the {stored} run(s) stored before by this command are intact.", file=sys.stderr)
@@ -376,7 +379,7 @@ def run_inline(job_list: list[Any], rows: list[dict[str, Any]], quiet: bool) -> 
 
     progress = run_progress(quiet)
     with progress:
-        for job in job_list:
+        for index, job in enumerate(job_list):
             label = job.cell.label
             bar = progress.add_task(escape(label), total=job.cell.suite.budget["steps"], loss="-", rate="-")
 
@@ -396,6 +399,14 @@ def run_inline(job_list: list[Any], rows: list[dict[str, Any]], quiet: bool) -> 
                 progress.console.print(escape(f"{label}: {row['status']} -> {path}"))
             if row["interrupted"]:
                 raise KeyboardInterrupt
+            if row["device_usable"] is False:
+                rest = [j.cell.label for j in job_list[index + 1 :]]
+                raise DeviceUnusableError(
+                    f"the {job.device} device is unusable in this process after {label} (stored as "
+                    f"{row['status']}); {len(rest)} run(s) not done{': ' + ', '.join(rest) if rest else ''}. "
+                    "Repeat the command to run them (the run cache skips the rest); --executor local runs each run "
+                    "in a fresh process."
+                )
 
 
 def run_progress(quiet: bool) -> Progress:

@@ -15,3 +15,8 @@ class SolverError(RuntimeError):
 
 class StoreWriteError(Exception):
     """The results store could not be written (a full disk, a lost mount): one line naming the store, exit 1."""
+
+
+class DeviceUnusableError(Exception):
+    """A run left the device unusable for this process (a CUDA error poisons its context): the inline executor stops
+    the grid with one line, exit 1; the runs not done run when the command is repeated."""

@@ -9,12 +9,14 @@ device-level reading beside it when available; on CPU it is the process's peak r
 from __future__ import annotations
 
 import contextlib
+import gc
 import os
 import platform
 import socket
 import subprocess
+import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -74,16 +76,26 @@ def synchronize(device: torch.device) -> None:
 
 
 class MemoryProbe:
-    """Peak memory over a run: CUDA max allocated (plus NVML), or the process's peak RSS on CPU."""
+    """Peak memory over a run: CUDA max allocated (plus NVML's device-level peak, sampled in a background thread),
+    or the process's peak RSS on CPU. `reset` first collects garbage (and on CUDA empties the allocator's cache), so
+    what an earlier run of the process left behind does not count towards this run's peak."""
 
     def __init__(self, device: torch.device) -> None:
         self.device = device
         self.source = "cuda" if device.type == "cuda" else "rss"
         self._rss_baseline_peak = 0
+        self._nvml: PeakSampler | None = None
 
     def reset(self) -> None:
+        gc.collect()
         if self.device.type == "cuda":
+            torch.cuda.synchronize(self.device)
+            torch.cuda.empty_cache()
             torch.cuda.reset_peak_memory_stats(self.device)
+            reader = nvml_reader(
+                nvml_index(torch.cuda.current_device() if self.device.index is None else self.device.index)
+            )
+            self._nvml = PeakSampler(reader) if reader is not None else None
             return
         if _reset_peak_rss():
             self._rss_baseline_peak = 0
@@ -96,9 +108,107 @@ class MemoryProbe:
         return max(peak_rss_bytes(), self._rss_baseline_peak)
 
     def nvml_used_bytes(self) -> int | None:
-        if self.device.type != "cuda":
+        """NVML's peak of the device's used memory since `reset` (all processes on it), or None without NVML."""
+        if self._nvml is None:
             return None
-        return nvml_used_bytes(self.device.index or 0)
+        return self._nvml.stop()
+
+
+class PeakSampler:
+    """The largest value `read()` returned, sampled every `interval_s` in a daemon thread from creation to `stop`."""
+
+    def __init__(self, read: Callable[[], int], interval_s: float = 0.05) -> None:
+        self._read, self._interval_s = read, interval_s
+        self._peak = read()
+        self._done = threading.Event()
+        self._thread = threading.Thread(target=self._sample, daemon=True)
+        self._thread.start()
+
+    def _sample(self) -> None:
+        while not self._done.wait(self._interval_s):
+            with contextlib.suppress(Exception):
+                self._peak = max(self._peak, self._read())
+
+    def stop(self) -> int:
+        if not self._done.is_set():
+            self._done.set()
+            self._thread.join()
+            with contextlib.suppress(Exception):
+                self._peak = max(self._peak, self._read())
+        return self._peak
+
+
+def nvml_index(torch_index: int, visible: str | None = None) -> int | str:
+    """NVML's name of torch's CUDA device `torch_index`: torch counts only the devices `CUDA_VISIBLE_DEVICES` lists,
+    NVML all of them; an entry is a physical index or a GPU-/MIG- UUID (returned as a string)."""
+    visible = os.environ.get("CUDA_VISIBLE_DEVICES") if visible is None else visible
+    if not visible or not visible.strip():
+        return torch_index
+    entries = [entry.strip() for entry in visible.split(",") if entry.strip()]
+    entry = entries[torch_index]
+    return int(entry) if entry.isdigit() else entry
+
+
+def nvml_reader(index: int | str) -> Callable[[], int] | None:
+    """A function reading the used memory of NVML device `index` (a physical index or a UUID), or None without
+    NVML. NVML stays initialised for the process's lifetime."""
+    try:
+        import pynvml
+
+        pynvml.nvmlInit()
+        if isinstance(index, str):
+            handle = pynvml.nvmlDeviceGetHandleByUUID(index)
+        else:
+            handle = pynvml.nvmlDeviceGetHandleByIndex(index)
+        pynvml.nvmlDeviceGetMemoryInfo(handle)
+    except Exception:
+        return None
+    return lambda: int(pynvml.nvmlDeviceGetMemoryInfo(handle).used)
+
+
+_WARMED: set[str] = set()
+
+
+def warm_up(device: torch.device) -> float:
+    """One-off setup of this process on `device`, done before the first run's clock starts so that the first run of
+    a process is timed like the others: the device context, the BLAS/cuBLAS and cuDNN/oneDNN handles, LAPACK, the
+    autograd engine, the fused/foreach optimizer kernels and the allocator's first growth. Returns its seconds (0
+    after the first call for that device)."""
+    key = str(device)
+    if key in _WARMED:
+        return 0.0
+    start = time.perf_counter()
+    generator = torch.Generator().manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Conv2d(3, 8, 3), torch.nn.Flatten(), torch.nn.Linear(8 * 6 * 6, 4))
+    model = model.to(device)
+    for make in (torch.optim.AdamW, torch.optim.SGD):
+        optimizer = make(model.parameters(), lr=1e-3)
+        inputs = torch.randn(2, 3, 8, 8, generator=generator).to(device)
+        model(inputs).square().mean().backward()
+        optimizer.step()
+        optimizer.zero_grad(set_to_none=True)
+    matrix = torch.randn(16, 16, generator=generator, dtype=torch.float64).to(device)
+    spd = matrix @ matrix.T + torch.eye(16, dtype=torch.float64, device=device)
+    for dtype in (torch.float32, torch.float64):
+        torch.linalg.eigh(spd.to(dtype))
+        torch.linalg.qr(spd.to(dtype))
+        torch.linalg.svd(spd.to(dtype))
+    synchronize(device)
+    _WARMED.add(key)
+    return time.perf_counter() - start
+
+
+def device_usable(device: torch.device) -> bool:
+    """False when the device can no longer run work (a CUDA error, such as a device-side assert, poisons the
+    process's CUDA context: every later call fails)."""
+    if device.type != "cuda":
+        return True
+    try:
+        torch.cuda.synchronize(device)
+        torch.zeros(1, device=device).add_(1).item()
+    except Exception:
+        return False
+    return True
 
 
 def _reset_peak_rss() -> bool:
@@ -117,19 +227,6 @@ def peak_rss_bytes() -> int:
             if line.startswith("VmHWM:"):
                 return int(line.split()[1]) * 1024
     return int(psutil.Process().memory_info().rss)
-
-
-def nvml_used_bytes(index: int) -> int | None:
-    try:
-        import pynvml
-
-        pynvml.nvmlInit()
-        try:
-            return int(pynvml.nvmlDeviceGetMemoryInfo(pynvml.nvmlDeviceGetHandleByIndex(index)).used)
-        finally:
-            pynvml.nvmlShutdown()
-    except Exception:
-        return None
 
 
 def _tensors(obj: Any) -> Iterator[torch.Tensor]:
@@ -207,6 +304,25 @@ def environment(device: torch.device) -> dict[str, Any]:
         "git_commit": git_commit(),
         "hostname": socket.gethostname(),
         "python_version": platform.python_version(),
+        **numerics(),
+    }
+
+
+def numerics() -> dict[str, Any]:
+    """The CUDA, cuDNN and NCCL versions torch was built with and the TF32 switches, which change float32 results."""
+    nccl = None
+    if torch.cuda.is_available():
+        with contextlib.suppress(Exception):
+            version = torch.cuda.nccl.version()
+            nccl = ".".join(map(str, version)) if isinstance(version, tuple) else str(version)
+    cudnn = torch.backends.cudnn.version() if torch.backends.cudnn.is_available() else None
+    return {
+        "cuda_version": torch.version.cuda,
+        "cudnn_version": str(cudnn) if cudnn is not None else None,
+        "nccl_version": nccl,
+        "tf32_matmul": bool(torch.backends.cuda.matmul.allow_tf32),
+        "tf32_cudnn": bool(torch.backends.cudnn.allow_tf32),
+        "float32_matmul_precision": torch.get_float32_matmul_precision(),
     }
 
 
@@ -225,7 +341,7 @@ def environment_report() -> dict[str, str]:
     }
     if cuda:
         report["GPU"] = ", ".join(torch.cuda.get_device_name(i) for i in range(torch.cuda.device_count()))
-        nvml = "available" if nvml_used_bytes(0) is not None else "unavailable"
+        nvml = "available" if nvml_reader(nvml_index(0)) is not None else "unavailable"
         report["memory probe"] = f"cuda (torch.cuda.max_memory_allocated); NVML {nvml}"
     else:
         report["GPU"] = "none"

@@ -3,8 +3,12 @@
 One call of `execute` trains one (suite, optimizer, seed) and returns the run's row and curve points;
 it never raises for what happens inside the run: a non-finite loss ends it `diverged`, an out-of-memory
 error `oom`, a solver failure `solver_error`, training past `budget.max_time_s` `timeout` (the curves so far
-kept), any other exception `error` (with the traceback), and Ctrl-C `interrupted` — the partial record is
-returned and the interrupt re-raised by the caller.
+kept), any other exception `error` (with the traceback; a CUDA error's message included), and Ctrl-C
+`interrupted` — the partial record is returned and the interrupt re-raised by the caller. The row's
+`device_usable` is False when the device cannot run more work (a CUDA error poisons the process's context).
+
+Before the first run of a process, `measure.warm_up` does the process's one-off device setup outside every run's
+clock (`setup_s`), so the first run of a process is timed like the others.
 """
 
 from __future__ import annotations
@@ -120,6 +124,7 @@ def execute(
     initial: Any = None
     final: Any = None
     interrupted = False
+    setup_s = 0.0
 
     seed_everything(seed)
     micro_batch = suite.budget["batch_size"] // suite.budget["grad_accum"]
@@ -127,6 +132,7 @@ def execute(
     spec = suite.run_spec(optim_name, seed)
     try:
         with signals.armed():
+            setup_s = measure.warm_up(device)
             task = get_task(suite.task).build(dict(suite.task_args), ctx)
             suite = resolve_epochs(suite, task)
             spec = suite.run_spec(optim_name, seed)
@@ -163,8 +169,9 @@ def execute(
         raise
     except Exception:
         state.status, state.error = "error", traceback.format_exc()
-    if device.type == "cuda":
-        torch.cuda.synchronize(device)
+    usable = measure.device_usable(device)
+    if not usable and state.status == "ok":
+        state.status, state.error = "error", f"the {device.type} device failed after the run (its context is unusable)"
 
     finished = datetime.now(UTC)
     train_times = state.step_times
@@ -188,7 +195,7 @@ def execute(
         "compile_s": state.compile_s,
         "step_time_median_s": statistics.median(train_times) if train_times else math.nan,
         "optim_time_median_s": statistics.median(state.optim_times) if state.optim_times else math.nan,
-        "peak_mem_bytes": probe.peak_bytes(),
+        "peak_mem_bytes": probe.peak_bytes() if usable else None,
         "peak_mem_source": probe.source,
         "state_bytes": measure.state_bytes(optimizer) if optimizer is not None else None,
         "param_count": sum(p.numel() for p in task.model.parameters()) if task is not None else None,
@@ -214,6 +221,8 @@ def execute(
         "parallel_runs": parallel_runs,
         "checkpoint_s": state.checkpoint_s,
         "resumed_from_step": state.resumed_from_step,
+        "setup_s": setup_s,
+        "device_usable": usable,
     }
     return RunOutcome(row=row, curves=state.curves, interrupted=interrupted)
 

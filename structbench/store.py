@@ -96,6 +96,14 @@ RUN_SCHEMA = pa.schema(
         ("parallel_runs", pa.int64()),
         ("checkpoint_s", pa.float64()),
         ("resumed_from_step", pa.int64()),
+        ("setup_s", pa.float64()),
+        ("device_usable", pa.bool_()),
+        ("cuda_version", pa.string()),
+        ("cudnn_version", pa.string()),
+        ("nccl_version", pa.string()),
+        ("tf32_matmul", pa.bool_()),
+        ("tf32_cudnn", pa.bool_()),
+        ("float32_matmul_precision", pa.string()),
     ]
 )
 OPTIONAL_RUN_COLUMNS = frozenset(
@@ -107,6 +115,14 @@ OPTIONAL_RUN_COLUMNS = frozenset(
         "parallel_runs",
         "checkpoint_s",
         "resumed_from_step",
+        "setup_s",
+        "device_usable",
+        "cuda_version",
+        "cudnn_version",
+        "nccl_version",
+        "tf32_matmul",
+        "tf32_cudnn",
+        "float32_matmul_precision",
     }
 )
 """Columns added after the first stores were written: a row may omit them (stored as null)."""

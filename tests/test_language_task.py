@@ -46,7 +46,10 @@ def test_evaluation_of_uniform_logits_is_log_vocab_over_exactly_eval_tokens(tmp_
         seen.append(inputs.numel())
         return torch.zeros(*inputs.shape, 256)
 
-    task.forward = uniform
+    def compiled(inputs: torch.Tensor) -> torch.Tensor:
+        raise AssertionError("evaluation must not call the (compiled) training forward")
+
+    task.model, task.forward = uniform, compiled  # evaluation runs the eager model
     with torch.no_grad():
         result = task.evaluate()
     assert sum(seen) == 203

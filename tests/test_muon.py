@@ -158,6 +158,7 @@ def test_conv_filter_steps_like_its_matrix_view_with_the_view_scale() -> None:
 PARITY_SHAPES = [(32, 32), (32, 32), (48, 16), (16, 48), (48, 16), (20, 36)]
 
 
+@pytest.mark.skipif(not hasattr(torch.optim, "Muon"), reason="torch.optim.Muon needs torch >= 2.9")
 @pytest.mark.parametrize(("adjust_lr_fn", "scale"), [("original", "shape"), ("match_rms_adamw", "rms")])
 @pytest.mark.parametrize("nesterov", [True, False])
 @pytest.mark.parametrize("batch_matrices", ["off", "on"])

@@ -47,7 +47,7 @@ class AdaGradNorm(StructuredOptimizer):
                 state["sum_sq"] = torch.zeros((), dtype=torch.float32, device=p.device)
             state["sum_sq"].add_(torch.linalg.vector_norm(p.grad.float()).square())
         device = params[0].device
-        b_sq = torch.tensor(group["b0"] ** 2, dtype=torch.float32, device=device)
+        b_sq = torch.full((), group["b0"] ** 2, dtype=torch.float32, device=device)  # a fill: no host-to-device copy
         for p in group["params"]:
             if p in self.state:
                 b_sq = b_sq + self.state[p]["sum_sq"].to(device)

@@ -165,6 +165,9 @@ class ASGO(StructuredOptimizer):
     statistic V, float32) and `inv_root` (its damped inverse root, float32).
     """
 
+    cpu_state_keys = ("step",)
+    """`step` is read on the host every step (is a refresh due?): it stays on the CPU when state is loaded."""
+
     def __init__(
         self,
         params: Iterable[Tensor] | Iterable[dict[str, Any]],

@@ -69,7 +69,7 @@ def _solve_with_retry(
         except torch.OutOfMemoryError:
             raise
         except RuntimeError as err:  # torch.linalg.LinAlgError is a RuntimeError
-            cause = err
+            cause = err.with_traceback(None)  # its frames (and their tensors) are not kept alive by the chain
             continue
         if all(bool(torch.isfinite(t).all()) for t in out):
             return out

@@ -68,6 +68,15 @@ class TaskDef:
     runner checks it when the task is built)."""
 
 
+def to_device(tensor: torch.Tensor, device: torch.device) -> torch.Tensor:
+    """A per-step batch, drawn on the CPU from the task's seeded generators (so a seed gives the same batches on every
+    device), moved to `device` without a host sync: on CUDA through pinned memory with `non_blocking=True`, so the
+    copy is queued on the stream and the CPU goes on (a copy from pageable memory would wait for the GPU)."""
+    if device.type != "cuda":
+        return tensor.to(device)
+    return tensor.pin_memory().to(device, non_blocking=True)
+
+
 def check_memory(what: str, needed_bytes: int) -> None:
     """A usage error when `needed_bytes` (a lower bound on what a task allocates before its first step) exceed this
     machine's memory, so that an impossible size fails before any run instead of in the allocator."""

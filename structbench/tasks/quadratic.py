@@ -28,7 +28,7 @@ import torch
 from torch import nn
 
 from structbench.errors import UsageError
-from structbench.tasks.base import EvalResult, TaskContext, TaskDef, check_memory
+from structbench.tasks.base import EvalResult, TaskContext, TaskDef, check_memory, to_device
 from structbench.tasks.spectra import SPECTRA, eigenvalues, random_orthogonal, random_spd
 
 PROBLEMS = ("kronecker", "block-diagonal", "linear-regression")
@@ -140,7 +140,7 @@ class QuadraticTask:
             z = torch.randn(self.noise_rank, self.noise_rank, generator=self.noise_gen, dtype=torch.float64)
             scale = self.noise_scale * (m * n) ** 0.5 / self.noise_rank
             noise = scale * self.noise_left @ z @ self.noise_right.T
-        return noise.to(self.device, torch.float32)
+        return to_device(noise.to(torch.float32), self.device)
 
     def train_loss(self, step: int) -> torch.Tensor:
         weight = self.model.weight
@@ -159,8 +159,8 @@ class QuadraticTask:
         m, n = weight.shape
         z = torch.randn(self.batch_size, m, generator=self.noise_gen, dtype=torch.float64)
         e = torch.randn(self.batch_size, n, generator=self.noise_gen, dtype=torch.float64)
-        x = (z @ self.x_factor).to(self.device, torch.float32)
-        y = x @ self.optimum32 + self.noise_scale * (e @ self.noise_factor).to(self.device, torch.float32)
+        x = to_device((z @ self.x_factor).to(torch.float32), self.device)
+        y = x @ self.optimum32 + self.noise_scale * to_device((e @ self.noise_factor).to(torch.float32), self.device)
         residual = x @ weight - y
         return 0.5 * (residual * (residual @ self.right32)).sum() / self.batch_size
 

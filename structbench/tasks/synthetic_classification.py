@@ -13,7 +13,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from structbench.errors import UsageError
-from structbench.tasks.base import EvalResult, TaskContext, TaskDef, check_memory
+from structbench.tasks.base import EvalResult, TaskContext, TaskDef, check_memory, to_device
 
 DEFAULTS: dict[str, Any] = {
     "classes": 4,
@@ -73,7 +73,7 @@ class SyntheticClassificationTask:
 
     def train_loss(self, step: int) -> torch.Tensor:
         index = torch.randint(len(self.train_y), (self.batch_size,), generator=self.batch_gen)
-        index = index.to(self.train_x.device)
+        index = to_device(index, self.train_x.device)
         return F.cross_entropy(self.model(self.train_x[index]), self.train_y[index])
 
     def stream_state(self) -> dict[str, Any]:

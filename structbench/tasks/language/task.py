@@ -22,7 +22,7 @@ import torch.nn.functional as F
 
 from structbench.data.token_cache import TokenData, prepare_tokens
 from structbench.errors import UsageError
-from structbench.tasks.base import EvalResult, TaskContext, TaskDef, check_memory
+from structbench.tasks.base import EvalResult, TaskContext, TaskDef, check_memory, to_device
 from structbench.tasks.language.configs import count_params, resolve_config
 from structbench.tasks.language.models import MODEL_CONFIGS, build_model
 
@@ -144,17 +144,19 @@ class LanguageModelTask:
             return torch.autocast(device_type=self.device.type, dtype=torch.bfloat16)
         return contextlib.nullcontext()
 
-    def _loss(self, windows: torch.Tensor, reduction: str = "mean") -> torch.Tensor:
+    def _loss(
+        self, windows: torch.Tensor, model: Callable[[torch.Tensor], torch.Tensor], reduction: str = "mean"
+    ) -> torch.Tensor:
         inputs, targets = windows[:, :-1].long(), windows[:, 1:].long()
         with self._precision():
-            logits = self.forward(inputs)
+            logits = model(inputs)
         return F.cross_entropy(logits.float().flatten(0, 1), targets.flatten(), reduction=reduction)
 
     def train_loss(self, step: int) -> torch.Tensor:
         starts = torch.randint(len(self.train_tokens) - self.seq_len - 1, (self.batch_size,), generator=self.batch_gen)
         offsets = torch.arange(self.seq_len + 1)
-        windows = self.train_tokens[(starts[:, None] + offsets).to(self.device)]
-        return self._loss(windows)
+        windows = self.train_tokens[to_device(starts[:, None] + offsets, self.device)]
+        return self._loss(windows, self.forward)
 
     def stream_state(self) -> dict[str, Any]:
         return {"batch_gen": self.batch_gen.get_state()}
@@ -174,9 +176,11 @@ class LanguageModelTask:
                 yield from (self.val_tokens[s : s + n + 1][None] for s, n in zip(batch, lengths, strict=True))
 
     def evaluate(self) -> EvalResult:
+        """Runs the eager model even when training is compiled: the compiled graph is only ever called at the training
+        shape, so evaluation batches of other shapes do not recompile it (nor make `compile_s` depend on order)."""
         total = 0.0
         for windows in self._eval_windows():
-            total += float(self._loss(windows, reduction="sum"))
+            total += float(self._loss(windows, self.model, reduction="sum"))
         loss = total / self.eval_tokens
         return EvalResult(loss=loss, metric=math.exp(min(loss, 700.0)))
 

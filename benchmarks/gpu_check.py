@@ -1,0 +1,209 @@
+"""The checks of structbench's CUDA paths that only a GPU can run, in one invocation, as a pass/fail table.
+
+    python benchmarks/gpu_check.py [--steps 20]
+
+In order:
+1. the CUDA-only tests (`pytest -k cuda`);
+2. a sync audit: `torch.cuda.set_sync_debug_mode("warn")` over `--steps` steps of `shakespeare-llama` and `digits`
+   (AdamW, one log point at the end, no evaluation inside the loop); every synchronising call is attributed to the
+   Python line that made it, and only the runner's own log-point and evaluation code (structbench/runner.py,
+   structbench/measure.py) may appear — a sync in a task or an optimizer is a host sync per step;
+3. the run-order check: the same run twice in one process; the first run's first step within 2x the second's plus
+   5 ms, and the one-off setup (`setup_s`) only in the first;
+4. the conformance kit on CUDA (tensors created on the GPU by default) for a handful of optimizers;
+5. recompilation: `shakespeare-llama` with `task_args.compile="on"` under `TORCH_LOGS=recompiles`: no recompilation
+   after the first compiled step;
+6. an injected device-side error (a label out of range in the digits task's first batch of seed 0): the run is
+   stored `error` with CUDA's message, the command stops with one line, and the next command in a new process runs
+   the rest cleanly.
+Without CUDA it prints one line and exits 2.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import subprocess
+import sys
+import tempfile
+import textwrap
+import time
+import warnings
+from collections import Counter
+from collections.abc import Callable
+from pathlib import Path
+
+import pandas as pd
+import torch
+
+ROOT = Path(__file__).resolve().parent.parent
+ALLOWED_SYNC_FILES = ("structbench/runner.py", "structbench/measure.py")
+CONFORMANCE_OPTIMIZERS = ("adamw", "muon", "shampoo-4bit", "soap", "asgo", "alice", "fismo")
+
+
+def structbench(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "structbench", *args], capture_output=True, text=True, cwd=ROOT, env=env, check=False
+    )
+
+
+def cuda_tests() -> tuple[bool, str]:
+    done = subprocess.run(
+        [sys.executable, "-m", "pytest", "-q", "-k", "cuda", "tests"], capture_output=True, text=True, cwd=ROOT
+    )
+    return done.returncode == 0, (done.stdout.strip().splitlines() or ["no output"])[-1]
+
+
+def sync_audit(steps: int) -> tuple[bool, str]:
+    from structbench import grid, spec, store
+    from structbench.data.root import resolve_data_root
+    from structbench.executors import Job, run_job
+
+    sites: Counter[str] = Counter()
+    for suite in ("shakespeare-llama", "digits"):
+        overrides = [f"budget.steps={steps}", "budget.epochs=0", "budget.eval_every=0", f"budget.log_every={steps}"]
+        suites, _ = spec.load_suites(suite, overrides, ["adamw"], [0])
+        cell = grid.build_grid(suites, "cuda")[0]
+        out = Path(tempfile.mkdtemp())
+        store.prepare(out)
+        job = Job(cell=cell, device="cuda", data_root=str(resolve_data_root(None)), out=str(out), executor="inline",
+                  parallel_runs=1, threads=None)  # fmt: skip
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            torch.cuda.set_sync_debug_mode("warn")
+            try:
+                row = run_job(job)
+            finally:
+                torch.cuda.set_sync_debug_mode(0)
+        if row["status"] != "ok":
+            return False, f"{suite}: the run ended {row['status']}: {(row['error'] or '').splitlines()[-1:]}"
+        for warning in caught:
+            if "synchroniz" in str(warning.message).lower():
+                sites[f"{Path(warning.filename).as_posix().split('structbench/', 1)[-1]}:{warning.lineno}"] += 1
+    per_step = {site: n for site, n in sites.items() if not any(f in f"structbench/{site}" for f in ALLOWED_SYNC_FILES)}
+    detail = (
+        ", ".join(f"{site} x{n}" for site, n in sorted(per_step.items()))
+        or f"{sum(sites.values())} syncs, all in the runner"
+    )
+    return not per_step, detail
+
+
+def run_order() -> tuple[bool, str]:
+    from structbench import grid, spec, store
+    from structbench.executors import Job, run_job
+
+    suites, _ = spec.load_suites("quadratic", ["budget.steps=50"], ["adamw"], [0])
+    cell = grid.build_grid(suites, "cuda")[0]
+    rows = []
+    for _ in range(2):
+        out = Path(tempfile.mkdtemp())
+        store.prepare(out)
+        rows.append(run_job(Job(cell=cell, device="cuda", data_root=str(out), out=str(out), executor="inline",
+                                parallel_runs=1, threads=None)))  # fmt: skip
+    first, second = rows
+    ok = first["compile_s"] <= 2 * second["compile_s"] + 5e-3 and second["setup_s"] == 0
+    return ok, (
+        f"first step {first['compile_s'] * 1e3:.2f} ms vs {second['compile_s'] * 1e3:.2f} ms, wall "
+        f"{first['wall_s'] * 1e3:.1f} vs {second['wall_s'] * 1e3:.1f} ms, setup {first['setup_s'] * 1e3:.1f} ms once"
+    )
+
+
+def conformance_on_cuda() -> tuple[bool, str]:
+    from structbench.optim import conformance
+
+    failed = []
+    torch.set_default_device("cuda")
+    try:
+        for name in CONFORMANCE_OPTIMIZERS:
+            failed += [f"{name}/{r.check}: {r.message}" for r in conformance.run_checks(name) if not r.passed]
+    finally:
+        torch.set_default_device("cpu")
+    return not failed, "; ".join(failed) or f"{len(CONFORMANCE_OPTIMIZERS)} optimizers, every check passed"
+
+
+def recompilation() -> tuple[bool, str]:
+    out = tempfile.mkdtemp()
+    done = structbench(
+        "run", "--suite", "shakespeare-llama", "--optim", "adamw", "--steps", "30", "--set", 'task_args.compile="on"',
+        "--out", out, "--quiet", env={**os.environ, "TORCH_LOGS": "recompiles"},
+    )  # fmt: skip
+    recompiles = [line for line in done.stderr.splitlines() if "Recompiling" in line]
+    if done.returncode != 0:
+        return False, f"exit {done.returncode}: {(done.stderr.strip().splitlines() or [''])[-1]}"
+    return not recompiles, f"{len(recompiles)} recompilation(s)" + (f": {recompiles[0]}" if recompiles else "")
+
+
+INJECT_BAD_LABEL = textwrap.dedent(
+    """
+    from structbench.tasks.vision import task
+
+    draw = task.ImageClassificationTask.next_batch
+    fired = []
+
+    def bad_batch(self):
+        inputs, labels = draw(self)
+        if not fired:
+            fired.append(1)
+            labels = labels.clone()
+            labels[0] = 10_000  # out of range: cross entropy's device-side assert
+        return inputs, labels
+
+    task.ImageClassificationTask.next_batch = bad_batch
+    """
+)
+
+
+def device_side_error() -> tuple[bool, str]:
+    site = Path(tempfile.mkdtemp())
+    (site / "sitecustomize.py").write_text(INJECT_BAD_LABEL)
+    out = tempfile.mkdtemp()
+    args = ("run", "--suite", "digits", "--optim", "adamw", "--seed", "0", "--seed", "1", "--steps", "20", "--out", out,
+            "--quiet")  # fmt: skip
+    faulty = structbench(*args, env={**os.environ, "PYTHONPATH": str(site)})
+    lines = faulty.stderr.strip().splitlines()
+    runs = pd.read_parquet(Path(out) / "runs") if (Path(out) / "runs").is_dir() else pd.DataFrame()
+    stored = len(runs) == 1 and runs.status.iloc[0] == "error" and "CUDA" in runs.error.iloc[0]
+    one_line = faulty.returncode == 1 and len(lines) == 1 and "unusable in this process" in lines[0]
+    clean = structbench(*args)
+    final = pd.read_parquet(Path(out) / "runs")
+    rest_ok = clean.returncode == 0 and sorted(final.query("status == 'ok'").seed) == [0, 1]
+    return stored and one_line and rest_ok, (
+        f"stored as error with CUDA's message: {stored}; one line, exit 1: {one_line}; next command ok: {rest_ok}"
+    )
+
+
+CHECKS: list[tuple[str, Callable[..., tuple[bool, str]]]] = [
+    ("CUDA-only tests", cuda_tests),
+    ("sync audit (shakespeare-llama, digits)", sync_audit),
+    ("run order (same run twice)", run_order),
+    ("conformance on CUDA", conformance_on_cuda),
+    ("recompilation with compile on", recompilation),
+    ("injected device-side error", device_side_error),
+]
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--steps", type=int, default=20, help="steps of the sync audit's runs (default 20)")
+    args = parser.parse_args()
+    if args.steps < 2:
+        print(f"error: --steps must be at least 2, got {args.steps}.", file=sys.stderr)
+        return 2
+    if not torch.cuda.is_available():
+        print("error: benchmarks/gpu_check.py needs a CUDA device; torch sees none on this machine.", file=sys.stderr)
+        return 2
+    print(f"GPU: {torch.cuda.get_device_name()} · torch {torch.__version__} · CUDA {torch.version.cuda}")
+    failures = 0
+    for name, check in CHECKS:
+        start = time.perf_counter()
+        try:
+            passed, detail = check(args.steps) if check is sync_audit else check()
+        except Exception as exc:  # a check that crashes is a failed check; the others still run
+            passed, detail = False, f"{type(exc).__name__}: {exc}".splitlines()[0]
+        failures += not passed
+        print(f"{'PASS' if passed else 'FAIL'}  {name:<40} {time.perf_counter() - start:6.1f} s  {detail}")
+    return 1 if failures else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
