@@ -236,3 +236,18 @@ def test_gpu_check_on_a_machine_without_cuda_is_one_line_exit_2():
     assert done.stderr.strip().splitlines() == [
         "error: benchmarks/gpu_check.py needs a CUDA device; torch sees none on this machine."
     ]
+
+
+def test_a_solver_failure_keeps_no_frame_of_the_failed_attempt_alive():
+    """The float64 retry's cause is chained without its traceback, whose frames would hold the attempt's tensors (a
+    previous run's memory counted in the next run's peak) until the cycle collector ran."""
+    from structbench.errors import SolverError
+    from structbench.optim.linalg import _solve_with_retry
+
+    def failing(x: torch.Tensor) -> tuple[torch.Tensor]:
+        raise torch.linalg.LinAlgError("eigh did not converge")
+
+    with pytest.raises(SolverError) as caught:
+        _solve_with_retry(failing, torch.eye(3), "eigh")
+    assert isinstance(caught.value.__cause__, torch.linalg.LinAlgError)
+    assert caught.value.__cause__.__traceback__ is None
