@@ -107,8 +107,9 @@ def test_a_signal_at_a_random_point_of_a_grid_loses_nothing(trial, tmp_path, cli
     assert_store_consistent(out)
     finished = finished_log.read_text().split("\n")[:-1] if finished_log.exists() else []
     stored = {f"{r.optim} {r.seed}" for r in runs.itertuples()} if len(runs) else set()
-    assert set(finished) <= stored, f"finished runs missing from the store: {set(finished) - stored}"
-    if signum == signal.SIGKILL:  # nothing can be said; what it leaves must be consistent and cleaned up below
+    if signum != signal.SIGKILL:  # SIGKILL may land between a run's training and its storing
+        assert set(finished) <= stored, f"finished runs missing from the store: {set(finished) - stored}"
+    if signum == signal.SIGKILL:  # nothing to say but consistency, checked above, and the clean next run below
         assert proc.returncode in (0, -signal.SIGKILL)
     elif proc.returncode in (0, -signum):  # the grid ended before the signal (or it hit the interpreter's exit)
         assert len(runs) == 4 and set(runs.status) == {"ok"}
