@@ -83,6 +83,9 @@ class Interval:
         return f"in {self}"
 
 
+ALL_NUMBERS = Interval(-math.inf, math.inf, False, False)
+
+
 def _number(value: float) -> str:
     return f"{value:g}"
 
@@ -106,10 +109,6 @@ class Tune:
     def describe(self, default: float) -> str:
         low, high = self.bounds(default)
         return f"{self.scale}({_number(low)}, {_number(high)}, {self.points})"
-
-
-def log(low: float, high: float, points: int = 5) -> Tune:
-    return Tune("log", low, high, points)
 
 
 def lin(low: float, high: float, points: int = 3) -> Tune:
@@ -142,7 +141,7 @@ class Hyperparameter:
             if isinstance(value, self.kind) and not isinstance(value, bool) and value in self.valid:
                 return None
             return f"{self.name} must be one of {', '.join(map(str, self.valid))}, got {value!r}"
-        interval = self.valid or Interval.parse("(-inf, inf)")
+        interval = self.valid or ALL_NUMBERS
         if self.kind is int:
             if not isinstance(value, int) or isinstance(value, bool) or not -INT64_LIMIT <= value < INT64_LIMIT:
                 return f"{self.name} must be a 64-bit integer, got {value!r}"

@@ -16,14 +16,14 @@ from structbench.optim.base import StructuredOptimizer
 from structbench.optim.hparams import Declaration, code, decade_around, real
 from structbench.optim.registry import Builder, NamedParams, Routing
 
+AUX_ADAM = "KellerJordan/Muon muon.py, its auxiliary Adam"
+
 ADAMW_FALLBACK = Declaration(
-    real("adamw_lr", 3e-4, code("KellerJordan/Muon muon.py, the auxiliary Adam's lr"), "(0, inf)", decade_around(3)),
-    real("adamw_beta1", 0.9, code("KellerJordan/Muon muon.py, the auxiliary Adam's betas"), "[0, 1)"),
-    real("adamw_beta2", 0.95, code("KellerJordan/Muon muon.py, the auxiliary Adam's betas"), "[0, 1)"),
-    real("adamw_eps", 1e-10, code("KellerJordan/Muon muon.py, the auxiliary Adam's eps"), "[0, inf)"),
-    real(
-        "adamw_weight_decay", 0.0, code("KellerJordan/Muon muon.py, the auxiliary Adam (no weight decay)"), "[0, inf)"
-    ),
+    real("adamw_lr", 3e-4, code(AUX_ADAM), "(0, inf)", decade_around(3)),
+    real("adamw_beta1", 0.9, code(AUX_ADAM), "[0, 1)"),
+    real("adamw_beta2", 0.95, code(AUX_ADAM), "[0, 1)"),
+    real("adamw_eps", 1e-10, code(AUX_ADAM), "[0, inf)"),
+    real("adamw_weight_decay", 0.0, code(f"{AUX_ADAM} (no weight decay)"), "[0, inf)"),
 )
 """torch.optim.AdamW for the parameters a hybrid's structured method leaves to it, declared once for every hybrid:
 its valid values are torch AdamW's (betas in [0, 1), eps and weight decay >= 0) and its defaults Keller Jordan's Muon
