@@ -57,7 +57,6 @@ from torch import Tensor, nn
 
 from structbench.optim import memory
 from structbench.optim.galore import (
-    GALORE_FALLBACK,
     SIGN_INVARIANT_CHECK_HPARAMS,
     GaLore,
     effective_rank,
@@ -66,7 +65,7 @@ from structbench.optim.galore import (
     projects_right,
 )
 from structbench.optim.hparams import Declaration, code, flag, integer, option, ours, paper
-from structbench.optim.hybrid import adamw_state_bytes, hybrid_builder
+from structbench.optim.hybrid import adamw_fallback, adamw_state_bytes, hybrid_builder
 from structbench.optim.norm_scaling import NORM_EPS, channel_ratio, limiter_norm
 from structbench.optim.partition import head_switch, route_with_head_switch
 from structbench.optim.racs import LIMITER_GAMMA, limiter_factor
@@ -217,12 +216,13 @@ _NOTES = (
     "int32 seed (random) or float32 projection (svd)."
 )
 
-APOLLO_FALLBACK = GALORE_FALLBACK.with_defaults(
-    adamw_lr=(0.01, code(f"{REFERENCE}: the other parameters share the APOLLO group's AdamW and lr")),
-    adamw_beta1=(0.9, code(REFERENCE)),
-    adamw_beta2=(0.999, code(REFERENCE)),
-    adamw_eps=(1e-6, code(REFERENCE)),
-    adamw_weight_decay=(0.0, code(REFERENCE)),
+APOLLO_FALLBACK = adamw_fallback(
+    code(f"{REFERENCE}: the other parameters in the APOLLO group's AdamW, lr included"),
+    lr=0.01,
+    beta1=0.9,
+    beta2=0.999,
+    eps=1e-6,
+    weight_decay=0.0,
 )
 
 HEAD_SWITCH = head_switch(True, paper(f"{RACS_ALICE_PAPER} Sec. 7.1, F.2: every Apollo number has the LM head on Adam"))

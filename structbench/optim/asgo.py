@@ -59,7 +59,7 @@ from torch import Tensor, nn
 from structbench.errors import SolverError
 from structbench.optim.base import StructuredOptimizer
 from structbench.optim.hparams import Declaration, code, decade_around, integer, lin, option, paper, real
-from structbench.optim.hybrid import ADAMW_FALLBACK, adamw_state_bytes, hybrid_builder
+from structbench.optim.hybrid import adamw_fallback, adamw_state_bytes, hybrid_builder
 from structbench.optim.linalg import eigh_with_retry, from_eigenpairs, inverse_root_newton
 from structbench.optim.partition import matrix_shape, matrix_view, parameter_kinds
 from structbench.optim.registry import NamedParams, OptimizerEntry, Routing, register
@@ -314,12 +314,8 @@ class DASGO(StructuredOptimizer):
 
 # ---- registry entries ----
 
-CODE_ADAM = ADAMW_FALLBACK.with_defaults(
-    adamw_lr=(0.01, code(f"{RELEASED_CODE}: Adam at the matrix lr (Table 4's 0.01)")),
-    adamw_beta1=(0.9, code(RELEASED_CODE)),
-    adamw_beta2=(0.95, code(RELEASED_CODE)),
-    adamw_eps=(1e-8, code(RELEASED_CODE)),
-    adamw_weight_decay=(0.0, code(RELEASED_CODE)),
+CODE_ADAM = adamw_fallback(
+    code(f"{RELEASED_CODE}: Adam at the matrix lr"), lr=0.01, beta1=0.9, beta2=0.95, eps=1e-8, weight_decay=0.0
 )
 """infinity-stars/ASGO's Adam for 1-D params and embeddings: betas (0.9, 0.95), eps 1e-8, wd 0, the matrix lr."""
 

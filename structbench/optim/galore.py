@@ -63,7 +63,7 @@ from structbench.errors import SolverError
 from structbench.optim import linalg, memory
 from structbench.optim.base import StructuredOptimizer
 from structbench.optim.hparams import Declaration, code, decade_around, flag, integer, lin, option, ours, paper, real
-from structbench.optim.hybrid import ADAMW_FALLBACK, adamw_state_bytes, hybrid_builder
+from structbench.optim.hybrid import adamw_fallback, adamw_state_bytes, hybrid_builder
 from structbench.optim.partition import head_switch, matrix_shape, matrix_view, route_with_head_switch
 from structbench.optim.racs import PAPER as RACS_ALICE_PAPER
 from structbench.optim.registry import OptimizerEntry, register
@@ -352,12 +352,13 @@ carried into the new basis so that the steps do not depend on singular-vector si
 direction's momentum."""
 
 
-GALORE_FALLBACK = ADAMW_FALLBACK.with_defaults(
-    adamw_lr=(0.02, code(f"{REFERENCE}: the other parameters share the GaLore group's AdamW and lr")),
-    adamw_beta1=(0.9, code(REFERENCE)),
-    adamw_beta2=(0.999, code(REFERENCE)),
-    adamw_eps=(1e-6, code(REFERENCE)),
-    adamw_weight_decay=(0.0, code(REFERENCE)),
+GALORE_FALLBACK = adamw_fallback(
+    code(f"{REFERENCE}: the other parameters in the GaLore group's AdamW, lr included"),
+    lr=0.02,
+    beta1=0.9,
+    beta2=0.999,
+    eps=1e-6,
+    weight_decay=0.0,
 )
 """The reference code's treatment of non-GaLore parameters: the same AdamW, same lr, betas and eps, no weight
 decay (torch AdamW here, whose eps comes after the bias correction)."""

@@ -13,7 +13,7 @@ from typing import Any
 import torch
 
 from structbench.optim.base import StructuredOptimizer
-from structbench.optim.hparams import Declaration, code, decade_around, real
+from structbench.optim.hparams import Declaration, Source, code, decade_around, real
 from structbench.optim.registry import Builder, NamedParams, Routing
 
 AUX_ADAM = "KellerJordan/Muon muon.py, its auxiliary Adam"
@@ -28,7 +28,21 @@ ADAMW_FALLBACK = Declaration(
 """torch.optim.AdamW for the parameters a hybrid's structured method leaves to it, declared once for every hybrid:
 its valid values are torch AdamW's (betas in [0, 1), eps and weight decay >= 0) and its defaults Keller Jordan's Muon
 reference code's auxiliary Adam. An entry whose paper or reference code treats those parameters otherwise states
-its own defaults with `ADAMW_FALLBACK.with_defaults`."""
+its own defaults with `adamw_fallback` (or `ADAMW_FALLBACK.with_defaults`, field by field)."""
+
+
+def adamw_fallback(
+    source: Source, *, lr: float, beta1: float, beta2: float, eps: float, weight_decay: float
+) -> Declaration:
+    """`ADAMW_FALLBACK` with an entry's defaults, all from one source (a reference code's treatment of the other
+    parameters)."""
+    return ADAMW_FALLBACK.with_defaults(
+        adamw_lr=(lr, source),
+        adamw_beta1=(beta1, source),
+        adamw_beta2=(beta2, source),
+        adamw_eps=(eps, source),
+        adamw_weight_decay=(weight_decay, source),
+    )
 
 
 class HybridOptimizer(torch.optim.Optimizer):

@@ -53,7 +53,7 @@ from torch import Tensor
 from structbench.errors import SolverError
 from structbench.optim.base import BATCH_MATRICES, EagerStructuredOptimizer, gather, stacks_matrices
 from structbench.optim.hparams import Declaration, code, decade_around, flag, integer, lin, option, ours, paper, real
-from structbench.optim.hybrid import ADAMW_FALLBACK, adamw_state_bytes, hybrid_builder
+from structbench.optim.hybrid import ADAMW_FALLBACK, adamw_fallback, adamw_state_bytes, hybrid_builder
 from structbench.optim.linalg import eigh_with_retry
 from structbench.optim.partition import matrix_shape, matrix_view, split
 from structbench.optim.racs import PAPER as RACS_ALICE_PAPER
@@ -389,12 +389,13 @@ def state_bytes(structured: list[tuple[int, ...]], fallback: list[tuple[int, ...
     return total + adamw_state_bytes(fallback)
 
 
-SOAP_ADAMW = ADAMW_FALLBACK.with_defaults(
-    adamw_lr=(3e-3, code(f"{REFERENCE}: 1-D parameters through its own unrotated Adam, SOAP's lr")),
-    adamw_beta1=(0.95, code(f"{REFERENCE}: SOAP's betas")),
-    adamw_beta2=(0.95, code(f"{REFERENCE}: SOAP's betas")),
-    adamw_eps=(1e-8, code(f"{REFERENCE}: SOAP's eps")),
-    adamw_weight_decay=(0.01, code(f"{REFERENCE}: SOAP's weight decay")),
+SOAP_ADAMW = adamw_fallback(
+    code(f"{REFERENCE}: 1-D parameters through its unrotated Adam, with SOAP's values"),
+    lr=3e-3,
+    beta1=0.95,
+    beta2=0.95,
+    eps=1e-8,
+    weight_decay=0.01,
 )
 """The SOAP reference runs 1-D parameters through its own (unrotated) Adam: SOAP's lr, betas, eps and wd."""
 

@@ -64,7 +64,7 @@ from structbench.errors import SolverError
 from structbench.optim import linalg
 from structbench.optim.base import EagerStructuredOptimizer
 from structbench.optim.hparams import Declaration, code, decade_around, flag, integer, lin, option, ours, paper, real
-from structbench.optim.hybrid import ADAMW_FALLBACK, adamw_state_bytes, hybrid_builder
+from structbench.optim.hybrid import adamw_fallback, adamw_state_bytes, hybrid_builder
 from structbench.optim.partition import head_switch, matrix_shape, matrix_view, route_with_head_switch
 from structbench.optim.registry import OptimizerEntry, register
 
@@ -355,9 +355,9 @@ def sumo_state_bytes(structured: list[tuple[int, ...]], fallback: list[tuple[int
 
 
 _NOTES = (
-    "MAWPS ranks are 32/128, GSM8K 64. momentum_form 'ema' (App. C, beta M + (1 - beta) G^) gives the same "
-    "direction after the SVD. Limiter on the Frobenius norm of the applied O, skipped at t = 0 and after a zero O. "
-    "proj_side 'galore' is GaLore's opposite side; 'left'/'right' forced. moment_transform 'reset', 'keep' "
+    "Other ranks in the paper: MAWPS 32/128, GSM8K 64. momentum_form 'ema' (App. C, beta M + (1 - beta) G^) gives "
+    "the same direction after the SVD. Limiter on the Frobenius norm of the applied O, skipped at t = 0 and after a "
+    "zero O. proj_side 'galore' is GaLore's opposite side; 'left'/'right' forced. moment_transform 'reset', 'keep' "
     "(GaLore's). orth 'ns_quintic' (Muon's NS5 coefficients, the 'SUMO (Newton-Schulz5)' ablation), 'ns_cubic' "
     "(Lemma 3.2's iteration), ns_normalize 'spectral' (the lemma's); NS runs in the state dtype. Singular "
     "values <= max(r, n) eps s_1 of the moment count as zero (matrix_rank's tolerance): no update along "
@@ -367,12 +367,13 @@ _NOTES = (
     "GaLore's settings. State: float32 basis and moment for any parameter dtype."
 )
 
-SUMO_FALLBACK = ADAMW_FALLBACK.with_defaults(
-    adamw_lr=(1e-5, code(f"{GALORE}: the other parameters in the same AdamW at the same lr, as the paper follows")),
-    adamw_beta1=(0.9, code(GALORE)),
-    adamw_beta2=(0.999, code(GALORE)),
-    adamw_eps=(1e-6, code(GALORE)),
-    adamw_weight_decay=(0.0, code(GALORE)),
+SUMO_FALLBACK = adamw_fallback(
+    code(f"{GALORE}, which the paper follows: the other parameters in the same AdamW, lr included"),
+    lr=1e-5,
+    beta1=0.9,
+    beta2=0.999,
+    eps=1e-6,
+    weight_decay=0.0,
 )
 """GaLore's recipe, which the paper follows: the other parameters in the same AdamW at the same lr (Table 7's)."""
 
