@@ -25,7 +25,9 @@ import torch
 from structbench import store
 
 FILE = "checkpoint.pt"
-FORMAT = 1
+FORMAT = 2
+"""Format 2: optimizer param groups hold the declared hyperparameter names (beta1 and beta2 rather than a betas tuple;
+Shampoo's sgd_* and adamw_*). A checkpoint of another format is not loaded: its run starts again from step 0."""
 
 
 def directory(out: Path, run_key: str) -> Path:

@@ -108,12 +108,18 @@ def usage_errors_exit_2(command: F) -> F:
 @usage_errors_exit_2
 def list_cmd(
     what: Annotated[str, typer.Argument(help="suites, optims, or all")] = "all",
+    optims: Annotated[
+        list[str] | None,
+        typer.Option("--optim", help="With `optims`: only this optimizer, with its notes (repeatable)."),
+    ] = None,
 ) -> None:
-    """List the registered suites and optimizers."""
+    """List the registered suites, and the optimizers with each hyperparameter's default, range, tuning and source."""
     from structbench import optim, spec
 
     if what not in ("suites", "optims", "all"):
         raise UsageError(f"list takes suites, optims or all, got {what!r}.")
+    if optims and what != "optims":
+        raise UsageError("--optim goes with `structbench list optims`.")
     if what in ("suites", "all"):
         table = Table(title="suites")
         for column in ("name", "task", "optimizers", "budget", "description"):
@@ -135,14 +141,23 @@ def list_cmd(
             )
         console.print(table)
     if what in ("optims", "all"):
+        names = list(dict.fromkeys(optims or optim.names()))
+        entries = [optim.get(name) for name in names]
         table = Table(title="optimizers")
-        for column in ("name", "reference", "description", "defaults"):
+        for column in ("name", "reference", "description"):
             table.add_column(column)
-        for name in optim.names():
-            entry = optim.get(name)
-            defaults = ", ".join(f"{k}={v}" for k, v in entry.defaults.items())
-            table.add_row(name, entry.reference, entry.summary, defaults)
+        for entry in entries:
+            table.add_row(entry.name, escape(entry.reference), escape(entry.summary))
         console.print(table)
+        for entry in entries:
+            notes = escape(entry.notes) if optims else None
+            table = Table(title=f"{entry.name}: hyperparameters", caption=notes, caption_justify="left")
+            table.add_column("name", no_wrap=True)
+            for column in ("default", "range", "tuning", "source"):
+                table.add_column(column)
+            for row in entry.hparams.rows():
+                table.add_row(*map(escape, row))
+            console.print(table)
 
 
 @app.command()
@@ -164,7 +179,13 @@ def run(
             "hparams.*.key sets every optimizer's key.",
         ),
     ] = None,
-    sweep: Annotated[bool, typer.Option("--sweep", help="Sweep the suite's [sweep.<optim>] search spaces.")] = False,
+    sweep: Annotated[
+        bool,
+        typer.Option(
+            "--sweep",
+            help="Sweep the suite's [sweep.<optim>] search spaces (else each optimizer's declared tuning ranges).",
+        ),
+    ] = False,
     search: Annotated[
         str | None,
         typer.Option(help="halton:N[:SEED] — N quasi-random settings per optimizer from the swept ranges."),

@@ -22,7 +22,7 @@ from structbench import optim
 from structbench.errors import UsageError
 from structbench.optim.registry import unknown_name_message
 from structbench.schedule import SCHEDULE_DEFAULTS, validate_schedule
-from structbench.sweep import Search, Swept, grid_points, parse_swept, suite_sweep_table
+from structbench.sweep import Search, Swept, declared_sweep, grid_points, parse_swept, suite_sweep_table
 from structbench.tasks import get_task
 
 BUDGET_DEFAULTS: dict[str, Any] = {
@@ -194,8 +194,9 @@ def load_suites(
     """Resolve a suite (expanding `include`) into runnable specs; return them and the suite's checks.
 
     Without sweeps a suite gives one spec covering all its optimizers. A swept field outside the hyperparameters
-    gives one spec per value (their Cartesian product); swept hyperparameters (`--set` lists and ranges, the suite's
-    `[sweep.<optim>]` tables with `sweep`, or a `search`) give one single-optimizer spec per setting.
+    gives one spec per value (their Cartesian product); swept hyperparameters (`--set` lists and ranges, with `sweep`
+    or a `search` the suite's `[sweep.<optim>]` tables or else each optimizer's declared tuning ranges) give one
+    single-optimizer spec per setting.
     """
     check_include_cycles(name_or_path)
     return _load_suites(name_or_path, overrides, optims, seeds, sweep, search)
@@ -311,25 +312,23 @@ def _assigned(effective: dict[str, Any], point: Mapping[str, Any]) -> dict[str, 
 def _optimizer_sweeps(
     suite: str, raw: Mapping[str, Any], chosen: Sequence[str], swept: Sequence[Swept], use_suite_tables: bool
 ) -> dict[str, list[Swept]]:
-    """Each optimizer's swept hyperparameters: the suite's `[sweep.<optim>]` table (with --sweep / --search), then
-    the command line's swept `hparams.<optim>.*` fields, which replace a suite entry for the same key."""
+    """Each optimizer's swept hyperparameters: with --sweep / --search, the suite's `[sweep.<optim>]` table, or the
+    tuning ranges the optimizer declares where the suite has no table for it; then the command line's swept
+    `hparams.<optim>.*` fields, which replace an entry for the same key."""
     tables = raw.get("sweep", {})
     for optim_name in tables:
         optim.get(optim_name)
-    if (
-        use_suite_tables
-        and not any(tables.get(o) for o in chosen)
-        and not any(s.key.startswith("hparams.") for s in swept)
-    ):
-        raise UsageError(
-            f"suite {suite} declares no [sweep.<optim>] table for {', '.join(chosen)}; "
-            'give swept values with --set (for example --set "hparams.*.lr=log(1e-3,1e-1,5)").'
-        )
     per_optim: dict[str, list[Swept]] = {}
     for optim_name in chosen:
-        fields = {s.key: s for s in suite_sweep_table(optim_name, tables.get(optim_name, {}), suite)}
-        if not use_suite_tables:
-            fields = {}
+        fields: dict[str, Swept] = {}
+        if use_suite_tables:
+            table = tables.get(optim_name)
+            declared = (
+                suite_sweep_table(optim_name, table, suite)
+                if table
+                else declared_sweep(optim_name, optim.get(optim_name).hparams)
+            )
+            fields = {s.key: s for s in declared}
         for one in swept:
             if one.key.startswith(f"hparams.{optim_name}."):
                 fields[one.key] = one

@@ -12,6 +12,9 @@ settings from the declared ranges: a log or lin range is sampled continuously be
 categorical choice. The points are the Halton sequence (bases 2, 3, 5, ...: one prime per swept field, as
 AlgoPerf's quasi-random tuning search does) with a seeded Cranley–Patterson shift, so a search is reproducible
 from its seed. A range, a product of swept fields and a search each give at most MAX_VALUES (10,000) values.
+
+With `--sweep` or `--search`, an optimizer whose suite has no `[sweep.<optim>]` table sweeps the tuning ranges
+its hyperparameters declare (`declared_sweep`); a suite's table replaces them for that optimizer.
 """
 
 from __future__ import annotations
@@ -22,9 +25,12 @@ import random
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from structbench.errors import UsageError
+
+if TYPE_CHECKING:
+    from structbench.optim.hparams import Declaration
 
 _RANGE = re.compile(r"^\s*(log|lin)\s*\((.*)\)\s*$")
 _SEARCH = re.compile(r"^halton:(\d+)(?::(\d+))?$")
@@ -188,4 +194,15 @@ def suite_sweep_table(optim_name: str, table: Mapping[str, Any], suite: str) -> 
                 f"got {value!r}."
             )
         swept.append(parsed)
+    return swept
+
+
+def declared_sweep(optim_name: str, declaration: Declaration) -> list[Swept]:
+    """The swept fields of an optimizer's declared tuning ranges: each a log or lin range of its declared points."""
+    swept = []
+    for field in declaration:
+        if field.tune is not None:
+            low, high = field.tune.bounds(field.default)
+            points = Range(field.tune.scale, low, high, field.tune.points, integer=field.kind is int)
+            swept.append(Swept(f"hparams.{optim_name}.{field.name}", range=points))
     return swept

@@ -56,7 +56,8 @@ def test_full_rank_update_is_dense_square_root_ngd_eq12() -> None:
         grads,
         rank=m,
         leading=m,
-        betas=(0.0, beta2, 0.999),
+        beta1=0.0,
+        beta2=beta2,
         update_interval=1000,
         compensation="none",
         switching="none",
@@ -75,7 +76,7 @@ def test_first_moment_lives_in_low_rank_space() -> None:
     m, n, beta1 = 4, 6, 0.9
     gen = torch.Generator().manual_seed(1)
     grads = [torch.randn(m, n, generator=gen, dtype=torch.float64) for _ in range(3)]
-    _, opt, _ = run(grads, rank=2, leading=1, betas=(beta1, 0.9, 0.999), update_interval=1000)
+    _, opt, _ = run(grads, rank=2, leading=1, beta1=beta1, update_interval=1000)
     st = next(iter(opt.state.values()))
     u = st["basis"]
     expected = sum((1 - beta1) * beta1 ** (2 - k) * (u.T @ g) for k, g in enumerate(grads))
@@ -94,7 +95,7 @@ def test_compensation_is_theorem_5_1_optimum() -> None:
     m, n, r = 4, 6, 2
     gen = torch.Generator().manual_seed(2)
     g = torch.randn(m, n, generator=gen, dtype=torch.float64)
-    _, opt, deltas = run([g], rank=r, leading=1, betas=(0.0, 0.9, 0.999), alpha_c=1.0)
+    _, opt, deltas = run([g], rank=r, leading=1, beta1=0.0, alpha_c=1.0)
     u = next(iter(opt.state.values()))["basis"]
     projector = torch.eye(m, dtype=torch.float64) - u @ u.T
     evals, evecs = torch.linalg.eigh(projector)
@@ -125,7 +126,7 @@ def test_step_one_basis_is_galore_svd_subspace() -> None:
     low = torch.randn(m, r, generator=gen, dtype=torch.float64) @ torch.randn(r, n, generator=gen, dtype=torch.float64)
     g = low + 1e-3 * torch.randn(m, n, generator=gen, dtype=torch.float64)
     for beta3 in (0.999, 0.0):
-        _, opt, _ = run([g], rank=r, leading=r, switching="none", betas=(0.9, 0.9, beta3))
+        _, opt, _ = run([g], rank=r, leading=r, switching="none", beta3=beta3)
         u = next(iter(opt.state.values()))["basis"]
         svd_u = torch.linalg.svd(g)[0][:, :r]
         assert torch.allclose(u @ u.T, svd_u @ svd_u.T, atol=1e-6)
@@ -222,7 +223,7 @@ def test_state_bytes_follow_table_6() -> None:
     shapes = [(6, 9), (10, 4), (4, 2, 3, 3)]
     for beta3, name in ((0.999, "alice"), (0.0, "alice-0")):
         params = [nn.Parameter(torch.randn(s)) for s in shapes]
-        opt = Alice(params, rank=3, leading=1, betas=(0.9, 0.9, beta3))
+        opt = Alice(params, rank=3, leading=1, beta3=beta3)
         for p in params:
             p.grad = torch.randn_like(p)
         opt.step()
@@ -236,7 +237,7 @@ def test_state_bytes_follow_table_6() -> None:
         tracking = r * r if beta3 > 0 else 0
         expected = 4 * sum(2 * n * r + m * r + n + tracking + 1 for m, n in ((6, 9), (4, 10), (4, 18)))
         assert measured == expected
-        hp = {**alice.ALICE_DEFAULTS, "rank": 3, "beta3": beta3}
+        hp = {**alice.ALICE_ENTRY.defaults, "rank": 3, "beta3": beta3}
         assert alice.alice_state_bytes(shapes, [], hp) == expected
         assert 4 * memory.structured_state_elements(name, shapes, {"rank": 3}) == expected
         assert ("tracked" in next(iter(opt.state.values()))) == (beta3 > 0)

@@ -214,7 +214,16 @@ def test_parity_with_pytorch_optimizer_under_projected_scaling(monkeypatch, scal
     start = [torch.randn(s, generator=gen) for s in shapes]
     ours = [nn.Parameter(w.clone()) for w in start]
     theirs = [nn.Parameter(w.clone()) for w in start]
-    opt = Apollo(ours, lr=0.01, rank=3, update_proj_gap=3, scale=8.0, scaling=scaling, scaled_gradient="projected")
+    opt = Apollo(
+        ours,
+        lr=0.01,
+        rank=3,
+        update_proj_gap=3,
+        scale=8.0,
+        projection="random",
+        scaling=scaling,
+        scaled_gradient="projected",
+    )
     oracle = OracleApollo(
         [{"params": theirs, "rank": 3, "update_proj_gap": 3, "scale": 2.0, "projection_type": "std"}],
         lr=0.01,
@@ -248,7 +257,7 @@ def test_parity_with_pytorch_optimizer_under_projected_scaling(monkeypatch, scal
 def _measured_after_one_step(name: str, shapes: list[tuple[int, ...]], **overrides: Any) -> int:
     hp = registry.resolve_hparams(name, overrides)
     params = [nn.Parameter(torch.randn(s)) for s in shapes]
-    opt = apollo.make_apollo(params, hp)
+    opt = Apollo(params, **Apollo.hparams.take(hp))
     for p in params:
         p.grad = torch.randn_like(p)
     opt.step()

@@ -428,7 +428,7 @@ def test_a_solver_failure_ends_the_run_solver_error_and_the_grid_goes_on(cli, tm
     import torch
 
     from structbench.errors import SolverError
-    from structbench.optim import registry
+    from structbench.optim import hparams, registry
 
     class FailingSolver(torch.optim.SGD):
         solver_failures = 0
@@ -443,7 +443,7 @@ def test_a_solver_failure_ends_the_run_solver_error_and_the_grid_goes_on(cli, tm
         name="failing-solver",
         summary="test double",
         reference="-",
-        defaults={"lr": 0.1},
+        hparams=hparams.Declaration(hparams.real("lr", 0.1, hparams.ours("a test double"), "(0, inf)")),
         build=lambda named, routing, hp: FailingSolver([p for _, p in named], lr=hp["lr"]),
     )
     monkeypatch.setitem(registry._REGISTRY, "failing-solver", entry)

@@ -36,7 +36,7 @@ from tests.lowrank_helpers import (
     top_basis,
 )
 
-HP = {"lr": 0.01, "betas": (0.9, 0.999), "eps": 1e-6, "scale": 0.25, "weight_decay": 0.0}
+HP = {"lr": 0.01, "beta1": 0.9, "beta2": 0.999, "eps": 1e-6, "scale": 0.25, "weight_decay": 0.0}
 
 
 def hand_fira(
@@ -47,7 +47,7 @@ def hand_fira(
     back = (lambda x: x @ basis.T) if right else (lambda x: basis @ x)
     psi = None
     comps = []
-    for step in hand_projected_adam(grads, basis, right, hp["lr"], hp["betas"], hp["eps"]):
+    for step in hand_projected_adam(grads, basis, right, hp["lr"], (hp["beta1"], hp["beta2"]), hp["eps"]):
         phi = hand_channel_ratio(step.normalized, step.projected, right)
         comp = (step.grad - hp["scale"] * back(step.projected)) * phi
         norm = comp.norm()

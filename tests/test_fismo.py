@@ -539,6 +539,6 @@ def test_failed_svd_polar_falls_back_to_newton_schulz(monkeypatch: pytest.Monkey
 def test_registry_entry() -> None:
     entry = registry.get("fismo")
     assert entry.lr_keys == ("lr", "adamw_lr")
-    assert set(fismo_module.FISMO_DEFAULTS) < set(entry.defaults)
+    assert set(fismo_module.Fismo.hparams.names()) < set(entry.defaults)
     assert {"adamw_lr", "adamw_beta1", "adamw_beta2", "adamw_eps", "adamw_weight_decay"} < set(entry.defaults)
     assert "sweep" in entry.notes and "Grid" in entry.notes

@@ -49,14 +49,14 @@ def spread(k: int) -> list[float]:
 def hand_adam_steps(w0: Tensor, grads: list[Tensor], basis: Tensor, right: bool, hp: dict[str, Any]) -> Tensor:
     """W after len(grads) GaLore steps with a fixed basis (n x r right, m x r left), all in float64."""
     w = w0.to(F64).reshape(w0.shape[0], -1)
-    for step in hand_projected_adam(grads, basis, right, hp["lr"], hp["betas"], hp["eps"]):
+    for step in hand_projected_adam(grads, basis, right, hp["lr"], (hp["beta1"], hp["beta2"]), hp["eps"]):
         back = step.normalized @ basis.T if right else basis @ step.normalized
         w = w - step.step_size * hp["scale"] * back
         w = w - hp["lr"] * hp["weight_decay"] * w
     return w.reshape(w0.shape)
 
 
-HP = {"lr": 0.01, "betas": (0.9, 0.999), "eps": 1e-6, "scale": 0.25, "weight_decay": 0.1}
+HP = {"lr": 0.01, "beta1": 0.9, "beta2": 0.999, "eps": 1e-6, "scale": 0.25, "weight_decay": 0.1}
 
 
 def make(params: list[nn.Parameter], **overrides: Any) -> GaLore:
@@ -221,7 +221,7 @@ def test_moments_at_refresh_follow_the_formula(shape: tuple[int, int], reproject
     g1 = known_matrix(*shape, spread(6), seed=10)
     g2 = known_matrix(*shape, spread(6), seed=11)
     first, second, _ = two_steps_with_refresh(g1, g2, reproject)
-    b1, b2 = HP["betas"]
+    b1, b2 = HP["beta1"], HP["beta2"]
     right = shape[0] >= shape[1]
     p_old, p_new = first["projection"].to(F64), second["projection"].to(F64)
     m_old, v_old = first["exp_avg"].to(F64), first["exp_avg_sq"].to(F64)
@@ -252,7 +252,7 @@ def test_reprojection_is_exact_when_the_subspace_is_kept(shape: tuple[int, int])
     g1 = (u @ torch.diag(torch.tensor([8.0, 4.0, 2.0], dtype=F64)) @ v.T).float()
     g2 = (u @ torch.diag(torch.tensor([2.0, 4.0, 8.0], dtype=F64)) @ v.T).float()
     first, second, _ = two_steps_with_refresh(g1, g2, reproject=True)
-    b1, b2 = HP["betas"]
+    b1, b2 = HP["beta1"], HP["beta2"]
     right = rows >= cols
     p_old, p_new = first["projection"].to(F64), second["projection"].to(F64)
     overlap = p_old @ p_new.T if right else p_new.T @ p_old

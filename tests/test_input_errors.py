@@ -382,7 +382,7 @@ def test_one_bad_setting_of_a_sweep_stops_the_whole_grid(cli, out):
         ("budget.max_time_s=inf", "budget.max_time_s must be a finite number"),
         ("schedule.gamma=inf", "schedule.gamma must be a finite number, got inf"),
         ("schedule.min_lr_ratio=nan", "schedule.min_lr_ratio must be a finite number, got nan"),
-        ("hparams.sgd.weight_decay=nan", "weight_decay must be a finite number, got nan"),
+        ("hparams.sgd.weight_decay=nan", "weight_decay must be a finite number >= 0, got nan"),
         ("hparams.sgd.lr=nan", "lr must be a positive finite number, got nan"),
         (f"budget.log_every={2**63}", f"budget.log_every must be a 64-bit integer (at most {INT64_MAX} in size)"),
         (f"hparams.galore.svd_seed={2**63}", f"svd_seed must be a 64-bit integer, got {2**63}"),

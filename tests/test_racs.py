@@ -156,7 +156,7 @@ def test_state_bytes_is_sgd_plus_m_plus_n_plus_one() -> None:
     opt.step()
     measured = sum(t.numel() * t.element_size() for st in opt.state.values() for t in st.values())
     assert measured == 4 * ((6 + 9 + 1) + (4 + 10 + 1) + (4 + 18 + 1))
-    assert racs.racs_state_bytes([(6, 9), (10, 4), (4, 2, 3, 3)], [], racs.RACS_DEFAULTS) == measured
+    assert racs.racs_state_bytes([(6, 9), (10, 4), (4, 2, 3, 3)], [], racs.RACS_ENTRY.defaults) == measured
     assert memory.matrix_state_elements("racs", (512, 1376)) == 512 + 1376 + 1
 
 
@@ -187,7 +187,7 @@ def test_bucketed_step_equals_single_matrix_steps(batch_matrices: str) -> None:
             torch.testing.assert_close(p.detach(), q.detach(), rtol=1e-5, atol=1e-9)
     assert measure.state_bytes(opt) == sum(measure.state_bytes(single) for single in singles)
     assert measure.state_bytes(opt) == racs.racs_state_bytes(
-        shapes, [], {**racs.RACS_DEFAULTS, "batch_matrices": batch_matrices}
+        shapes, [], {**racs.RACS_ENTRY.defaults, "batch_matrices": batch_matrices}
     )
 
 
@@ -200,7 +200,7 @@ def test_batch_matrices_must_be_a_known_mode() -> None:
 def test_routing_records_head_choice() -> None:
     model = nn.Sequential(nn.Embedding(10, 8), nn.Linear(8, 8), nn.LayerNorm(8), nn.Linear(8, 10))
     named = list(model.named_parameters())
-    hp = {**racs.RACS_DEFAULTS, **racs.PAPER_ADAM_FALLBACK}
+    hp = racs.RACS_ENTRY.defaults
     routing = racs.RACS_ENTRY.route(model, named, hp)
     assert routing.structured == ("1.weight",)
     assert "3.weight" in routing.fallback and "0.weight" in routing.fallback

@@ -10,7 +10,7 @@ import pytest
 import torch
 
 from structbench.optim import conformance as ck
-from structbench.optim import registry
+from structbench.optim import hparams, registry
 
 NAMES = registry.names()
 SHAMPOOS = ("shampoo", "shampoo-4bit", "shampoo-4bit-naive")
@@ -28,18 +28,19 @@ def test_lr_is_a_hyperparameter_listed_first_and_validated(name: str) -> None:
 def test_register_puts_lr_first_and_refuses_an_entry_without_lr(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(registry, "_REGISTRY", {})
     build = registry.get  # never called
-    late = registry.register(
-        registry.OptimizerEntry(name="late-lr", summary="-", reference="-", defaults={"b": 1, "lr": 0.5}, build=build)
-    )
+    b, lr = hparams.integer("b", 1, hparams.ours("-")), hparams.real("lr", 0.5, hparams.ours("-"), "(0, inf)")
+
+    def entry(name: str, *fields: hparams.Hyperparameter, **kwargs: object) -> registry.OptimizerEntry:
+        return registry.OptimizerEntry(
+            name=name, summary="-", reference="-", hparams=hparams.Declaration(*fields), build=build, **kwargs
+        )
+
+    late = registry.register(entry("late-lr", b, lr))
     assert list(late.defaults) == ["lr", "b"] and registry.get("late-lr") is late
     with pytest.raises(ValueError, match="lr"):
-        registry.register(registry.OptimizerEntry(name="no-lr", summary="-", reference="-", defaults={}, build=build))
+        registry.register(entry("no-lr", b))
     with pytest.raises(ValueError, match="lr"):
-        registry.register(
-            registry.OptimizerEntry(
-                name="lr-unchecked", summary="-", reference="-", defaults={"lr": 1.0}, build=build, lr_keys=("x",)
-            )
-        )
+        registry.register(entry("lr-unchecked", lr, lr_keys=("x",)))
 
 
 def _first_moving_step(name: str, lr: float) -> tuple[int, dict, dict, registry.Routing]:

@@ -112,7 +112,9 @@ def test_first_step_is_grafted_two_sided_inverse_fourth_root(method: str, shape:
     g = well_conditioned(*shape, seed=1)
     p = nn.Parameter(torch.randn(shape, generator=torch.Generator().manual_seed(2)))
     before = p.detach().clone()
-    opt = Shampoo([p], lr=0.1, momentum=0.9, stat_interval=1, root_interval=1, root_method=method)
+    opt = Shampoo(
+        [p], lr=0.1, sgd_momentum=0.9, sgd_weight_decay=0.0, stat_interval=1, root_interval=1, root_method=method
+    )
     stepped(opt, [p], [g])
     expected = before.double() - 0.1 * graft(OneBlock(*shape).direction(g), g.double())
     assert_update_close(p.detach(), expected, before, rel=1e-5)
@@ -127,9 +129,9 @@ def test_two_sgd_steps_add_l2_after_grafting_then_momentum(nesterov: bool) -> No
     opt = Shampoo(
         [p],
         lr=lr,
-        momentum=mu,
-        nesterov=nesterov,
-        weight_decay=wd,
+        sgd_momentum=mu,
+        sgd_nesterov=nesterov,
+        sgd_weight_decay=wd,
         stat_interval=1,
         root_interval=1,
         root_method="eigh",
@@ -152,9 +154,10 @@ def test_adamw_base_equals_torch_adamw_on_the_grafted_gradient() -> None:
         [p],
         base="adamw",
         lr=lr,
-        betas=betas,
-        eps=1e-8,
-        weight_decay=wd,
+        adamw_beta1=betas[0],
+        adamw_beta2=betas[1],
+        adamw_eps=1e-8,
+        adamw_weight_decay=wd,
         stat_interval=1,
         root_interval=1,
         root_method="eigh",
@@ -179,14 +182,15 @@ def test_blocks_are_independent_shampoos_grafted_per_tensor() -> None:
     grads = [torch.randn(10, 7, generator=gen) for _ in range(2)]
     p = nn.Parameter(torch.randn(10, 7, generator=gen))
     before = p.detach().clone()
-    opt = Shampoo([p], lr=0.1, momentum=0.0, max_order=4, stat_interval=1, root_interval=1, root_method="eigh")
+    every_step = {"stat_interval": 1, "root_interval": 1, "root_method": "eigh"}
+    opt = Shampoo([p], lr=0.1, sgd_momentum=0.0, sgd_weight_decay=0.0, max_order=4, **every_step)
     edges = [
         (r0, r0 + r, c0, c0 + c)
         for r0, r in zip((0, 4, 8), rows, strict=True)
         for c0, c in zip((0, 4), cols, strict=True)
     ]
     pieces = [nn.Parameter(p.detach()[a:b, c:d].clone()) for a, b, c, d in edges]
-    separate = Shampoo(pieces, lr=0.1, momentum=0.0, stat_interval=1, root_interval=1, root_method="eigh")
+    separate = Shampoo(pieces, lr=0.1, sgd_momentum=0.0, sgd_weight_decay=0.0, **every_step)
     refs = [OneBlock(b - a, d - c) for a, b, c, d in edges]
     for g in grads:
         w = p.detach().clone()
@@ -207,7 +211,7 @@ def test_statistics_change_only_on_multiples_of_t1_with_that_steps_gradient() ->
     gen = torch.Generator().manual_seed(8)
     grads = [torch.randn(3, 4, generator=gen) for _ in range(6)]
     p = nn.Parameter(torch.zeros(3, 4))
-    opt = Shampoo([p], lr=0.1, stat_interval=3, root_interval=10**6)
+    opt = Shampoo([p], lr=0.1, sgd_weight_decay=0.0, stat_interval=3, root_interval=10**6)
     sgd_twin = nn.Parameter(torch.zeros(3, 4))
     sgd = torch.optim.SGD([sgd_twin], lr=0.1, momentum=0.9)
     left = EPS * torch.eye(3, dtype=torch.float64)
@@ -342,7 +346,7 @@ def test_newton_roots_match_oracle_schur_newton_at_the_papers_settings() -> None
 def test_grad_is_never_mutated_and_none_grads_are_skipped(base: str) -> None:
     gen = torch.Generator().manual_seed(12)
     a, b, c = (nn.Parameter(torch.randn(s, generator=gen)) for s in [(4, 5), (3, 3), (2, 3, 2, 2)])
-    opt = Shampoo([a, b, c], base=base, lr=0.1, weight_decay=0.1, nesterov=True, stat_interval=1, root_interval=1)
+    opt = Shampoo([a, b, c], base=base, lr=0.1, sgd_nesterov=True, stat_interval=1, root_interval=1)
     a.grad, c.grad = torch.randn(4, 5, generator=gen), torch.randn(2, 3, 2, 2, generator=gen)
     grads = [a.grad.clone(), c.grad.clone()]
     b_before = b.detach().clone()
@@ -413,9 +417,11 @@ def test_routing_preconditions_head_and_embeddings_like_the_reference_code() -> 
 def test_registry_passes_lr_to_either_base_and_picks_the_active_bases_decay() -> None:
     model = TinyLM()
     sgd = registry.make_optimizer("shampoo", model)
-    assert all(g["lr"] == 0.1 and g["weight_decay"] == 5e-4 and g["base"] == "sgd" for g in sgd.param_groups)
+    assert all(g["lr"] == 0.1 and g["sgd_weight_decay"] == 5e-4 and g["base"] == "sgd" for g in sgd.param_groups)
     adamw = registry.make_optimizer("shampoo", model, base="adamw", lr=1e-3)
-    assert all(g["lr"] == 1e-3 and g["weight_decay"] == 0.05 and g["betas"] == (0.9, 0.999) for g in adamw.param_groups)
+    assert all(
+        g["lr"] == 1e-3 and g["adamw_weight_decay"] == 0.05 and g["adamw_beta2"] == 0.999 for g in adamw.param_groups
+    )
     assert [g["precondition"] for g in adamw.param_groups] == [True, False]
     # one lr default (the paper's SGD-M value), whatever the base: base "adamw" runs set lr themselves
     unset = registry.make_optimizer("shampoo", model, base="adamw")
@@ -515,7 +521,7 @@ def test_adamw_resume_mid_schedule_is_bit_identical() -> None:
     p = nn.Parameter(torch.randn(9, 5, generator=gen))
 
     def make(param: nn.Parameter) -> Shampoo:
-        return Shampoo([param], base="adamw", lr=1e-2, weight_decay=0.05, max_order=4, stat_interval=2, root_interval=3)
+        return Shampoo([param], base="adamw", lr=1e-2, max_order=4, stat_interval=2, root_interval=3)
 
     opt = make(p)
     for g in grads[:4]:

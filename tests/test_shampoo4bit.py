@@ -195,7 +195,7 @@ def _diagonal_gradient_step(cls, **kwargs):
     w = nn.Parameter(torch.zeros(64, 64))
     g = torch.linspace(0.5, 2.0, 64)
     w.grad = torch.diag(g)
-    opt = cls([w], lr=1.0, momentum=0.0, weight_decay=0.0, stat_interval=1, root_interval=1, **kwargs)
+    opt = cls([w], lr=1.0, sgd_momentum=0.0, sgd_weight_decay=0.0, stat_interval=1, root_interval=1, **kwargs)
     opt.step()
     return w, g, opt.state[w]
 

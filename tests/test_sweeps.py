@@ -13,7 +13,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from structbench import grid, spec, sweep
+from structbench import grid, optim, spec, sweep
 from structbench.errors import UsageError
 from tests.conftest import read_curves, read_runs
 from tests.slurm_cluster import quiet_submitit_sacct, require_slurm
@@ -109,8 +109,31 @@ def test_suite_sweep_tables_expand_with_sweep_and_the_command_line_wins(tmp_path
     assert {s.hparams["sgd"]["lr"] for s in suites if "sgd" in s.optims} == {0.5}
     without, _ = spec.load_suites(str(path))
     assert len(grid.build_grid(without, "cpu")) == 2
-    with pytest.raises(UsageError, match="declares no"):
-        spec.load_suites("linear-regression", sweep=True)
+
+
+def test_an_optimizer_without_a_suite_table_sweeps_its_declared_tuning_ranges(tmp_path):
+    path = tmp_path / "tiny.toml"
+    path.write_text('task = "quadratic"\noptims = ["sgd", "adamw"]\n[budget]\nsteps = 5\n[sweep.sgd]\nlr = [0.3]\n')
+    declared = optim.get("adamw").hparams
+    tuned = [field for field in declared if field.tune is not None]
+    assert [field.name for field in tuned] == ["lr", "beta1"]
+    grids = {field.name: sweep.declared_sweep("adamw", declared)[i].grid() for i, field in enumerate(tuned)}
+    assert grids == {"lr": [1e-4, 3.16228e-4, 1e-3, 3.16228e-3, 1e-2], "beta1": [0.85, 0.9, 0.95]}
+
+    suites, _ = spec.load_suites(str(path), sweep=True)
+    settings = [(s.hparams["adamw"]["lr"], s.hparams["adamw"]["beta1"]) for s in suites if s.optims == ["adamw"]]
+    assert sorted(settings) == sorted((lr, b) for lr in grids["lr"] for b in grids["beta1"])
+    # the suite's table replaces sgd's declared ranges: its momentum stays at the default
+    assert [(s.hparams["sgd"]["lr"], s.hparams["sgd"]["momentum"]) for s in suites if s.optims == ["sgd"]] == [
+        (0.3, 0.9)
+    ]
+
+    searched, _ = spec.load_suites(str(path), search=sweep.Search(8, 0))
+    points = [s.hparams["adamw"] for s in searched if s.optims == ["adamw"]]
+    assert len(points) == 8 and len({p["lr"] for p in points}) == 8
+    assert all(1e-4 <= p["lr"] <= 1e-2 and 0.85 <= p["beta1"] <= 0.95 for p in points)
+    assert min(p["lr"] for p in points) < 1e-3 < max(p["lr"] for p in points)
+    assert all(p["weight_decay"] == declared["weight_decay"].default for p in points)  # no tuning range: kept
 
 
 def test_run_key_depends_on_what_determines_the_result_only(tmp_path):

@@ -15,25 +15,27 @@ b_t^2 (a parameter without a gradient at a step contributes nothing to that step
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Mapping
 from typing import Any
 
 import torch
 from torch import Tensor
 
 from structbench.optim.base import StructuredOptimizer
+from structbench.optim.hparams import Declaration, decade_around, ours, real
 from structbench.optim.registry import NamedParams, OptimizerEntry, Routing, register
 
 
 class AdaGradNorm(StructuredOptimizer):
-    """AdaGrad-Norm (Ward, Wu & Bottou 2020, Algorithm 1) over every parameter of each param group."""
+    """AdaGrad-Norm (Ward, Wu & Bottou 2020, Algorithm 1) over every parameter of each param group.
 
-    def __init__(self, params: Iterable[Tensor] | Iterable[dict[str, Any]], lr: float = 1.0, b0: float = 1e-8) -> None:
-        if not lr >= 0.0:
-            raise ValueError(f"lr must be >= 0; got {lr}")
-        if not b0 > 0.0:
-            raise ValueError(f"b0 must be > 0 (Ward et al., Algorithm 1); got {b0}")
-        super().__init__(params, {"lr": lr, "b0": b0})
+    The paper fixes no values (its theory holds for any lr > 0 and b0 > 0), so both defaults are structbench's.
+    """
+
+    hparams = Declaration(
+        real("lr", 1.0, ours("the paper fixes none; tune it per task"), "(0, inf)", decade_around()),
+        real("b0", 1e-8, ours("a guard against division by zero; Algorithm 1 needs b0 > 0"), "(0, inf)"),
+    )
 
     def step_group(self, group: dict[str, Any]) -> None:
         params = [p for p in group["params"] if p.grad is not None]
@@ -61,7 +63,7 @@ def _route(model: torch.nn.Module | None, named: NamedParams, hp: Mapping[str, A
 
 
 def _build(named: NamedParams, routing: Routing, hp: dict[str, Any]) -> torch.optim.Optimizer:
-    return AdaGradNorm([p for _, p in named], lr=hp["lr"], b0=hp["b0"])
+    return AdaGradNorm([p for _, p in named], **AdaGradNorm.hparams.take(hp))
 
 
 def _state_bytes(structured: list[tuple[int, ...]], fallback: list[tuple[int, ...]], hp: Mapping[str, Any]) -> int:
@@ -77,14 +79,10 @@ ADAGRAD_NORM = register(
             "Ward, Wu & Bottou 2020, 'AdaGrad stepsizes: Sharp convergence over nonconvex landscapes', JMLR 21, "
             "Algorithm 1; Streeter & McMahan 2010"
         ),
-        defaults={"lr": 1.0, "b0": 1e-8},
+        hparams=AdaGradNorm.hparams,
         build=_build,
         route=_route,
-        notes=(
-            "Owns every parameter (one scalar per param group: the whole model). The paper fixes no defaults "
-            "(its theory holds for any lr > 0 and b0 > 0): lr 1.0 and b0 1e-8 (a guard against division by zero) "
-            "are structbench's choices; tune lr per task."
-        ),
+        notes="Owns every parameter (one scalar per param group: the whole model).",
         state_bytes=_state_bytes,
     )
 )

@@ -24,7 +24,7 @@ Compensation (Alg. 3): p <- beta p + (1 - beta)(1^T G^2 - 1^T sigma^2) (per colu
 C = sqrt(m - r) (G - U U^T G) Diag(p)^{-1/2}; eta = gamma / max(||C|| / phi, gamma) if phi > 0 else 1;
 phi = ||eta C||; Delta_c = eta C.
 
-Choices where the paper is silent (each marked in the registry notes):
+Choices where the paper is silent (each marked in the registry notes or a hyperparameter's declared source):
 - Step 1: U_0 = 0 makes Alg. 10's product Q U_0 zero, so at the first refresh U' is the full EVD(Q_1, r)
   (top-r eigenvectors) instead — never a QR of a zero matrix (spec pitfall 4).
 - No re-projection of m, v, Q~ when U changes (Alg. 4 as printed, spec pitfall 2). Eigenvector signs are
@@ -56,7 +56,7 @@ from __future__ import annotations
 
 import math
 from collections import defaultdict
-from collections.abc import Iterable, Mapping
+from collections.abc import Mapping
 from typing import Any
 
 import torch
@@ -65,11 +65,11 @@ from torch import Tensor, nn
 from structbench.errors import SolverError
 from structbench.optim import linalg, memory
 from structbench.optim.base import StructuredOptimizer
-from structbench.optim.checks import check_choice, is_finite_number, is_int_at_least
-from structbench.optim.hybrid import adamw_state_bytes, build_hybrid
-from structbench.optim.partition import matrix_view, route_with_head_switch
-from structbench.optim.racs import PAPER_ADAM_FALLBACK, limiter_factor
-from structbench.optim.registry import NamedParams, OptimizerEntry, Routing, register
+from structbench.optim.hparams import Declaration, decade_around, integer, lin, option, ours, paper, real
+from structbench.optim.hybrid import adamw_state_bytes, hybrid_builder
+from structbench.optim.partition import head_switch, matrix_view, route_with_head_switch
+from structbench.optim.racs import LIMITER_GAMMA, PAPER, PAPER_ADAM, limiter_factor
+from structbench.optim.registry import OptimizerEntry, register
 
 SWITCHING = ("proposed", "none", "gaussian", "gaussian-mix", "full-basis")
 COMPENSATION = ("optimal", "fira", "fira+", "none")
@@ -143,71 +143,31 @@ def _divide_or_zero(num: Tensor, denom: Tensor) -> Tensor:
     return torch.where(positive, num / torch.where(positive, denom, torch.ones_like(denom)), 0.0)
 
 
-def _validate_group(group: Mapping[str, Any]) -> None:
-    if not is_finite_number(group["lr"]) or group["lr"] < 0:
-        raise ValueError(f"lr must be a finite number >= 0; got {group['lr']!r}")
-    if not is_finite_number(group["alpha"]) or group["alpha"] <= 0:
-        raise ValueError(f"alpha must be a finite number > 0 (it scales the step, line 17); got {group['alpha']!r}")
-    if not is_finite_number(group["alpha_c"]) or group["alpha_c"] < 0:
-        raise ValueError(f"alpha_c must be a finite number >= 0; got {group['alpha_c']!r}")
-    betas = group["betas"]
-    if len(betas) != 3 or not all(is_finite_number(b) and 0.0 <= b < 1.0 for b in betas):
-        raise ValueError(f"betas must be three numbers (beta1, beta2, beta3) in [0, 1); got {betas!r}")
-    if not is_int_at_least(group["rank"], 1):
-        raise ValueError(f"rank must be an int >= 1; got {group['rank']!r}")
-    if not is_int_at_least(group["leading"], 0) or group["leading"] > group["rank"]:
-        raise ValueError(f"leading must be an int in [0, rank]; got {group['leading']!r}")
-    if not is_int_at_least(group["update_interval"], 1):
-        raise ValueError(f"update_interval must be an int >= 1; got {group['update_interval']!r}")
-    if not is_finite_number(group["gamma"]) or group["gamma"] < 1.0:
-        raise ValueError(f"gamma must be a finite number >= 1; got {group['gamma']!r}")
-    check_choice("switching", group["switching"], SWITCHING)
-    check_choice("compensation", group["compensation"], COMPENSATION)
-    if not is_finite_number(group["eps"]) or group["eps"] < 0:
-        raise ValueError(f"eps must be a finite number >= 0; got {group['eps']!r}")
-    if isinstance(group["switch_seed"], bool) or not isinstance(group["switch_seed"], int):
-        raise ValueError(f"switch_seed must be an int; got {group['switch_seed']!r}")
-
-
 class Alice(StructuredOptimizer):
     """Alice / Alice-0 (Alg. 4) over matrix parameters; see the module docstring."""
 
     matrices_only = "Alice"
 
-    def __init__(
-        self,
-        params: Iterable[Tensor] | Iterable[dict[str, Any]],
-        lr: float = 0.02,
-        alpha: float = 0.3,
-        alpha_c: float = 0.4,
-        betas: tuple[float, float, float] = (0.9, 0.9, 0.999),
-        rank: int = 128,
-        leading: int = 40,
-        update_interval: int = 200,
-        gamma: float = 1.01,
-        switching: str = "proposed",
-        compensation: str = "optimal",
-        switch_seed: int = 0,
-        eps: float = 0.0,
-    ) -> None:
-        defaults = {
-            "lr": lr,
-            "alpha": alpha,
-            "alpha_c": alpha_c,
-            "betas": tuple(betas),
-            "rank": rank,
-            "leading": leading,
-            "update_interval": update_interval,
-            "gamma": gamma,
-            "switching": switching,
-            "compensation": compensation,
-            "switch_seed": switch_seed,
-            "eps": eps,
-        }
-        super().__init__(params, defaults)
+    hparams = Declaration(
+        real("lr", 0.02, paper(f"{PAPER} Table 11, 60M"), "(0, inf)", decade_around()),
+        real("alpha", 0.3, paper(f"{PAPER} Table 11, 60M (1.3B: 0.25)"), "(0, inf)"),
+        real("alpha_c", 0.4, paper(f"{PAPER} Table 11, 60M (1.3B: 0.2)"), "[0, inf)"),
+        real("beta1", 0.9, paper(f"{PAPER} Table 11"), "[0, 1)", lin(0.85, 0.95)),
+        real("beta2", 0.9, paper(f"{PAPER} Table 11 (not 0.999)"), "[0, 1)"),
+        real("beta3", 0.999, paper(f"{PAPER} Table 11; 0 is Alice-0 (no tracking)"), "[0, 1)"),
+        integer("rank", 128, paper(f"{PAPER} Table 11, 60M (1.3B: 512)"), "[1, inf)"),
+        integer("leading", 40, paper(f"{PAPER} Table 11, 60M (1.3B: 160); at most the rank"), "[0, inf)"),
+        integer("update_interval", 200, paper(f"{PAPER} Table 11, K"), "[1, inf)"),
+        LIMITER_GAMMA,
+        option("switching", "proposed", SWITCHING, paper(f"{PAPER} Alg. 2; the others are Table 5's ablations")),
+        option("compensation", "optimal", COMPENSATION, paper(f"{PAPER} Alg. 3; the others are ablations (F.7)")),
+        integer("switch_seed", 0, ours("seeds the switching's samples, with the parameter index and the step")),
+        real("eps", 0.0, paper(f"{PAPER} Alg. 4 line 15 has no eps; eps > 0 is added to sqrt(v)"), "[0, inf)"),
+    )
 
     def check_group(self, group: dict[str, Any]) -> None:
-        _validate_group(group)
+        if group["leading"] > group["rank"]:
+            raise ValueError(f"leading must be an int in [0, rank]; got {group['leading']!r}")
 
     def step_group(self, group: dict[str, Any]) -> None:
         live = [p for p in group["params"] if p.grad is not None]
@@ -233,7 +193,7 @@ class Alice(StructuredOptimizer):
             grads = grads.mT
         m = grads.size(-2)
         r, l_used = ranks(group["rank"], group["leading"], m)
-        beta1, beta2, beta3 = group["betas"]
+        beta1, beta2, beta3 = group["beta1"], group["beta2"], group["beta3"]
         for param in params:
             st = self.state[param]
             if "basis" not in st:
@@ -289,7 +249,7 @@ class Alice(StructuredOptimizer):
     ) -> tuple[Tensor | None, Tensor, Tensor]:
         """Alg. 3 (mode "optimal") or an ablation variant; returns (Delta_c or None, p, phi)."""
         mode = group["compensation"]
-        beta1 = group["betas"][0]
+        beta1 = group["beta1"]
         m = grads.size(-2)
         residual = grads - basis @ sigma  # G - U U^T G
         if mode == "optimal":
@@ -320,7 +280,7 @@ class Alice(StructuredOptimizer):
         indices: list[int],
     ) -> None:
         """Alg. 4 lines 6-7 for a stack of same-shape matrices (one batched eigh / QR)."""
-        beta3 = group["betas"][2]
+        beta3 = group["beta3"]
         states = [self.state[p] for p in params]
         stat = grads @ grads.mT
         fresh = ["basis" not in st for st in states]
@@ -386,47 +346,6 @@ class Alice(StructuredOptimizer):
         return found
 
 
-ALICE_DEFAULTS: dict[str, Any] = {
-    "lr": 0.02,
-    "alpha": 0.3,
-    "alpha_c": 0.4,
-    "beta1": 0.9,
-    "beta2": 0.9,
-    "beta3": 0.999,
-    "rank": 128,
-    "leading": 40,
-    "update_interval": 200,
-    "gamma": 1.01,
-    "switching": "proposed",
-    "compensation": "optimal",
-    "switch_seed": 0,
-    "eps": 0.0,
-    "head_to_fallback": False,
-}
-
-
-def make_alice(params: list[nn.Parameter], hp: Mapping[str, Any]) -> Alice:
-    return Alice(
-        params,
-        lr=hp["lr"],
-        alpha=hp["alpha"],
-        alpha_c=hp["alpha_c"],
-        betas=(hp["beta1"], hp["beta2"], hp["beta3"]),
-        rank=hp["rank"],
-        leading=hp["leading"],
-        update_interval=hp["update_interval"],
-        gamma=hp["gamma"],
-        switching=hp["switching"],
-        compensation=hp["compensation"],
-        switch_seed=hp["switch_seed"],
-        eps=hp["eps"],
-    )
-
-
-def _build(named: NamedParams, routing: Routing, hp: dict[str, Any]) -> torch.optim.Optimizer:
-    return build_hybrid(named, routing, hp, make_alice)
-
-
 def alice_state_bytes(structured: list[tuple[int, ...]], fallback: list[tuple[int, ...]], hp: Mapping[str, Any]) -> int:
     """float32 U, m, v, p, phi (and Q~ when beta3 > 0) per matrix — Table 6 + the limiter scalar — + AdamW."""
     elements = memory.structured_state_elements("alice", structured, hp)
@@ -434,23 +353,18 @@ def alice_state_bytes(structured: list[tuple[int, ...]], fallback: list[tuple[in
 
 
 _NOTES = (
-    "Table 11 (60M): lr 0.02, alpha 0.3, alpha_c 0.4, beta1 0.9, beta2 0.9 (not 0.999), beta3 0.999 (Alice) / 0 "
-    "(Alice-0), K 200, r 128, l 40; gamma 1.01 (F.2). 1.3B row: alpha 0.25, alpha_c 0.2, r 512, l 160. No eps and "
-    "no bias correction (Alg. 4): v = 0 or p <= 0 entries contribute 0. Step-1 basis: full EVD(Q_1, r) (paper "
-    "silent: U_0 = 0 makes Alg. 10 degenerate); later refreshes: 1-step subspace iteration + Rayleigh-Ritz "
+    "No eps and no bias correction (Alg. 4): v = 0 or p <= 0 entries contribute 0. Step-1 basis: full EVD(Q_1, "
+    "r) (paper silent: U_0 = 0 makes Alg. 10 degenerate); later refreshes: 1-step subspace iteration + Rayleigh-Ritz "
     "(Alg. 10) warm-started from U_{t-1}, then Alg. 2 switching. Line 6 uses U_{t-1} (printed U_t). m, v, Q~ "
     "are not re-projected at a refresh (Alg. 4). Compensation p decays with beta1 (Alg. 4 line 16), limiter "
     "Frobenius per matrix. Refresh at t == 1 or t mod K == 0. Switching samples without replacement, seeded by "
     "switch_seed, the parameter index and the step. r capped at m; l raised to 2r - m when the complement is "
-    "too small. Switches: beta3 (tracking), switching proposed|none|gaussian|gaussian-mix|full-basis, "
-    "compensation optimal|fira|fira+|none (Fira's column-norm rule with the limiter; Fira+ rescaled to ||U omega|| "
-    "then x alpha_c, F.7; Fira's exact residual follows its code with the GaLore scale 1), leading, rank, "
-    "update_interval. Orientation m <= n (tall matrices transposed; conv filters (out, in*kh*kw), not in the "
-    "paper). Routing: attention/MLP matrices to Alice, embeddings, norms and 1-D parameters to Adam; "
-    "head_to_fallback False = the paper's main 'Ppl.' (LM head trained by Alice), True = 'Ppl.*'. Fallback: torch "
-    "AdamW with the paper's Adam (Table 8: lr 1e-3, betas (0.9, 0.999), no wd); its lr inside Alice runs and eps "
-    "are not stated (paper silent). eps 0 (paper); eps > 0 adds it to sqrt(v) (a switch: with no eps a direction "
-    "whose sigma is only roundoff, e.g. an exactly rank-deficient gradient at r = m, takes a full sign step). "
+    "too small. Ablations: compensation fira (Fira's column-norm rule with the limiter) and fira+ (rescaled to "
+    "||U omega|| then x alpha_c, F.7; Fira's exact residual follows its code with the GaLore scale 1). "
+    "Orientation m <= n (tall matrices transposed; conv filters (out, in*kh*kw), not in the paper). Routing: "
+    "attention/MLP matrices to Alice, embeddings, norms and 1-D parameters to Adam; head_to_fallback False = the "
+    "paper's main 'Ppl.' (LM head trained by Alice), True = 'Ppl.*'. eps > 0 is a switch: with no eps a direction "
+    "whose sigma is only roundoff, e.g. an exactly rank-deficient gradient at r = m, takes a full sign step. "
     "State float32: U, m, v, p, phi (+ Q~ when beta3 > 0); compensation p and phi "
     "are kept for every compensation mode."
 )
@@ -465,13 +379,15 @@ _CHECK = {"update_interval": 2, "rank": 4, "leading": 2, "head_to_fallback": Tru
 sigma is pure roundoff and the eps-free omega = m / sqrt(v) is its sign: eager and compiled steps then differ
 by a full step in that direction. The conformance run keeps the head on AdamW; every other path is default."""
 
+HEAD_SWITCH = head_switch(False, paper(f"{PAPER} Table 2 'Ppl.': the LM head trained by Alice ('Ppl.*': by Adam)"))
+
 ALICE_ENTRY = register(
     OptimizerEntry(
         name="alice",
         summary="Alice: low-rank Eigen-Adam with tracking, subspace switching and optimal compensation",
         reference=_REFERENCE,
-        defaults={**ALICE_DEFAULTS, **PAPER_ADAM_FALLBACK},
-        build=_build,
+        hparams=Alice.hparams + HEAD_SWITCH + PAPER_ADAM,
+        build=hybrid_builder(Alice),
         route=route_with_head_switch,
         notes=_NOTES,
         lr_keys=("lr", "adamw_lr"),
@@ -493,10 +409,14 @@ ALICE0_ENTRY = register(
         name="alice-0",
         summary="Alice-0: Alice without low-rank tracking (beta3 = 0); switching and compensation kept",
         reference=_REFERENCE,
-        defaults={**ALICE_DEFAULTS, "beta3": 0.0, **PAPER_ADAM_FALLBACK},
-        build=_build,
+        hparams=(
+            Alice.hparams.with_defaults(beta3=(0.0, paper(f"{PAPER} Alg. 4, Table 11: Alice-0 tracks nothing")))
+            + HEAD_SWITCH
+            + PAPER_ADAM
+        ),
+        build=hybrid_builder(Alice),
         route=route_with_head_switch,
-        notes="Alice with beta3 = 0 (Alg. 4, Table 11). " + _NOTES + ALICE0_COMPILE_NOTE,
+        notes=_NOTES + ALICE0_COMPILE_NOTE,
         lr_keys=("lr", "adamw_lr"),
         state_bytes=alice_state_bytes,
         compile_supported=False,

@@ -20,7 +20,7 @@ only). Per matrix W (m x n; conv filters as (out, in*kh*kw)), the projected side
     W <- W - lr sqrt(1 - b2^t) / (1 - b1^t) sqrt(scale) eta G~                        (line 13, descent sign)
     W <- W - lr wd W                                                      (decoupled, after the update)
 
-Reading of Alg. 9 against the reference code (each in the registry notes):
+Reading of Alg. 9 against the reference code (each in the registry notes or a declared source):
 - Alg. 9 multiplies by a "scale alpha"; the reference multiplies by sqrt(`scale`) (APOLLO-Mini's scale 128
   is a factor sqrt(128) = 11.3). `scale` keeps the reference's meaning: alpha = sqrt(scale).
 - Alg. 9 prints no limiter; the reference code applies Fira's norm-growth limiter (gamma 1.01) to G~, and the
@@ -49,7 +49,7 @@ from __future__ import annotations
 
 import hashlib
 import math
-from collections.abc import Iterable, Mapping
+from collections.abc import Mapping
 from typing import Any
 
 import torch
@@ -57,25 +57,25 @@ from torch import Tensor, nn
 
 from structbench.optim import memory
 from structbench.optim.galore import (
-    GALORE_DEFAULTS,
-    GALORE_FALLBACK_ADAMW,
     SIGN_INVARIANT_CHECK_HPARAMS,
     GaLore,
     effective_rank,
-    galore_options,
     galore_state_bytes,
     low_rank_shapes,
     projects_right,
 )
-from structbench.optim.hybrid import adamw_state_bytes, build_hybrid
-from structbench.optim.norm_scaling import NORM_EPS, channel_ratio, limiter_norm, validate_gamma
-from structbench.optim.partition import route_with_head_switch
-from structbench.optim.racs import limiter_factor
-from structbench.optim.registry import NamedParams, OptimizerEntry, Routing, register
+from structbench.optim.hparams import Declaration, code, flag, integer, option, ours, paper
+from structbench.optim.hybrid import adamw_fallback, adamw_state_bytes, hybrid_builder
+from structbench.optim.norm_scaling import NORM_EPS, channel_ratio, limiter_norm
+from structbench.optim.partition import head_switch, route_with_head_switch
+from structbench.optim.racs import LIMITER_GAMMA, limiter_factor
+from structbench.optim.racs import PAPER as RACS_ALICE_PAPER
+from structbench.optim.registry import OptimizerEntry, register
 
 PROJECTIONS = ("random", "svd")
 SCALINGS = ("channel", "tensor")
 SCALED_GRADIENTS = ("raw", "projected")
+REFERENCE = "zhuhanqing/APOLLO apollo_torch/apollo.py"
 SEED_BYTES = 4
 """The stored projection seed is a 0-d int32 tensor."""
 
@@ -104,77 +104,33 @@ def scaling_factor(normalized: Tensor, projected: Tensor, right: bool, scaling: 
     return channel_ratio(normalized, projected, right)
 
 
-def _validate_apollo(group: Mapping[str, Any]) -> None:
-    choices = {"projection": PROJECTIONS, "scaling": SCALINGS, "scaled_gradient": SCALED_GRADIENTS}
-    for key, valid in choices.items():
-        if group[key] not in valid:
-            raise ValueError(f"unknown {key} {group[key]!r}; valid: {', '.join(valid)}")
-    validate_gamma(group)
-    if group["scale"] < 0:
-        raise ValueError(f"scale must be >= 0 (the update is multiplied by sqrt(scale)); got {group['scale']!r}")
-    if not isinstance(group["limiter"], bool):
-        raise ValueError(f"limiter must be a bool; got {group['limiter']!r}")
-    if isinstance(group["proj_seed"], bool) or not isinstance(group["proj_seed"], int):
-        raise ValueError(f"proj_seed must be an int; got {group['proj_seed']!r}")
-    if group["projection"] == "random" and group["reproject_moments"]:
-        raise ValueError("reproject_moments needs orthonormal bases: use it with projection='svd' only")
-
-
 class Apollo(GaLore):
     """APOLLO / APOLLO-Mini (Alg. 9) over matrix parameters; see the module docstring."""
 
     matrices_only = "APOLLO"
     cpu_state_keys = ("seed",)
 
-    def __init__(
-        self,
-        params: Iterable[Tensor] | Iterable[dict[str, Any]],
-        lr: float = 0.01,
-        rank: int = 128,
-        update_proj_gap: int = 200,
-        scale: float = 1.0,
-        betas: tuple[float, float] = (0.9, 0.999),
-        eps: float = 1e-6,
-        weight_decay: float = 0.0,
-        projection: str = "random",
-        scaling: str = "channel",
-        scaled_gradient: str = "raw",
-        limiter: bool = True,
-        gamma: float = 1.01,
-        proj_seed: int = 0,
-        proj_type: str = "std",
-        refresh_schedule: str = "paper",
-        reproject_moments: bool = False,
-        svd_method: str = "exact",
-        svd_seed: int = 0,
-    ) -> None:
-        super().__init__(
-            params,
-            lr=lr,
-            rank=rank,
-            update_proj_gap=update_proj_gap,
-            scale=scale,
-            betas=betas,
-            eps=eps,
-            weight_decay=weight_decay,
-            proj_type=proj_type,
-            refresh_schedule=refresh_schedule,
-            reproject_moments=reproject_moments,
-            svd_method=svd_method,
-            svd_seed=svd_seed,
-            extra_defaults={
-                "projection": projection,
-                "scaling": scaling,
-                "scaled_gradient": scaled_gradient,
-                "limiter": limiter,
-                "gamma": gamma,
-                "proj_seed": proj_seed,
-            },
-        )
+    hparams = GaLore.hparams.with_defaults(
+        lr=(0.01, code(f"{REFERENCE}; the paper cites APOLLO's results and gives no hyperparameters")),
+        rank=(128, code(f"{REFERENCE}: rank = hidden / 4, LLaMA-60M's hidden size 512")),
+        update_proj_gap=(200, code(REFERENCE)),
+        scale=(1.0, code(f"{REFERENCE}, channel-wise APOLLO; the update is multiplied by sqrt(scale)")),
+        beta1=(0.9, code(REFERENCE)),
+        beta2=(0.999, code(REFERENCE)),
+        eps=(1e-6, code(f"{REFERENCE}: added to sqrt(v), bias corrections in the step size")),
+        weight_decay=(0.0, code(f"{REFERENCE}: after the update, with the raw lr")),
+    ) + Declaration(
+        option("projection", "svd", PROJECTIONS, paper(f"{RACS_ALICE_PAPER} App. B.12: Apollo-svd, GaLore's SVD")),
+        option("scaling", "channel", SCALINGS, paper(f"{RACS_ALICE_PAPER} Alg. 9 line 12: channel-wise")),
+        option("scaled_gradient", "raw", SCALED_GRADIENTS, paper(f"{RACS_ALICE_PAPER} Alg. 9 line 13: the raw G")),
+        flag("limiter", True, code(f"{REFERENCE}: Fira's limiter (Alg. 9 prints none; its mn + 2n + 2 counts psi)")),
+        LIMITER_GAMMA,
+        integer("proj_seed", 0, ours("seeds the random projections, with the parameter index and the step")),
+    )
 
     def check_group(self, group: dict[str, Any]) -> None:
-        super().check_group(group)
-        _validate_apollo(group)
+        if group["projection"] == "random" and group["reproject_moments"]:
+            raise ValueError("reproject_moments needs orthonormal bases: use it with projection='svd' only")
 
     def step_group(self, group: dict[str, Any]) -> None:
         low = self.low_rank_adam(group)
@@ -224,51 +180,6 @@ class Apollo(GaLore):
             state["seed"] = torch.tensor(seed, dtype=torch.int32)
 
 
-APOLLO_DEFAULTS: dict[str, Any] = {
-    **GALORE_DEFAULTS,
-    "lr": 0.01,
-    "rank": 128,
-    "update_proj_gap": 200,
-    "scale": 1.0,
-    "projection": "svd",
-    "scaling": "channel",
-    "scaled_gradient": "raw",
-    "limiter": True,
-    "gamma": 1.01,
-    "proj_seed": 0,
-    "head_to_fallback": True,
-}
-
-APOLLO_MINI_DEFAULTS: dict[str, Any] = {
-    **APOLLO_DEFAULTS,
-    "rank": 1,
-    "scale": 128.0,
-    "projection": "random",
-    "scaling": "tensor",
-}
-
-APOLLO_FALLBACK_ADAMW: dict[str, Any] = {**GALORE_FALLBACK_ADAMW, "adamw_lr": 0.01}
-"""The reference code's treatment of the other parameters: the same HF AdamW group, lr 0.01, betas (0.9, 0.999),
-eps 1e-6, no wd (torch AdamW here, eps after the bias correction)."""
-
-
-def make_apollo(params: list[nn.Parameter], hp: Mapping[str, Any]) -> Apollo:
-    return Apollo(
-        params,
-        **galore_options(hp),
-        projection=hp["projection"],
-        scaling=hp["scaling"],
-        scaled_gradient=hp["scaled_gradient"],
-        limiter=hp["limiter"],
-        gamma=hp["gamma"],
-        proj_seed=hp["proj_seed"],
-    )
-
-
-def _build(named: NamedParams, routing: Routing, hp: dict[str, Any]) -> torch.optim.Optimizer:
-    return build_hybrid(named, routing, hp, make_apollo)
-
-
 def apollo_state_bytes(
     structured: list[tuple[int, ...]], fallback: list[tuple[int, ...]], hp: Mapping[str, Any]
 ) -> int:
@@ -292,37 +203,39 @@ _REFERENCE = (
 _NOTES = (
     "update W -= lr_bc sqrt(scale) eta G Diag(s): the full-rank raw gradient scaled per channel (s_c = "
     "||N_c|| / (||sigma_c|| + 1e-8), norms along r) or per tensor (Alg. 9; reference code). scale multiplies by "
-    "its square root (reference code; Alg. 9's alpha = sqrt(scale)). lr 0.01, update_proj_gap 200, betas (0.9, "
-    "0.999), eps 1e-6 (HF-style: sqrt(v) + eps, bias corrections in the step size), weight_decay 0 (after the "
-    "update, raw lr): reference code (the paper cites Apollo's results and gives no hyperparameters). limiter "
-    "True, gamma 1.01: reference code (Fira's limiter; Alg. 9 prints none, the paper's mn + 2n + 2 counts its "
-    "scalar; False = Alg. 9 as printed). Limiter differences from the code: psi without + 1e-8, skipped while "
-    "psi = 0. projection 'random' = N(0, 1/r) Gaussian, not orthonormalised, regenerated each step from a seed "
-    "hashed from (proj_seed, parameter index, refresh step) (Alg. 9 lines 5-6; the code stores the matrix and "
-    "advances a per-parameter seed); 'svd' = GaLore's top-r singular vectors (Apollo-svd). refresh_schedule "
-    "'paper' (Alg. 9: t == 1 or t mod T == 0; 'reference' = the code's t = 1, T+1, ...). scaled_gradient 'raw' "
-    "(default: Alg. 9, reference) | 'projected' (pytorch_optimizer 4.1.0's APOLLO: sigma Diag(s) limited in the "
-    "low-rank space, then projected back: a rank-r update; that package also multiplies by scale once more). "
-    "Moments are kept across refreshes (reference). Routing (Sec. 7.1 / F.2): attention and MLP matrices to "
-    "APOLLO; embeddings, norms, 1-D parameters to AdamW; head_to_fallback True = the LM head on Adam, as in every "
-    "Apollo number of the paper. Fallback: torch AdamW with the reference code's settings for non-APOLLO "
-    "parameters (same lr 0.01, betas (0.9, 0.999), eps 1e-6, no wd). Conv filters are (out, in*kh*kw) "
-    "matrices. State: float32 moments and limiter norm, int32 seed (random) or float32 projection (svd)."
+    "its square root (reference code; Alg. 9's alpha = sqrt(scale)). limiter False = Alg. 9 as printed. Limiter "
+    "differences from the code: psi without + 1e-8, skipped while psi = 0. projection 'random' = N(0, 1/r) "
+    "Gaussian, not orthonormalised, regenerated each step from a seed hashed from (proj_seed, parameter index, "
+    "refresh step) (Alg. 9 lines 5-6; the code stores the matrix and advances a per-parameter seed); 'svd' = "
+    "GaLore's top-r singular vectors (Apollo-svd). refresh_schedule 'reference' = the code's t = 1, T+1, .... "
+    "scaled_gradient 'projected' = pytorch_optimizer 4.1.0's APOLLO: sigma Diag(s) limited in the low-rank space, "
+    "then projected back: a rank-r update (that package also multiplies by scale once more). Moments are kept "
+    "across refreshes (reference). Routing (Sec. 7.1 / F.2): attention and MLP matrices to APOLLO; embeddings, "
+    "norms, 1-D parameters (and the LM head, head_to_fallback) to AdamW with the reference code's settings for "
+    "non-APOLLO parameters. Conv filters are (out, in*kh*kw) matrices. State: float32 moments and limiter norm, "
+    "int32 seed (random) or float32 projection (svd)."
 )
+
+APOLLO_FALLBACK = adamw_fallback(
+    code(f"{REFERENCE}: the other parameters in the APOLLO group's AdamW, lr included"),
+    lr=0.01,
+    beta1=0.9,
+    beta2=0.999,
+    eps=1e-6,
+    weight_decay=0.0,
+)
+
+HEAD_SWITCH = head_switch(True, paper(f"{RACS_ALICE_PAPER} Sec. 7.1, F.2: every Apollo number has the LM head on Adam"))
 
 APOLLO_SVD = register(
     OptimizerEntry(
         name="apollo-svd",
         summary="Apollo-svd: raw gradient scaled per channel by an SVD-projected low-rank Adam's norm ratios",
         reference=_REFERENCE,
-        defaults={**APOLLO_DEFAULTS, **APOLLO_FALLBACK_ADAMW},
-        build=_build,
+        hparams=Apollo.hparams + HEAD_SWITCH + APOLLO_FALLBACK,
+        build=hybrid_builder(Apollo),
         route=route_with_head_switch,
-        notes=(
-            "Apollo-svd (paper App. B.12: top-r singular vectors as GaLore, channel-wise scaling; memory = "
-            "GaLore's). rank 128: the reference's rank = hidden/4 (LLaMA-60M hidden 512), scale 1: reference "
-            "default for channel-wise APOLLO. " + _NOTES
-        ),
+        notes="Apollo-svd (paper App. B.12: top-r singular vectors as GaLore; memory = GaLore's). " + _NOTES,
         lr_keys=("lr", "adamw_lr"),
         state_bytes=apollo_state_bytes,
         compile_supported=True,
@@ -335,13 +248,19 @@ APOLLO_MINI = register(
         name="apollo-mini",
         summary="Apollo-mini: raw gradient scaled by one ratio from a rank-1 random-projection Adam (SGD-like memory)",
         reference=_REFERENCE,
-        defaults={**APOLLO_MINI_DEFAULTS, **APOLLO_FALLBACK_ADAMW},
-        build=_build,
-        route=route_with_head_switch,
-        notes=(
-            "Apollo-mini (paper App. B.12: rank-1 random projection, tensor-wise scaling, memory mn + 2n + 2). "
-            "rank 1, scaling 'tensor', scale 128 (a factor sqrt(128)): reference code's APOLLO-Mini settings. " + _NOTES
+        hparams=(
+            Apollo.hparams.with_defaults(
+                rank=(1, code(f"{REFERENCE}, APOLLO-Mini")),
+                scale=(128.0, code(f"{REFERENCE}, APOLLO-Mini: a factor sqrt(128)")),
+                projection=("random", paper(f"{RACS_ALICE_PAPER} App. B.12: Apollo-mini's rank-1 random projection")),
+                scaling=("tensor", paper(f"{RACS_ALICE_PAPER} App. B.12: Apollo-mini's tensor-wise scaling")),
+            )
+            + HEAD_SWITCH
+            + APOLLO_FALLBACK
         ),
+        build=hybrid_builder(Apollo),
+        route=route_with_head_switch,
+        notes="Apollo-mini (paper App. B.12: memory mn + 2n + 2). " + _NOTES,
         lr_keys=("lr", "adamw_lr"),
         state_bytes=apollo_state_bytes,
         compile_supported=True,

@@ -58,8 +58,8 @@ from torch import Tensor, nn
 
 from structbench.errors import SolverError
 from structbench.optim.base import StructuredOptimizer
-from structbench.optim.checks import check_choice, is_int_at_least
-from structbench.optim.hybrid import adamw_state_bytes, build_hybrid
+from structbench.optim.hparams import Declaration, code, decade_around, integer, lin, option, paper, real
+from structbench.optim.hybrid import adamw_fallback, adamw_state_bytes, hybrid_builder
 from structbench.optim.linalg import eigh_with_retry, from_eigenpairs, inverse_root_newton
 from structbench.optim.partition import matrix_shape, matrix_view, parameter_kinds
 from structbench.optim.registry import NamedParams, OptimizerEntry, Routing, register
@@ -74,16 +74,14 @@ NEWTON_ITERS = 50
 """Coupled Newton iterations for `root="newton"` (App. C.3, Fig. 7c: 50 iterations)."""
 MAX_CONSECUTIVE_SOLVER_FAILURES = 3
 _FLOAT32_EPS = torch.finfo(torch.float32).eps
+PAPER = "An et al. (arXiv 2503.20762)"
+RELEASED_CODE = "infinity-stars/ASGO optimizers/asgo.py, dasgo.py"
 
-
-def _check_shared_hparams(group: Mapping[str, Any]) -> None:
-    """The checks ASGO and DASGO share: lr, eps, update_rms, weight_decay >= 0 and beta1, beta2 in [0, 1)."""
-    for key in ("lr", "eps", "update_rms", "weight_decay"):
-        if not group[key] >= 0.0:
-            raise ValueError(f"{key} must be >= 0; got {group[key]}")
-    for key in ("beta1", "beta2"):
-        if not 0.0 <= group[key] < 1.0:
-            raise ValueError(f"{key} must be in [0, 1); got {group[key]}")
+RELEASED_CODE_SWITCHES = Declaration(
+    real("update_rms", 0.0, paper(f"{PAPER} Algs. 2-3 rescale nothing; {RELEASED_CODE} use 0.2"), "[0, inf)"),
+    real("weight_decay", 0.0, paper(f"{PAPER} Algs. 2-3 decay nothing; {RELEASED_CODE} use 0.1"), "[0, inf)"),
+)
+"""What ASGO and DASGO's released code adds to the paper's algorithms, off by default."""
 
 
 def _as_matrix(t: Tensor) -> Tensor:
@@ -168,48 +166,27 @@ class ASGO(StructuredOptimizer):
     cpu_state_keys = ("step",)
     """`step` is read on the host every step (is a refresh due?): it stays on the CPU when state is loaded."""
 
-    def __init__(
-        self,
-        params: Iterable[Tensor] | Iterable[dict[str, Any]],
-        lr: float = 0.1,
-        beta1: float = 0.9,
-        beta2: float = 0.95,
-        eps: float = 1e-6,
-        tau: int = 1,
-        side: str = "smaller",
-        precondition_from: str = "grad",
-        accumulation: str = "ema",
-        eps_placement: str = "inside",
-        root: str = "eigh",
-        update_rms: float = 0.0,
-        weight_decay: float = 0.0,
-    ) -> None:
-        defaults = {
-            "lr": lr,
-            "beta1": beta1,
-            "beta2": beta2,
-            "eps": eps,
-            "tau": tau,
-            "side": side,
-            "precondition_from": precondition_from,
-            "accumulation": accumulation,
-            "eps_placement": eps_placement,
-            "root": root,
-            "update_rms": update_rms,
-            "weight_decay": weight_decay,
-        }
-        super().__init__(params, defaults)
+    hparams = (
+        Declaration(
+            real("lr", 0.1, paper(f"{PAPER} Table 4, GPT-2 (NanoGPT, Table 3: 0.0147)"), "(0, inf)", decade_around()),
+            real("beta1", 0.9, paper(f"{PAPER} Table 4 (Table 3: 0.9541)"), "[0, 1)", lin(0.85, 0.95)),
+            real("beta2", 0.95, paper(f"{PAPER} Table 4 (Table 3: 0.8487)"), "[0, 1)"),
+            real("eps", 1e-6, paper(f"{PAPER} Table 4; App. C.3's GPT-2 run used 0 with an SVD"), "[0, inf)"),
+            integer("tau", 1, paper(f"{PAPER} Table 4 (Table 3: 15)"), "[1, inf)"),
+            option("side", "smaller", SIDES, paper(f"{PAPER} Alg. 2 (i)")),
+            option("precondition_from", "grad", PRECONDITION_SOURCES, paper(f"{PAPER} Alg. 2; 'momentum' is Eq. 4")),
+            option("accumulation", "ema", ACCUMULATIONS, paper(f"{PAPER} Alg. 2 line 8; 'sum' is Alg. 1's")),
+            option("eps_placement", "inside", EPS_PLACEMENTS, paper(f"{PAPER} Alg. 2 line 13; 'outside' is Alg. 1's")),
+            option("root", "eigh", ROOTS, paper(f"{PAPER} App. C.3: an exact decomposition of V")),
+        )
+        + RELEASED_CODE_SWITCHES
+    )
+
+    def __init__(self, params: Iterable[Tensor] | Iterable[dict[str, Any]], **hparams: Any) -> None:
+        super().__init__(params, **hparams)
         self._failures = _FailureCounter(self, "ASGO")
 
     def check_group(self, group: dict[str, Any]) -> None:
-        _check_shared_hparams(group)
-        if not is_int_at_least(group["tau"], 1):
-            raise ValueError(f"tau must be a positive int; got {group['tau']!r}")
-        check_choice("side", group["side"], SIDES)
-        check_choice("precondition_from", group["precondition_from"], PRECONDITION_SOURCES)
-        check_choice("accumulation", group["accumulation"], ACCUMULATIONS)
-        check_choice("eps_placement", group["eps_placement"], EPS_PLACEMENTS)
-        check_choice("root", group["root"], ROOTS)
         if group["root"] == "newton" and (group["eps"] <= 0.0 or group["eps_placement"] != "inside"):
             raise ValueError('root="newton" computes (V + eps I)^{-1/2}: it needs eps > 0 and eps_placement="inside"')
 
@@ -296,31 +273,18 @@ class DASGO(StructuredOptimizer):
     float32; squared row norms with side="left").
     """
 
-    def __init__(
-        self,
-        params: Iterable[Tensor] | Iterable[dict[str, Any]],
-        lr: float = 0.01,
-        beta1: float = 0.9,
-        beta2: float = 0.99,
-        eps: float = 1e-6,
-        side: str = "right",
-        update_rms: float = 0.0,
-        weight_decay: float = 0.0,
-    ) -> None:
-        defaults = {
-            "lr": lr,
-            "beta1": beta1,
-            "beta2": beta2,
-            "eps": eps,
-            "side": side,
-            "update_rms": update_rms,
-            "weight_decay": weight_decay,
-        }
-        super().__init__(params, defaults)
+    hparams = (
+        Declaration(
+            real("lr", 0.01, paper(f"{PAPER} Table 4, GPT-2 (NanoGPT, Table 3: 0.06)"), "(0, inf)", decade_around()),
+            real("beta1", 0.9, paper(f"{PAPER} Table 4 (Table 3: 0.9584)"), "[0, 1)", lin(0.85, 0.95)),
+            real("beta2", 0.99, paper(f"{PAPER} Table 4 (Table 3: 0.9435)"), "[0, 1)"),
+            real("eps", 1e-6, paper(f"{PAPER} Table 4, inside the square root (Alg. 3)"), "[0, inf)"),
+            option("side", "right", DASGO_SIDES, paper(f"{PAPER} Alg. 3; 'left' (row norms) is not in the paper")),
+        )
+        + RELEASED_CODE_SWITCHES
+    )
 
     def check_group(self, group: dict[str, Any]) -> None:
-        _check_shared_hparams(group)
-        check_choice("side", group["side"], DASGO_SIDES)
         for p in group["params"]:
             if p.ndim < 2:
                 raise ValueError(
@@ -353,48 +317,22 @@ class DASGO(StructuredOptimizer):
 
 # ---- registry entries ----
 
-ROUTE_CHOICES = {"asgo": ("asgo", "adamw"), "dasgo": ("dasgo", "adamw")}
-
-CODE_ADAM: dict[str, Any] = {
-    "adamw_beta1": 0.9,
-    "adamw_beta2": 0.95,
-    "adamw_eps": 1e-8,
-    "adamw_weight_decay": 0.0,
-}
+CODE_ADAM = adamw_fallback(
+    code(f"{RELEASED_CODE}: Adam at the matrix lr"), lr=0.01, beta1=0.9, beta2=0.95, eps=1e-8, weight_decay=0.0
+)
 """infinity-stars/ASGO's Adam for 1-D params and embeddings: betas (0.9, 0.95), eps 1e-8, wd 0, the matrix lr."""
 
-ASGO_DEFAULTS: dict[str, Any] = {
-    "lr": 0.1,
-    "beta1": 0.9,
-    "beta2": 0.95,
-    "eps": 1e-6,
-    "tau": 1,
-    "side": "smaller",
-    "precondition_from": "grad",
-    "accumulation": "ema",
-    "eps_placement": "inside",
-    "root": "eigh",
-    "update_rms": 0.0,
-    "weight_decay": 0.0,
-}
-ASGO_ROUTING_DEFAULTS: dict[str, Any] = {"one_d": "asgo", "embeddings": "asgo"}
-
-DASGO_DEFAULTS: dict[str, Any] = {
-    "lr": 0.01,
-    "beta1": 0.9,
-    "beta2": 0.99,
-    "eps": 1e-6,
-    "side": "right",
-    "update_rms": 0.0,
-    "weight_decay": 0.0,
-}
-DASGO_ROUTING_DEFAULTS: dict[str, Any] = {"embeddings": "adamw"}
+ASGO_ROUTING = Declaration(
+    option("one_d", "asgo", ("asgo", "adamw"), paper(f"{PAPER} App. B (i): a scalar AdaGrad-Norm preconditioner")),
+    option("embeddings", "asgo", ("asgo", "adamw"), paper(f"{PAPER} App. B: every parameter through ASGO")),
+)
+DASGO_ROUTING = Declaration(
+    option("embeddings", "adamw", ("dasgo", "adamw"), code(f"{RELEASED_CODE}; the paper does not say")),
+)
 
 
-def _routing(model: nn.Module | None, named: NamedParams, method: str, one_d: str, embeddings: str) -> Routing:
+def _routing(model: nn.Module | None, named: NamedParams, one_d: str, embeddings: str) -> Routing:
     """Structured unless a switch sends 1-D parameters or embedding tables to AdamW; the head stays structured."""
-    check_choice("one_d", one_d, ROUTE_CHOICES[method])
-    check_choice("embeddings", embeddings, ROUTE_CHOICES[method])
     kinds = parameter_kinds(model, named)
 
     def to_fallback(name: str, p: Tensor) -> bool:
@@ -408,19 +346,11 @@ def _routing(model: nn.Module | None, named: NamedParams, method: str, one_d: st
 
 
 def _route_asgo(model: nn.Module | None, named: NamedParams, hp: Mapping[str, Any]) -> Routing:
-    return _routing(model, named, "asgo", hp["one_d"], hp["embeddings"])
+    return _routing(model, named, hp["one_d"], hp["embeddings"])
 
 
 def _route_dasgo(model: nn.Module | None, named: NamedParams, hp: Mapping[str, Any]) -> Routing:
-    return _routing(model, named, "dasgo", "adamw", hp["embeddings"])
-
-
-def _build_asgo(named: NamedParams, routing: Routing, hp: dict[str, Any]) -> torch.optim.Optimizer:
-    return build_hybrid(named, routing, hp, lambda params, h: ASGO(params, **{k: h[k] for k in ASGO_DEFAULTS}))
-
-
-def _build_dasgo(named: NamedParams, routing: Routing, hp: dict[str, Any]) -> torch.optim.Optimizer:
-    return build_hybrid(named, routing, hp, lambda params, h: DASGO(params, **{k: h[k] for k in DASGO_DEFAULTS}))
+    return _routing(model, named, "adamw", hp["embeddings"])
 
 
 def asgo_state_bytes(structured: list[tuple[int, ...]], fallback: list[tuple[int, ...]], hp: Mapping[str, Any]) -> int:
@@ -441,29 +371,24 @@ def dasgo_state_bytes(structured: list[tuple[int, ...]], fallback: list[tuple[in
     return total
 
 
-PAPER = "An et al. 2025, 'ASGO: Adaptive Structured Gradient Optimization', NeurIPS (arXiv 2503.20762)"
+TITLE = "An et al. 2025, 'ASGO: Adaptive Structured Gradient Optimization', NeurIPS (arXiv 2503.20762)"
 
 ASGO_ENTRY = register(
     OptimizerEntry(
         name="asgo",
         summary="ASGO: one-sided full-matrix preconditioner (V + eps I)^{-1/2} from EMA G G^T on the smaller side",
-        reference=f"{PAPER}, App. B, Algorithm 2",
-        defaults={**ASGO_DEFAULTS, **ASGO_ROUTING_DEFAULTS, "adamw_lr": 0.01, **CODE_ADAM},
-        build=_build_asgo,
+        reference=f"{TITLE}, App. B, Algorithm 2",
+        hparams=ASGO.hparams + ASGO_ROUTING + CODE_ADAM,
+        build=hybrid_builder(ASGO),
         route=_route_asgo,
         notes=(
-            "Paper defaults: lr 0.1, beta1 0.9, beta2 0.95, eps 1e-6, tau 1 (Table 4, GPT-2 pretraining; Table 3's "
-            "NanoGPT preset is lr 0.0147, beta1 0.9541, beta2 0.8487, tau 15); side 'smaller' (Alg. 2 (i)); V from "
-            "the gradient (Alg. 2); eps inside the root; 1-D params and embeddings through ASGO itself (App. B (i): "
-            "a scalar AdaGrad-Norm preconditioner for vectors); the head is ASGO's (paper and code). Table 4's eps "
-            "1e-6 contradicts App. C.3 (GPT-2 used eps 0 with an SVD); eps 0 is allowed (pseudo-inverse root). "
-            "Eigenvalues below the float32 resolution of V (k fp32-eps lambda_max) are floored there before damping "
-            "(structbench numerics, not the paper: float32 statistics cannot resolve them). "
-            "root 'eigh' is exact (the paper's SVD of V); 'newton' is the coupled Newton of Fig. 7c (50 iterations). "
+            "The head is ASGO's (paper and code). Table 4's eps 1e-6 contradicts App. C.3 (GPT-2 used eps 0 with an "
+            "SVD); eps 0 is allowed (pseudo-inverse root). Eigenvalues below the float32 resolution of V (k "
+            "fp32-eps lambda_max) are floored there before damping (structbench numerics, not the paper: float32 "
+            "statistics cannot resolve them). root 'newton' is the coupled Newton of Fig. 7c (50 iterations). "
             "Switches for the released code (infinity-stars/ASGO): update_rms 0.2, weight_decay 0.1, beta2 0.8, "
-            "one_d/embeddings 'adamw' (Adam betas (0.9, 0.95), eps 1e-8, wd 0, the code's lr 1e-2: the adamw_* "
-            "keys). precondition_from 'momentum' is App. C.3 Eq. 4; accumulation 'sum' + eps_placement 'outside' "
-            "+ beta1 0 + side 'left' is Algorithm 1. Head-wise Q/K preconditioning (App. B) is not implemented."
+            "one_d/embeddings 'adamw' (the adamw_* keys). accumulation 'sum' + eps_placement 'outside' + beta1 0 + "
+            "side 'left' is Algorithm 1. Head-wise Q/K preconditioning (App. B) is not implemented."
         ),
         lr_keys=("lr", "adamw_lr"),
         state_bytes=asgo_state_bytes,
@@ -475,18 +400,15 @@ DASGO_ENTRY = register(
     OptimizerEntry(
         name="dasgo",
         summary="DASGO: diagonal ASGO, momentum scaled per column by (EMA squared column norm + eps)^{-1/2}",
-        reference=f"{PAPER}, App. B, Algorithm 3",
-        defaults={**DASGO_DEFAULTS, **DASGO_ROUTING_DEFAULTS, "adamw_lr": 0.01, **CODE_ADAM},
-        build=_build_dasgo,
+        reference=f"{TITLE}, App. B, Algorithm 3",
+        hparams=DASGO.hparams + DASGO_ROUTING + CODE_ADAM,
+        build=hybrid_builder(DASGO),
         route=_route_dasgo,
         notes=(
-            "Paper defaults: lr 0.01, beta1 0.9, beta2 0.99, eps 1e-6 (Table 4, GPT-2 pretraining; Table 3's NanoGPT "
-            "preset is lr 0.06, beta1 0.9584, beta2 0.9435); right side, eps inside the square root (Alg. 3). The "
-            "paper does not say how DASGO treats 1-D params and embeddings: as in the released code "
-            "(infinity-stars/ASGO) they go to Adam (betas (0.9, 0.95), eps 1e-8, wd 0, lr = the matrix lr 0.01: the "
-            "adamw_* keys); embeddings='dasgo' keeps embedding tables in DASGO. The head is DASGO's (code). "
-            "Switches for the code: update_rms 0.2 (update RMS), weight_decay 0.1, beta2 0.95; side 'left' (row "
-            "norms) is not in the paper."
+            "The paper does not say how DASGO treats 1-D params and embeddings: as in the released code "
+            "(infinity-stars/ASGO) they go to Adam (the adamw_* keys); embeddings='dasgo' keeps embedding tables in "
+            "DASGO. The head is DASGO's (code). Switches for the code: update_rms 0.2 (update RMS), weight_decay "
+            "0.1, beta2 0.95."
         ),
         lr_keys=("lr", "adamw_lr"),
         state_bytes=dasgo_state_bytes,

@@ -10,16 +10,22 @@ the dtype it was saved with, so a resumed run continues bit-identically.
 from __future__ import annotations
 
 import copy
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from typing import Any, ClassVar
 
 import torch
+
+from structbench.optim.hparams import Declaration, option, ours
 
 BATCH_MODES = ("auto", "on", "off")
 """How an optimizer runs its same-shape matrices: stacked into batched solves and matmuls ("on"), one at a time
 ("off"), or "auto": stacked on CUDA, one at a time elsewhere. On CPU, stacking measured slower than the loop at GPT-2
 and ResNet-18 sizes (benchmarks/optim_step.py: Muon up to 1.5x, SOAP up to 1.5x): the matmuls are compute-bound
 either way, and the stacks are large fresh allocations copied in and out on every step."""
+
+BATCH_MATRICES = Declaration(
+    option("batch_matrices", "auto", BATCH_MODES, ours("stack same-shape matrices on CUDA only: same algorithm"))
+)
 
 
 def stacks_matrices(mode: str, device: torch.device) -> bool:
@@ -33,19 +39,31 @@ def gather(tensors: list[torch.Tensor]) -> torch.Tensor:
 
 
 class StructuredOptimizer(torch.optim.Optimizer):
+    """An optimizer whose constructor takes exactly the hyperparameters its class declares in `hparams`.
+
+    The keywords given are the defaults of its param groups (the declaration's defaults fill the rest); every
+    param group's values are checked against the declaration when the group is added.
+    """
+
+    hparams: ClassVar[Declaration]
     solver_failures: int = 0
     matrices_only: ClassVar[str | None] = None
     """The optimizer's name, when it owns only matrices: a 1-D parameter is then a ValueError naming it."""
     cpu_state_keys: ClassVar[tuple[str, ...]] = ()
     """State entries (host-side counters) that stay on the CPU when state is loaded, whatever the param's device."""
 
+    def __init__(self, params: Iterable[torch.Tensor] | Iterable[dict[str, Any]], **hparams: Any) -> None:
+        super().__init__(params, self.hparams.resolve(hparams))
+
     def check_group(self, group: dict[str, Any]) -> None:
-        """Validate a new param group's hyperparameters; raise ValueError to reject the group."""
+        """Check what the declaration cannot (a relation between hyperparameters, the parameters' shapes); raise
+        ValueError to reject the group."""
 
     def add_param_group(self, param_group: dict[str, Any]) -> None:
         super().add_param_group(param_group)
         group = self.param_groups[-1]
         try:
+            self.hparams.check(group)
             self.check_group(group)
             for param in group["params"] if self.matrices_only else ():
                 if param.ndim < 2:

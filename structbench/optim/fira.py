@@ -22,7 +22,7 @@ matrix W (m x n; conv filters as (out, in*kh*kw)), with GaLore's projection (`st
 back(X) = U X (left) or X V^T (right). The ratio phi is the Adam step's norm over the projected gradient's,
 per channel: Fira's estimate of how Adam would scale the part of the gradient GaLore discards.
 
-Switches (each in the registry notes):
+Switches (each declared in `Fira.hparams` with its source):
 - `residual`: "reference" (default) is the official code's R = G - alpha U U^T G, which keeps (1 - alpha) of
   the in-subspace gradient when alpha != 1; "orthogonal" uses R = G - U U^T G, the orthogonal complement.
 - `compensation`: "fira" (default); "fira+" is the RACS/Alice paper's F.7 variant: C rescaled to the
@@ -45,42 +45,31 @@ in every compensation mode): mn + 2nr + mr (+1) of Table 6, which lists Fira = G
 
 from __future__ import annotations
 
-import math
-from collections.abc import Iterable, Mapping
+from collections.abc import Mapping
 from typing import Any
 
 import torch
-from torch import Tensor, nn
+from torch import Tensor
 
 from structbench.optim import memory
 from structbench.optim.galore import (
-    GALORE_DEFAULTS,
-    GALORE_FALLBACK_ADAMW,
+    GALORE_FALLBACK,
     SIGN_INVARIANT_CHECK_HPARAMS,
     GaLore,
     LowRankAdam,
-    galore_options,
     galore_state_bytes,
 )
-from structbench.optim.hybrid import build_hybrid
-from structbench.optim.norm_scaling import channel_ratio, limiter_norm, validate_gamma
-from structbench.optim.partition import route_with_head_switch
-from structbench.optim.racs import limiter_factor
-from structbench.optim.registry import NamedParams, OptimizerEntry, Routing, register
+from structbench.optim.hparams import Declaration, code, option, ours, paper, real
+from structbench.optim.hybrid import hybrid_builder
+from structbench.optim.norm_scaling import channel_ratio, limiter_norm
+from structbench.optim.partition import head_switch, route_with_head_switch
+from structbench.optim.racs import LIMITER_GAMMA, limiter_factor
+from structbench.optim.racs import PAPER as RACS_ALICE_PAPER
+from structbench.optim.registry import OptimizerEntry, register
 
 COMPENSATIONS = ("fira", "fira+", "none")
 RESIDUALS = ("reference", "orthogonal")
-
-
-def _validate_fira(group: Mapping[str, Any]) -> None:
-    validate_gamma(group)
-    alpha_c = group["alpha_c"]
-    if isinstance(alpha_c, bool) or not isinstance(alpha_c, (int, float)) or not math.isfinite(alpha_c) or alpha_c < 0:
-        raise ValueError(f"alpha_c must be a finite number >= 0; got {alpha_c!r}")
-    if group["compensation"] not in COMPENSATIONS:
-        raise ValueError(f"unknown compensation {group['compensation']!r}; valid: {', '.join(COMPENSATIONS)}")
-    if group["residual"] not in RESIDUALS:
-        raise ValueError(f"unknown residual {group['residual']!r}; valid: {', '.join(RESIDUALS)}")
+REFERENCE = "xichen-fy/Fira optimizer_torch/fira_adamw.py"
 
 
 class Fira(GaLore):
@@ -88,46 +77,17 @@ class Fira(GaLore):
 
     matrices_only = "Fira"
 
-    def __init__(
-        self,
-        params: Iterable[Tensor] | Iterable[dict[str, Any]],
-        lr: float = 0.02,
-        rank: int = 128,
-        update_proj_gap: int = 200,
-        scale: float = 0.3,
-        betas: tuple[float, float] = (0.9, 0.999),
-        eps: float = 1e-6,
-        weight_decay: float = 0.0,
-        gamma: float = 1.01,
-        compensation: str = "fira",
-        alpha_c: float = 0.4,
-        residual: str = "reference",
-        proj_type: str = "std",
-        refresh_schedule: str = "paper",
-        reproject_moments: bool = False,
-        svd_method: str = "exact",
-        svd_seed: int = 0,
-    ) -> None:
-        super().__init__(
-            params,
-            lr=lr,
-            rank=rank,
-            update_proj_gap=update_proj_gap,
-            scale=scale,
-            betas=betas,
-            eps=eps,
-            weight_decay=weight_decay,
-            proj_type=proj_type,
-            refresh_schedule=refresh_schedule,
-            reproject_moments=reproject_moments,
-            svd_method=svd_method,
-            svd_seed=svd_seed,
-            extra_defaults={"gamma": gamma, "compensation": compensation, "alpha_c": alpha_c, "residual": residual},
-        )
-
-    def check_group(self, group: dict[str, Any]) -> None:
-        super().check_group(group)
-        _validate_fira(group)
+    hparams = GaLore.hparams + Declaration(
+        LIMITER_GAMMA,
+        option("compensation", "fira", COMPENSATIONS, code(f"{REFERENCE}; 'fira+' is the paper's F.7 variant")),
+        real(
+            "alpha_c",
+            0.4,
+            ours(f"Alice's alpha_c ({RACS_ALICE_PAPER} Table 11, 60M): the paper gives none for Fira+, its only user"),
+            "[0, inf)",
+        ),
+        option("residual", "reference", RESIDUALS, code(f"{REFERENCE}: R = G - scale U U^T G")),
+    )
 
     def step_group(self, group: dict[str, Any]) -> None:
         low = self.low_rank_adam(group)
@@ -157,30 +117,6 @@ class Fira(GaLore):
         return comp * eta
 
 
-FIRA_DEFAULTS: dict[str, Any] = {
-    **GALORE_DEFAULTS,
-    "gamma": 1.01,
-    "compensation": "fira",
-    "alpha_c": 0.4,
-    "residual": "reference",
-}
-
-
-def make_fira(params: list[nn.Parameter], hp: Mapping[str, Any]) -> Fira:
-    return Fira(
-        params,
-        **galore_options(hp),
-        gamma=hp["gamma"],
-        compensation=hp["compensation"],
-        alpha_c=hp["alpha_c"],
-        residual=hp["residual"],
-    )
-
-
-def _build(named: NamedParams, routing: Routing, hp: dict[str, Any]) -> torch.optim.Optimizer:
-    return build_hybrid(named, routing, hp, make_fira)
-
-
 def fira_state_bytes(structured: list[tuple[int, ...]], fallback: list[tuple[int, ...]], hp: Mapping[str, Any]) -> int:
     """GaLore's float32 projection and moments + the float32 limiter norm per matrix, + the AdamW fallback."""
     return galore_state_bytes(structured, fallback, hp) + memory.FLOAT32_BYTES * len(structured)
@@ -195,25 +131,22 @@ FIRA = register(
             "App. E.5, F.1, F.2, F.7 (GaLore = Alg. 8, App. B.11); reference code xichen-fy/Fira "
             "optimizer_torch/fira_adamw.py + gradient_projection.py (136583b)"
         ),
-        defaults={**FIRA_DEFAULTS, **GALORE_FALLBACK_ADAMW},
-        build=_build,
+        hparams=(
+            Fira.hparams
+            + head_switch(False, paper(f"{RACS_ALICE_PAPER} Table 2 'Ppl.': the LM head trained by Fira"))
+            + GALORE_FALLBACK
+        ),
+        build=hybrid_builder(Fira),
         route=route_with_head_switch,
         notes=(
-            "lr 0.02, scale 0.3, rank 128, update_proj_gap 200: paper Table 7 (60M row; GaLore and Fira share it; "
-            "1.3B: lr 0.01, scale 0.25, rank 512). gamma 1.01: paper F.2 (limiter of every method that has one). "
-            "Compensation formula: reference code (the paper only says it follows the official repo): per channel "
-            "(columns of a left projection, rows of a right one) ||N_c|| / (||sigma_c|| + 1e-8) with norms along r, "
-            "times the residual R, limited; update lr_bc (scale back(N) + C). residual 'reference' (default) = the "
-            "code's R = G - scale U U^T G; 'orthogonal' = G - U U^T G. compensation 'fira' (default) | 'fira+' "
-            "(paper F.7: C rescaled to ||scale back(N)||_F, times alpha_c, no limiter) | 'none' (= GaLore). "
-            "alpha_c 0.4 (inference: Alice's alpha_c, Table 11 60M; the paper gives no Fira+ value; used only by "
-            "fira+). betas (0.9, 0.999), eps 1e-6 (HF-style, bias corrections in the step size), weight_decay 0 "
-            "(after the update, raw lr): reference code (paper silent). Limiter differences from the code: psi "
-            "without + 1e-8, skipped while psi = 0. refresh_schedule 'paper' (Alg. 8: t == 1 or t mod T == 0; "
-            "the Fira code refreshes at t = 1, T+1, ...: 'reference'); proj_type, reproject_moments, svd_method "
-            "as GaLore. head_to_fallback False: the paper's main Fira runs train the LM head with Fira (Table 2 "
-            "'Ppl.'); True gives 'Ppl.*'. Fallback AdamW as GaLore's reference code (lr 0.02, betas (0.9, 0.999), "
-            "eps 1e-6, no wd). State: float32 projection, moments and limiter norm."
+            "GaLore's hyperparameters have GaLore's sources (Table 7 is shared by GaLore and Fira; the Fira code "
+            "refreshes at t = 1, T+1, ...: refresh_schedule 'reference'). Compensation formula: reference code (the "
+            "paper only says it follows the official repo): per channel (columns of a left projection, rows of a "
+            "right one) ||N_c|| / (||sigma_c|| + 1e-8) with norms along r, times the residual R, limited; update "
+            "lr_bc (scale back(N) + C). residual 'orthogonal' = G - U U^T G. compensation 'fira+' (paper F.7: C "
+            "rescaled to ||scale back(N)||_F, times alpha_c, no limiter) | 'none' (= GaLore). Limiter differences "
+            "from the code: psi without + 1e-8, skipped while psi = 0. head_to_fallback True gives 'Ppl.*'. "
+            "Fallback AdamW as GaLore's reference code. State: float32 projection, moments and limiter norm."
         ),
         lr_keys=("lr", "adamw_lr"),
         state_bytes=fira_state_bytes,

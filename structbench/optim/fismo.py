@@ -49,7 +49,7 @@ failure for one parameter raises SolverError. Under torch.compile the step runs 
 from __future__ import annotations
 
 from collections import defaultdict
-from collections.abc import Iterable, Mapping
+from collections.abc import Mapping
 from typing import Any
 
 import torch
@@ -58,9 +58,9 @@ from torch import Tensor, nn
 from structbench.errors import SolverError
 from structbench.optim import linalg
 from structbench.optim.base import EagerStructuredOptimizer
-from structbench.optim.checks import check_choice, is_finite_number, is_int_at_least
-from structbench.optim.hybrid import FALLBACK_ADAMW_DEFAULTS, adamw_state_bytes, build_hybrid
-from structbench.optim.muon import NS_COEFFICIENTS, NS_DTYPES, POLAR_METHODS
+from structbench.optim.hparams import Declaration, decade_around, flag, integer, lin, option, ours, paper, real
+from structbench.optim.hybrid import ADAMW_FALLBACK, adamw_state_bytes, hybrid_builder
+from structbench.optim.muon import NS_COEFFICIENTS, NS_DTYPES, ORTHOGONALIZATION
 from structbench.optim.partition import matrix_shape, matrix_view, split
 from structbench.optim.registry import NamedParams, OptimizerEntry, Routing, register
 
@@ -71,6 +71,8 @@ OVERSIZE = ("muon", "adamw")
 MAX_CONSECUTIVE_SOLVER_FAILURES = 3
 STATE_DTYPE = torch.float32
 _COUNTERS = ("step", "solver_failures")
+PAPER = "Xu et al. (arXiv 2601.21750)"
+SWEPT = "the sweep in the registry notes; the paper gives no values"
 
 
 def factored(shape: tuple[int, int], max_factor_dim: int) -> bool:
@@ -83,93 +85,34 @@ def _trace(a: Tensor) -> Tensor:
     return torch.diagonal(a, dim1=-2, dim2=-1).sum(-1)[:, None, None]
 
 
-def _validate_group(group: Mapping[str, Any]) -> None:
-    ranges = {
-        "lr": lambda v: v >= 0.0,
-        "weight_decay": lambda v: v >= 0.0,
-        "ns_eps": lambda v: v >= 0.0,
-        "beta": lambda v: 0.0 <= v < 1.0,
-        "gamma": lambda v: 0.0 <= v <= 1.0,
-        "mu": lambda v: v > 0.0,
-    }
-    for key, ok in ranges.items():
-        if not is_finite_number(group[key]) or not ok(group[key]):
-            raise ValueError(
-                "out of range (lr, weight_decay, ns_eps >= 0; beta in [0, 1); gamma in [0, 1]; mu > 0): "
-                f"{key}={group[key]!r}"
-            )
-    for key, low in (("ns_steps", 1), ("precond_every", 1), ("max_factor_dim", 0)):
-        if not is_int_at_least(group[key], low):
-            raise ValueError(f"{key} must be an int >= {low}; got {group[key]!r}")
-    for key in ("whiten_momentum", "nesterov"):
-        if not isinstance(group[key], bool):
-            raise ValueError(f"{key} must be a bool; got {group[key]!r}")
-    choices = {
-        "polar": POLAR_METHODS,
-        "ns_coefficients": tuple(NS_COEFFICIENTS),
-        "ns_dtype": tuple(NS_DTYPES),
-        "order": ORDERS,
-        "damping": DAMPINGS,
-        "root_dtype": tuple(ROOT_DTYPES),
-        "oversize": OVERSIZE,
-    }
-    for key, valid in choices.items():
-        check_choice(key, group[key], valid)
-
-
 class Fismo(EagerStructuredOptimizer):
     """FISMO (Algorithm 1) over matrix parameters (2-D, or conv filters through their (out, in*kh*kw) view)."""
 
     matrices_only = "FISMO"
     cpu_state_keys = _COUNTERS
 
-    def __init__(
-        self,
-        params: Iterable[Tensor] | Iterable[dict[str, Any]],
-        lr: float = 0.002,
-        beta: float = 0.95,
-        gamma: float = 0.99,
-        mu: float = 1e-3,
-        polar: str = "ns",
-        ns_steps: int = 5,
-        ns_coefficients: str = "quintic",
-        ns_eps: float = 1e-7,
-        ns_dtype: str = "auto",
-        order: str = "gauss_seidel",
-        damping: str = "algorithm",
-        whiten_momentum: bool = True,
-        root_dtype: str = "float32",
-        precond_every: int = 1,
-        max_factor_dim: int = 0,
-        oversize: str = "muon",
-        nesterov: bool = False,
-        weight_decay: float = 0.0,
-    ) -> None:
-        defaults = {
-            "lr": lr,
-            "beta": beta,
-            "gamma": gamma,
-            "mu": mu,
-            "polar": polar,
-            "ns_steps": ns_steps,
-            "ns_coefficients": ns_coefficients,
-            "ns_eps": ns_eps,
-            "ns_dtype": ns_dtype,
-            "order": order,
-            "damping": damping,
-            "whiten_momentum": whiten_momentum,
-            "root_dtype": root_dtype,
-            "precond_every": precond_every,
-            "max_factor_dim": max_factor_dim,
-            "oversize": oversize,
-            "nesterov": nesterov,
-            "weight_decay": weight_decay,
-        }
-        _validate_group({**defaults, "params": []})
-        super().__init__(params, defaults)
-
-    def check_group(self, group: dict[str, Any]) -> None:
-        _validate_group(group)
+    hparams = (
+        Declaration(
+            real("lr", 0.002, ours(SWEPT), "(0, inf)", decade_around()),
+            real("beta", 0.95, ours(f"Muon's reference momentum, fixed in {SWEPT}"), "[0, 1)", lin(0.91, 0.99)),
+            real("gamma", 0.99, ours(SWEPT), "[0, 1]"),
+            real("mu", 1e-3, ours(SWEPT), "(0, inf)"),
+        )
+        + ORTHOGONALIZATION
+        + Declaration(
+            option("order", "gauss_seidel", ORDERS, paper(f"{PAPER} Alg. 1 step 5: R_t from the new P_t")),
+            option("damping", "algorithm", DAMPINGS, paper(f"{PAPER} Alg. 1 step 4; 'theorem' is Thm 4.1's")),
+            flag("whiten_momentum", True, paper(f"{PAPER} Alg. 1 steps 6-7: momentum of the whitened gradient")),
+            option("root_dtype", "float32", ROOT_DTYPES, ours("float32 eigendecompositions, retried in float64")),
+            integer(
+                "precond_every", 1, paper(f"{PAPER} Alg. 1: factors every step; k > 1 is not in the paper"), "[1, inf)"
+            ),
+            integer("max_factor_dim", 0, paper(f"{PAPER} Alg. 1 factors every matrix (0: no limit)"), "[0, inf)"),
+            option("oversize", "muon", OVERSIZE, ours("an unfactored matrix takes the paper's Muon step")),
+            flag("nesterov", False, paper(f"{PAPER} Alg. 1 has none")),
+            real("weight_decay", 0.0, paper(f"{PAPER} Alg. 1 has none"), "[0, inf)"),
+        )
+    )
 
     def step_group(self, group: dict[str, Any]) -> None:
         live = [p for p in group["params"] if p.grad is not None]
@@ -364,32 +307,6 @@ def _apply(param: Tensor, delta: Tensor, lr: float, decay: float) -> None:
     param.copy_(weight)
 
 
-FISMO_DEFAULTS: dict[str, Any] = {
-    "lr": 0.002,
-    "beta": 0.95,
-    "gamma": 0.99,
-    "mu": 1e-3,
-    "polar": "ns",
-    "ns_steps": 5,
-    "ns_coefficients": "quintic",
-    "ns_eps": 1e-7,
-    "ns_dtype": "auto",
-    "order": "gauss_seidel",
-    "damping": "algorithm",
-    "whiten_momentum": True,
-    "root_dtype": "float32",
-    "precond_every": 1,
-    "max_factor_dim": 0,
-    "oversize": "muon",
-    "nesterov": False,
-    "weight_decay": 0.0,
-}
-
-
-def make_fismo(params: list[nn.Parameter], hp: Mapping[str, Any]) -> Fismo:
-    return Fismo(params, **{key: hp[key] for key in FISMO_DEFAULTS})
-
-
 def _route(model: nn.Module | None, named: NamedParams, hp: Mapping[str, Any]) -> Routing:
     """Muon's convention (fismo.md §2.4): hidden matrices and conv filters to FISMO; 1-D params, embeddings and
     the head to AdamW; with `oversize="adamw"`, also matrices with a side above `max_factor_dim`."""
@@ -400,10 +317,6 @@ def _route(model: nn.Module | None, named: NamedParams, hp: Mapping[str, Any]) -
     structured = tuple(n for n in routing.structured if factored(shapes[n], hp["max_factor_dim"]))
     fallback = tuple(n for n, _ in named if n not in structured)
     return Routing(structured=structured, fallback=fallback, fallback_name="adamw" if fallback else None)
-
-
-def _build(named: NamedParams, routing: Routing, hp: dict[str, Any]) -> torch.optim.Optimizer:
-    return build_hybrid(named, routing, hp, make_fismo)
 
 
 COUNTER_BYTES = 8 * len(_COUNTERS)
@@ -421,8 +334,8 @@ def fismo_state_bytes(structured: list[tuple[int, ...]], fallback: list[tuple[in
 
 
 _NOTES = (
-    "The paper gives no hyperparameter values (fismo.md §2.4); every default here is a structbench choice. "
-    "lr 0.002, beta 0.95, gamma 0.99, mu 1e-3 come from a small sweep (beta fixed at Muon's reference 0.95): "
+    "The paper gives no hyperparameter values. lr 0.002, beta 0.95, gamma 0.99, mu 1e-3 come from a small sweep "
+    "(beta fixed at Muon's reference 0.95): "
     "tasks (a) the quadratic suite's Kronecker problem (32 x 16, cond 100 x 10, 300 steps, final exact "
     "suboptimality) and (b) an MLP on the synthetic Gaussian mixture, harder than the smoke MLP (which reaches "
     "eval loss 0 for every setting): 10 classes, dim 32, hidden 64, separation 0.6, 2048 train samples, "
@@ -437,15 +350,13 @@ _NOTES = (
     "and Q stayed within eigenvalue ratio 1.09 of isotropic and FISMO matched paper-form Muon (0.3239) to "
     "0.1%: its cross-entropy gradients are small next to the trace-m scale, the regime where FISMO ~ Muon. "
     "FISMO is not invariant to the gradient scale (loss reduction, batch size, clipping, loss scaling all "
-    "change it; tests/test_fismo.py quantifies it). Polar: Muon's quintic NS, 5 steps, X0 = M/(||M||_F + "
-    "1e-7) (the paper says only 'following Muon'); polar='svd' is the exact U V^T. Switches: order "
-    "'gauss_seidel' (paper) | 'jacobi'; damping 'algorithm' (mu tr(P_{t-1})/m = mu) | 'theorem' (mu "
-    "tr(Q^{-1})/n, erratum E1); whiten_momentum True (paper) | False; root_dtype float32 | float64 (eigh, "
-    "float64 retry either way); flagged not in paper: precond_every > 1, nesterov, weight_decay (decoupled), "
+    "change it; tests/test_fismo.py quantifies it). Polar: Muon's quintic NS from X0 = M/(||M||_F + ns_eps) "
+    "(the paper says only 'following Muon'); polar='svd' is the exact U V^T. Switches: damping 'theorem' (mu "
+    "tr(Q^{-1})/n, erratum E1); flagged not in paper: precond_every > 1, nesterov, weight_decay (decoupled), "
     "max_factor_dim > 0 with oversize 'muon' (identity factors) | 'adamw' (routed to the fallback). Routing: "
     "hidden matrices and conv filters (out, in*kh*kw) to FISMO; 1-D params, embeddings and the head to torch "
-    "AdamW with Muon's aux-Adam settings (lr 3e-4, betas (0.9, 0.95), eps 1e-10, wd 0). State float32 for "
-    "any parameter dtype: P, Q, P^{-1/2}, Q^{-1/2}, M (4 (2 m^2 + 2 n^2 + m n) bytes) and two int64 counters."
+    "AdamW with Muon's aux-Adam settings. State float32 for any parameter dtype: P, Q, P^{-1/2}, Q^{-1/2}, M "
+    "(4 (2 m^2 + 2 n^2 + m n) bytes) and two int64 counters."
 )
 
 FISMO = register(
@@ -456,8 +367,8 @@ FISMO = register(
             "Xu, Yan & Zhang 2026, 'FISMO: Fisher-Structured Momentum-Orthogonalized Optimizer' "
             "(arXiv 2601.21750), Algorithm 1"
         ),
-        defaults={**FISMO_DEFAULTS, **FALLBACK_ADAMW_DEFAULTS},
-        build=_build,
+        hparams=Fismo.hparams + ADAMW_FALLBACK,
+        build=hybrid_builder(Fismo),
         route=_route,
         notes=_NOTES,
         lr_keys=("lr", "adamw_lr"),

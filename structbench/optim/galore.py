@@ -20,7 +20,7 @@ and the bias corrections folded into the step size (reference-implementations.md
 is per parameter, as in the reference. Weight decay uses the raw lr and is applied after the update (the
 reference's order), only to parameters that received a gradient.
 
-Choices and switches (every one documented in the registry entry's notes):
+Choices and switches (every one declared in `GaLore.hparams` with its source, or in the registry notes):
 - `refresh_schedule="paper"` refreshes at t = 1 and every multiple of T (Alg. 8, and pytorch_optimizer);
   "reference" refreshes at t = 1, T + 1, 2T + 1, ... as the official code does (0-based counter).
 - `reproject_moments=False` is the reference: the Adam moments are kept unchanged when the subspace moves
@@ -52,7 +52,7 @@ from __future__ import annotations
 
 import math
 from collections import defaultdict
-from collections.abc import Iterable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -62,13 +62,16 @@ from torch import Tensor, nn
 from structbench.errors import SolverError
 from structbench.optim import linalg, memory
 from structbench.optim.base import StructuredOptimizer
-from structbench.optim.hybrid import FALLBACK_ADAMW_DEFAULTS, adamw_state_bytes, build_hybrid
-from structbench.optim.partition import matrix_shape, matrix_view, route_with_head_switch
-from structbench.optim.registry import NamedParams, OptimizerEntry, Routing, register
+from structbench.optim.hparams import Declaration, code, decade_around, flag, integer, lin, option, ours, paper, real
+from structbench.optim.hybrid import adamw_fallback, adamw_state_bytes, hybrid_builder
+from structbench.optim.partition import head_switch, matrix_shape, matrix_view, route_with_head_switch
+from structbench.optim.racs import PAPER as RACS_ALICE_PAPER
+from structbench.optim.registry import OptimizerEntry, register
 
 PROJ_TYPES = ("std", "reverse_std")
 REFRESH_SCHEDULES = ("paper", "reference")
 MAX_CONSECUTIVE_SOLVER_FAILURES = 3
+REFERENCE = "jiaweizzhao/GaLore galore_torch/adamw.py"
 
 
 def projects_right(shape: tuple[int, int], proj_type: str) -> bool:
@@ -100,42 +103,6 @@ def refresh_due(step: int, gap: int, schedule: str) -> bool:
     if schedule == "paper":
         return step == 1 or step % gap == 0
     return (step - 1) % gap == 0
-
-
-def _validate_group(group: Mapping[str, Any]) -> None:
-    def is_number(value: Any) -> bool:
-        return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
-
-    def is_count(value: Any) -> bool:
-        return isinstance(value, int) and not isinstance(value, bool) and value >= 1
-
-    if not is_number(group["lr"]) or group["lr"] < 0:
-        raise ValueError(f"lr must be a finite number >= 0; got {group['lr']!r}")
-    if not is_count(group["rank"]):
-        raise ValueError(f"rank must be an int >= 1; got {group['rank']!r}")
-    if not is_count(group["update_proj_gap"]):
-        raise ValueError(f"update_proj_gap must be an int >= 1; got {group['update_proj_gap']!r}")
-    if not is_number(group["scale"]) or group["scale"] <= 0:
-        raise ValueError(f"scale must be a finite number > 0 (it multiplies the update); got {group['scale']!r}")
-    betas = group["betas"]
-    if len(betas) != 2 or not all(is_number(b) and 0.0 <= b < 1.0 for b in betas):
-        raise ValueError(f"betas must be two numbers in [0, 1); got {betas!r}")
-    if not is_number(group["eps"]) or group["eps"] < 0:
-        raise ValueError(f"eps must be a finite number >= 0; got {group['eps']!r}")
-    if not is_number(group["weight_decay"]) or group["weight_decay"] < 0:
-        raise ValueError(f"weight_decay must be a finite number >= 0; got {group['weight_decay']!r}")
-    choices = {
-        "proj_type": PROJ_TYPES,
-        "refresh_schedule": REFRESH_SCHEDULES,
-        "svd_method": linalg.TRUNCATED_SVD_METHODS,
-    }
-    for key, valid in choices.items():
-        if group[key] not in valid:
-            raise ValueError(f"unknown {key} {group[key]!r}; valid: {', '.join(valid)}")
-    if not isinstance(group["reproject_moments"], bool):
-        raise ValueError(f"reproject_moments must be a bool; got {group['reproject_moments']!r}")
-    if isinstance(group["svd_seed"], bool) or not isinstance(group["svd_seed"], int):
-        raise ValueError(f"svd_seed must be an int; got {group['svd_seed']!r}")
 
 
 @dataclass
@@ -172,50 +139,32 @@ class GaLore(StructuredOptimizer):
     left), `exp_avg` and `exp_avg_sq` of the projected shape (m x r or r x n); plus the Python ints
     `step` (Adam steps taken) and `svd_failures` (consecutive failed refreshes).
 
-    Fira and APOLLO build on it: `low_rank_adam` is the projection and projected Adam they share, and
-    `extra_defaults` adds their own param-group keys.
+    Fira and APOLLO build on it: `low_rank_adam` is the projection and projected Adam they share, and their
+    declarations extend `GaLore.hparams`.
     """
 
     matrices_only = "GaLore"
 
-    def __init__(
-        self,
-        params: Iterable[Tensor] | Iterable[dict[str, Any]],
-        lr: float = 0.02,
-        rank: int = 128,
-        update_proj_gap: int = 200,
-        scale: float = 0.3,
-        betas: tuple[float, float] = (0.9, 0.999),
-        eps: float = 1e-6,
-        weight_decay: float = 0.0,
-        proj_type: str = "std",
-        refresh_schedule: str = "paper",
-        reproject_moments: bool = False,
-        svd_method: str = "exact",
-        svd_seed: int = 0,
-        *,
-        extra_defaults: Mapping[str, Any] | None = None,
-    ) -> None:
-        self.solver_failures = 0
-        defaults = {
-            "lr": lr,
-            "rank": rank,
-            "update_proj_gap": update_proj_gap,
-            "scale": scale,
-            "betas": tuple(betas),
-            "eps": eps,
-            "weight_decay": weight_decay,
-            "proj_type": proj_type,
-            "refresh_schedule": refresh_schedule,
-            "reproject_moments": reproject_moments,
-            "svd_method": svd_method,
-            "svd_seed": svd_seed,
-            **(extra_defaults or {}),
-        }
-        super().__init__(params, defaults)
-
-    def check_group(self, group: dict[str, Any]) -> None:
-        _validate_group(group)
+    hparams = Declaration(
+        real("lr", 0.02, paper(f"{RACS_ALICE_PAPER} Table 7, 60M (1.3B: 0.01)"), "(0, inf)", decade_around()),
+        integer("rank", 128, paper(f"{RACS_ALICE_PAPER} Table 7, 60M (1.3B: 512)"), "[1, inf)"),
+        integer("update_proj_gap", 200, paper(f"{RACS_ALICE_PAPER} Table 7, T"), "[1, inf)"),
+        real("scale", 0.3, paper(f"{RACS_ALICE_PAPER} Table 7, 60M (1.3B: 0.25)"), "(0, inf)"),
+        real("beta1", 0.9, code(f"{REFERENCE}; the paper states none"), "[0, 1)", lin(0.85, 0.95)),
+        real("beta2", 0.999, code(f"{REFERENCE}; the paper states none"), "[0, 1)"),
+        real("eps", 1e-6, code(f"{REFERENCE}: added to sqrt(v), bias corrections in the step size"), "[0, inf)"),
+        real("weight_decay", 0.0, code(f"{REFERENCE}: after the update, with the raw lr"), "[0, inf)"),
+        option("proj_type", "std", PROJ_TYPES, code(f"{REFERENCE} + galore_projector.py: the smaller side")),
+        option(
+            "refresh_schedule",
+            "paper",
+            REFRESH_SCHEDULES,
+            paper(f"{RACS_ALICE_PAPER} Alg. 8: t == 1 or t mod T == 0 ('reference': the code's t = 1, T+1, ...)"),
+        ),
+        flag("reproject_moments", False, code(f"{REFERENCE}: moments kept when the subspace moves")),
+        option("svd_method", "exact", linalg.TRUNCATED_SVD_METHODS, code(f"{REFERENCE}: a full SVD")),
+        integer("svd_seed", 0, ours("seeds the randomized SVD, with the step")),
+    )
 
     def step_group(self, group: dict[str, Any]) -> None:
         low = self.low_rank_adam(group)
@@ -247,7 +196,7 @@ class GaLore(StructuredOptimizer):
             g @ proj.mT if right else proj.mT @ g
             for g, proj, right in zip(ready_grads, projections, rights, strict=True)
         ]
-        beta1, beta2 = group["betas"]
+        beta1, beta2 = group["beta1"], group["beta2"]
         exp_avgs = [st["exp_avg"] for st in states]
         exp_avg_sqs = [st["exp_avg_sq"] for st in states]
         torch._foreach_mul_(exp_avgs, beta1)
@@ -385,60 +334,6 @@ class GaLore(StructuredOptimizer):
         state["projection"] = basis
 
 
-GALORE_DEFAULTS: dict[str, Any] = {
-    "lr": 0.02,
-    "rank": 128,
-    "update_proj_gap": 200,
-    "scale": 0.3,
-    "beta1": 0.9,
-    "beta2": 0.999,
-    "eps": 1e-6,
-    "weight_decay": 0.0,
-    "proj_type": "std",
-    "refresh_schedule": "paper",
-    "reproject_moments": False,
-    "svd_method": "exact",
-    "svd_seed": 0,
-    "head_to_fallback": False,
-}
-
-GALORE_FALLBACK_ADAMW: dict[str, Any] = {
-    **FALLBACK_ADAMW_DEFAULTS,
-    "adamw_lr": 0.02,
-    "adamw_beta1": 0.9,
-    "adamw_beta2": 0.999,
-    "adamw_eps": 1e-6,
-    "adamw_weight_decay": 0.0,
-}
-"""The reference code's treatment of non-GaLore parameters: the same AdamW, same lr, betas, eps 1e-6, no wd."""
-
-
-def galore_options(hp: Mapping[str, Any]) -> dict[str, Any]:
-    """GaLore's constructor keywords from registry hyperparameters (Fira and APOLLO add their own to these)."""
-    return {
-        "lr": hp["lr"],
-        "rank": hp["rank"],
-        "update_proj_gap": hp["update_proj_gap"],
-        "scale": hp["scale"],
-        "betas": (hp["beta1"], hp["beta2"]),
-        "eps": hp["eps"],
-        "weight_decay": hp["weight_decay"],
-        "proj_type": hp["proj_type"],
-        "refresh_schedule": hp["refresh_schedule"],
-        "reproject_moments": hp["reproject_moments"],
-        "svd_method": hp["svd_method"],
-        "svd_seed": hp["svd_seed"],
-    }
-
-
-def make_galore(params: list[nn.Parameter], hp: Mapping[str, Any]) -> GaLore:
-    return GaLore(params, **galore_options(hp))
-
-
-def _build(named: NamedParams, routing: Routing, hp: dict[str, Any]) -> torch.optim.Optimizer:
-    return build_hybrid(named, routing, hp, make_galore)
-
-
 def galore_state_bytes(
     structured: list[tuple[int, ...]], fallback: list[tuple[int, ...]], hp: Mapping[str, Any]
 ) -> int:
@@ -457,6 +352,17 @@ carried into the new basis so that the steps do not depend on singular-vector si
 direction's momentum."""
 
 
+GALORE_FALLBACK = adamw_fallback(
+    code(f"{REFERENCE}: the other parameters in the GaLore group's AdamW, lr included"),
+    lr=0.02,
+    beta1=0.9,
+    beta2=0.999,
+    eps=1e-6,
+    weight_decay=0.0,
+)
+"""The reference code's treatment of non-GaLore parameters: the same AdamW, same lr, betas and eps, no weight
+decay (torch AdamW here, whose eps comes after the bias correction)."""
+
 GALORE = register(
     OptimizerEntry(
         name="galore",
@@ -465,25 +371,20 @@ GALORE = register(
             "Zhao et al. 2024 (GaLore, ICML); algorithm box: Gong et al., RACS/Alice paper, Alg. 8 (App. B.11); "
             "reference code jiaweizzhao/GaLore galore_torch/adamw.py + galore_projector.py (2cc66f8)"
         ),
-        defaults={**GALORE_DEFAULTS, **GALORE_FALLBACK_ADAMW},
-        build=_build,
+        hparams=(
+            GaLore.hparams
+            + head_switch(False, paper(f"{RACS_ALICE_PAPER} Table 2 'Ppl.': the LM head trained by GaLore"))
+            + GALORE_FALLBACK
+        ),
+        build=hybrid_builder(GaLore),
         route=route_with_head_switch,
         notes=(
-            "lr 0.02, scale 0.3, rank 128, update_proj_gap 200: the RACS/Alice paper's GaLore baseline (Table 7, "
-            "60M row; its 1.3B row is lr 0.01, scale 0.25, rank 512, the values of the reference README). "
-            "betas (0.9, 0.999), eps 1e-6 (HF-style: sqrt(v) + eps, bias corrections in the step size), "
-            "weight_decay 0 (applied after the update with the raw lr): reference code (paper silent). "
-            "refresh_schedule 'paper' = Alg. 8 (t == 1 or t mod T == 0); 'reference' = the official code's "
-            "0-based counter (t = 1, T+1, 2T+1, ...). reproject_moments False = reference (moments kept on a "
-            "subspace change); True rotates m by the basis overlap R and v by R elementwise-squared. "
-            "proj_type 'std' (reference): project the smaller side; 'reverse_std' the larger. rank is capped at "
-            "min(m, n) as the reference's slicing does. svd_method 'exact' (reference) or 'randomized' (linalg "
-            "HMT, seeded by svd_seed and the step). Conv filters are projected as (out, in*kh*kw) matrices (the "
-            "reference's Tucker tensor projector is not reproduced). head_to_fallback False: the paper's main "
-            "GaLore runs train the output head with GaLore (Table 2 'Ppl.'); True gives 'Ppl.*'. Fallback AdamW "
-            "(torch.optim.AdamW; embeddings, 1-D params): the reference code puts them in the same HF AdamW with "
-            "the same lr 0.02, betas (0.9, 0.999), eps 1e-6, no wd (the paper is silent); torch AdamW places eps "
-            "after the bias correction. State: float32 projection and moments for any parameter dtype."
+            "The 1.3B row of Table 7 (lr 0.01, scale 0.25, rank 512) is the reference README's. reproject_moments "
+            "True rotates m by the basis overlap R and v by R elementwise-squared. rank is capped at min(m, n) as "
+            "the reference's slicing does. svd_method 'randomized' is linalg's HMT. Conv filters are projected as "
+            "(out, in*kh*kw) matrices (the reference's Tucker tensor projector is not reproduced). "
+            "head_to_fallback True gives Table 2's 'Ppl.*'. Fallback AdamW (embeddings, 1-D params): the "
+            "reference code's treatment. State: float32 projection and moments for any parameter dtype."
         ),
         lr_keys=("lr", "adamw_lr"),
         state_bytes=galore_state_bytes,

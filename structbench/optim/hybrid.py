@@ -12,16 +12,37 @@ from typing import Any
 
 import torch
 
-from structbench.optim.registry import NamedParams, Routing
+from structbench.optim.base import StructuredOptimizer
+from structbench.optim.hparams import Declaration, Source, code, decade_around, real
+from structbench.optim.registry import Builder, NamedParams, Routing
 
-FALLBACK_ADAMW_DEFAULTS: dict[str, Any] = {
-    "adamw_lr": 3e-4,
-    "adamw_beta1": 0.9,
-    "adamw_beta2": 0.95,
-    "adamw_eps": 1e-10,
-    "adamw_weight_decay": 0.0,
-}
-"""Keller Jordan's Muon reference code's auxiliary Adam (lr 3e-4, betas (0.9, 0.95), eps 1e-10)."""
+AUX_ADAM = "KellerJordan/Muon muon.py, its auxiliary Adam"
+
+ADAMW_FALLBACK = Declaration(
+    real("adamw_lr", 3e-4, code(AUX_ADAM), "(0, inf)", decade_around(3)),
+    real("adamw_beta1", 0.9, code(AUX_ADAM), "[0, 1)"),
+    real("adamw_beta2", 0.95, code(AUX_ADAM), "[0, 1)"),
+    real("adamw_eps", 1e-10, code(AUX_ADAM), "[0, inf)"),
+    real("adamw_weight_decay", 0.0, code(f"{AUX_ADAM} (no weight decay)"), "[0, inf)"),
+)
+"""torch.optim.AdamW for the parameters a hybrid's structured method leaves to it, declared once for every hybrid:
+its valid values are torch AdamW's (betas in [0, 1), eps and weight decay >= 0) and its defaults Keller Jordan's Muon
+reference code's auxiliary Adam. An entry whose paper or reference code treats those parameters otherwise states
+its own defaults with `adamw_fallback` (or `ADAMW_FALLBACK.with_defaults`, field by field)."""
+
+
+def adamw_fallback(
+    source: Source, *, lr: float, beta1: float, beta2: float, eps: float, weight_decay: float
+) -> Declaration:
+    """`ADAMW_FALLBACK` with an entry's defaults, all from one source (a reference code's treatment of the other
+    parameters)."""
+    return ADAMW_FALLBACK.with_defaults(
+        adamw_lr=(lr, source),
+        adamw_beta1=(beta1, source),
+        adamw_beta2=(beta2, source),
+        adamw_eps=(eps, source),
+        adamw_weight_decay=(weight_decay, source),
+    )
 
 
 class HybridOptimizer(torch.optim.Optimizer):
@@ -70,11 +91,7 @@ def build_hybrid(
     make_structured: Callable[[list[torch.nn.Parameter], Mapping[str, Any]], torch.optim.Optimizer],
     make_fallback: Callable[[list[torch.nn.Parameter], Mapping[str, Any]], torch.optim.Optimizer] | None = None,
 ) -> torch.optim.Optimizer:
-    """The structured method on `routing.structured`, the fallback (AdamW by default) on `routing.fallback`.
-
-    The default fallback's `adamw_*` hyperparameters are checked even when no parameter goes to it."""
-    if make_fallback is None:
-        check_fallback_adamw(hp)
+    """The structured method on `routing.structured`, the fallback (AdamW by default) on `routing.fallback`."""
     by_name = dict(named)
     parts: dict[str, torch.optim.Optimizer] = {}
     if routing.structured:
@@ -84,15 +101,14 @@ def build_hybrid(
     return HybridOptimizer(parts)
 
 
-def check_fallback_adamw(hp: Mapping[str, Any]) -> None:
-    """Raise ValueError unless the `adamw_*` hyperparameters lie in torch.optim.AdamW's ranges: betas in [0, 1), eps
-    and weight decay >= 0 (its learning rate is one of the entry's `lr_keys`, checked by the registry)."""
-    for key in ("adamw_beta1", "adamw_beta2"):
-        if not 0.0 <= hp[key] < 1.0:
-            raise ValueError(f"{key} must be in [0, 1); got {hp[key]!r}")
-    for key in ("adamw_eps", "adamw_weight_decay"):
-        if not hp[key] >= 0.0:
-            raise ValueError(f"{key} must be >= 0; got {hp[key]!r}")
+def hybrid_builder(cls: type[StructuredOptimizer]) -> Builder:
+    """The registry builder of a hybrid whose structured part is `cls`, given its declared hyperparameters, and whose
+    fallback is AdamW."""
+
+    def build(named: NamedParams, routing: Routing, hp: dict[str, Any]) -> torch.optim.Optimizer:
+        return build_hybrid(named, routing, hp, lambda params, values: cls(params, **cls.hparams.take(values)))
+
+    return build
 
 
 def adamw_state_bytes(shapes: list[tuple[int, ...]]) -> int:

@@ -32,16 +32,16 @@ from __future__ import annotations
 
 import math
 from collections import defaultdict
-from collections.abc import Iterable, Mapping
+from collections.abc import Mapping
 from typing import Any
 
 import torch
 from torch import Tensor
 
 from structbench.errors import SolverError
-from structbench.optim.base import BATCH_MODES, StructuredOptimizer, stacks_matrices
-from structbench.optim.checks import check_choice, is_int_at_least
-from structbench.optim.hybrid import FALLBACK_ADAMW_DEFAULTS, adamw_state_bytes, build_hybrid
+from structbench.optim.base import BATCH_MATRICES, StructuredOptimizer, stacks_matrices
+from structbench.optim.hparams import Declaration, code, decade_around, flag, integer, lin, option, ours, real
+from structbench.optim.hybrid import ADAMW_FALLBACK, adamw_state_bytes, hybrid_builder
 from structbench.optim.linalg import NS_CUBIC, NS_QUINTIC, newton_schulz, polar_svd
 from structbench.optim.partition import matrix_shape, matrix_view, split
 from structbench.optim.registry import NamedParams, OptimizerEntry, Routing, register
@@ -51,6 +51,16 @@ NS_DTYPES: dict[str, torch.dtype | None] = {"auto": None, "bfloat16": torch.bflo
 MOMENTUM_FORMS = ("ema", "sum")
 POLAR_METHODS = ("ns", "svd")
 SCALES = ("shape", "rms", "none")
+REFERENCE = "KellerJordan/Muon muon.py"
+
+ORTHOGONALIZATION = Declaration(
+    option("polar", "ns", POLAR_METHODS, code(f"{REFERENCE}: Newton-Schulz; 'svd' is the exact U V^T")),
+    integer("ns_steps", 5, code(f"{REFERENCE}, zeropower_via_newtonschulz5"), "[1, inf)"),
+    option("ns_coefficients", "quintic", NS_COEFFICIENTS, code(f"{REFERENCE}: (3.4445, -4.7750, 2.0315)")),
+    real("ns_eps", 1e-7, code(f"{REFERENCE}: X0 = G / (||G||_F + 1e-7)"), "[0, inf)"),
+    option("ns_dtype", "auto", NS_DTYPES, ours("bfloat16 on CUDA as the reference code, float32 on CPU")),
+)
+"""How a momentum is orthogonalized: Muon's, and FISMO's polar step."""
 RMS_MATCH = 0.2
 """Moonlight's target update RMS (AdamW's typical RMS): s = 0.2 sqrt(max(m, n))."""
 MAX_CONSECUTIVE_SOLVER_FAILURES = 3
@@ -76,55 +86,18 @@ class Muon(StructuredOptimizer):
 
     matrices_only = "Muon"
 
-    def __init__(
-        self,
-        params: Iterable[Tensor] | Iterable[dict[str, Any]],
-        lr: float = 0.02,
-        momentum: float = 0.95,
-        nesterov: bool = True,
-        momentum_form: str = "ema",
-        ns_steps: int = 5,
-        ns_coefficients: str = "quintic",
-        ns_eps: float = 1e-7,
-        ns_dtype: str = "auto",
-        polar: str = "ns",
-        scale: str = "shape",
-        weight_decay: float = 0.0,
-        batch_matrices: str = "auto",
-    ) -> None:
-        defaults = {
-            "lr": lr,
-            "momentum": momentum,
-            "nesterov": nesterov,
-            "momentum_form": momentum_form,
-            "ns_steps": ns_steps,
-            "ns_coefficients": ns_coefficients,
-            "ns_eps": ns_eps,
-            "ns_dtype": ns_dtype,
-            "polar": polar,
-            "scale": scale,
-            "weight_decay": weight_decay,
-            "batch_matrices": batch_matrices,
-        }
-        super().__init__(params, defaults)
-
-    def check_group(self, group: dict[str, Any]) -> None:
-        if not group["lr"] >= 0.0:
-            raise ValueError(f"lr must be >= 0; got {group['lr']}")
-        if not 0.0 <= group["momentum"] < 1.0:
-            raise ValueError(f"momentum must be in [0, 1); got {group['momentum']}")
-        if not group["weight_decay"] >= 0.0:
-            raise ValueError(f"weight_decay must be >= 0; got {group['weight_decay']}")
-        if not is_int_at_least(group["ns_steps"], 1):
-            raise ValueError(f"ns_steps must be a positive int; got {group['ns_steps']!r}")
-        if not group["ns_eps"] >= 0.0:
-            raise ValueError(f"ns_eps must be >= 0; got {group['ns_eps']}")
-        check_choice("momentum_form", group["momentum_form"], MOMENTUM_FORMS)
-        check_choice("ns_coefficients", group["ns_coefficients"], NS_COEFFICIENTS)
-        check_choice("ns_dtype", group["ns_dtype"], NS_DTYPES)
-        check_choice("polar", group["polar"], POLAR_METHODS)
-        check_choice("scale", group["scale"], SCALES)
-        check_choice("batch_matrices", group["batch_matrices"], BATCH_MODES)
+    hparams = (
+        Declaration(
+            real("lr", 0.02, code(REFERENCE), "(0, inf)", decade_around()),
+            real("momentum", 0.95, code(REFERENCE), "[0, 1)", lin(0.91, 0.99)),
+            flag("nesterov", True, code(REFERENCE)),
+            option("momentum_form", "ema", MOMENTUM_FORMS, code(f"{REFERENCE}: lerp; 'sum' is Algorithm 1's form")),
+            option("scale", "shape", SCALES, code(f"{REFERENCE}: max(1, m/n)^0.5; 'rms' is Moonlight's")),
+            real("weight_decay", 0.0, code(REFERENCE), "[0, inf)"),
+        )
+        + ORTHOGONALIZATION
+        + BATCH_MATRICES
+    )
 
     def step_group(self, group: dict[str, Any]) -> None:
         params = [p for p in group["params"] if p.grad is not None]
@@ -210,32 +183,8 @@ class Muon(StructuredOptimizer):
                 )
 
 
-MUON_DEFAULTS: dict[str, Any] = {
-    "lr": 0.02,
-    "momentum": 0.95,
-    "nesterov": True,
-    "momentum_form": "ema",
-    "ns_steps": 5,
-    "ns_coefficients": "quintic",
-    "ns_eps": 1e-7,
-    "ns_dtype": "auto",
-    "polar": "ns",
-    "scale": "shape",
-    "weight_decay": 0.0,
-    "batch_matrices": "auto",
-}
-
-
 def _route(model: torch.nn.Module | None, named: NamedParams, hp: Mapping[str, Any]) -> Routing:
     return split(model, named, fallback_name="adamw", head_to_fallback=True)
-
-
-def _make_muon(params: list[torch.nn.Parameter], hp: Mapping[str, Any]) -> Muon:
-    return Muon(params, **{key: hp[key] for key in MUON_DEFAULTS})
-
-
-def _build(named: NamedParams, routing: Routing, hp: dict[str, Any]) -> torch.optim.Optimizer:
-    return build_hybrid(named, routing, hp, _make_muon)
 
 
 def _state_bytes(structured: list[tuple[int, ...]], fallback: list[tuple[int, ...]], hp: Mapping[str, Any]) -> int:
@@ -251,20 +200,14 @@ MUON = register(
             "Jordan et al. 2024, 'Muon: An optimizer for hidden layers in neural networks', Algorithm 1; "
             "KellerJordan/Muon muon.py; torch.optim.Muon"
         ),
-        defaults={**MUON_DEFAULTS, **FALLBACK_ADAMW_DEFAULTS},
-        build=_build,
+        hparams=Muon.hparams + ADAMW_FALLBACK,
+        build=hybrid_builder(Muon),
         route=_route,
         notes=(
-            "Defaults are the reference code's (KellerJordan/Muon): lr 0.02, momentum 0.95, Nesterov, EMA "
-            "momentum, 5 quintic NS steps (3.4445, -4.7750, 2.0315) with eps 1e-7, scale max(1, m/n)^0.5, "
-            "weight decay 0; the blog's Algorithm 1 box is the form momentum_form='sum', nesterov=False, "
-            "scale='none'. ns_dtype 'auto' (bf16 on CUDA, fp32 on CPU) follows the harness rule, not the "
-            "reference (always bf16). scale='rms' is Moonlight's 0.2 sqrt(max(m, n)); polar='svd' is the exact "
-            "U V^T (ASGO Prop. 1, FISMO's ideal Muon). Conv filters are scaled by their (out, in*kh*kw) view; "
-            "the reference uses kh/kw. Fallback: AdamW with the reference's aux-Adam settings (lr 3e-4, "
-            "betas (0.9, 0.95), eps 1e-10, wd 0) for 1-D params, embeddings and the head. batch_matrices "
-            "'auto' stacks same-shape matrices into one batched NS call on CUDA only (a harness choice; same "
-            "algorithm)."
+            "The blog's Algorithm 1 box is the form momentum_form='sum', nesterov=False, scale='none'. "
+            "scale='rms' is Moonlight's 0.2 sqrt(max(m, n)); polar='svd' is the exact U V^T (ASGO Prop. 1, FISMO's "
+            "ideal Muon). Conv filters are scaled by their (out, in*kh*kw) view; the reference uses kh/kw. "
+            "Fallback: AdamW with the reference's aux-Adam settings for 1-D params, embeddings and the head."
         ),
         lr_keys=("lr", "adamw_lr"),
         state_bytes=_state_bytes,

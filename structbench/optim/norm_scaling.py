@@ -3,19 +3,16 @@
 Both scale a full-rank term by how much Adam stretches the projected gradient, channel by channel:
 phi_c = ||N_c|| / (||sigma_c|| + 1e-8), N the normalized Adam step and sigma the projected gradient, norms along
 the r dimension (Fira's compensation ratio; APOLLO's channel-wise scaling, Alg. 9 line 12 of the RACS/Alice
-paper). Both then bound the term's norm growth with the limiter of `racs.limiter_factor`, whose threshold gamma
-and per-matrix norm psi (`limiter_norm`) are kept here.
+paper). Both then bound the term's norm growth with the limiter of `racs.limiter_factor`, whose per-matrix norm
+psi (`limiter_norm`) is kept here (its threshold gamma is `racs.LIMITER_GAMMA`).
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from typing import Any
 
 import torch
 from torch import Tensor
-
-from structbench.optim.checks import is_finite_number
 
 NORM_EPS = 1e-8
 """Added to the projected gradient's norms in the ratio (the reference codes' constant)."""
@@ -32,10 +29,3 @@ def limiter_norm(state: dict[str, Any], device: torch.device) -> Tensor:
     if "limiter_norm" not in state:
         state["limiter_norm"] = torch.zeros((), dtype=torch.float32, device=device)
     return state["limiter_norm"]
-
-
-def validate_gamma(group: Mapping[str, Any]) -> None:
-    """The limiter's threshold gamma must be a finite number >= 1."""
-    gamma = group["gamma"]
-    if not is_finite_number(gamma) or gamma < 1.0:
-        raise ValueError(f"gamma must be a finite number >= 1; got {gamma!r}")

@@ -15,6 +15,7 @@ from typing import Any
 import torch
 from torch import nn
 
+from structbench.optim.hparams import Declaration, Source, flag
 from structbench.optim.registry import NamedParams, Routing
 
 KINDS = ("matrix", "vector", "embedding", "head")
@@ -70,6 +71,11 @@ def split(
 def route_with_head_switch(model: nn.Module | None, named: NamedParams, hp: Mapping[str, Any]) -> Routing:
     """The default split, the head routed by the `head_to_fallback` hyperparameter (a paper's Ppl / Ppl* choice)."""
     return split(model, named, head_to_fallback=bool(hp["head_to_fallback"]))
+
+
+def head_switch(default: bool, source: Source) -> Declaration:
+    """The `head_to_fallback` hyperparameter of `route_with_head_switch`, with an entry's default and its source."""
+    return Declaration(flag("head_to_fallback", default, source))
 
 
 def _is_matrix_like(param: torch.Tensor) -> bool:

@@ -36,20 +36,34 @@ matrices are stacked and stepped together; "off" ("auto" elsewhere) steps them o
 
 from __future__ import annotations
 
-import math
 from collections import defaultdict
-from collections.abc import Iterable, Mapping
+from collections.abc import Mapping
 from typing import Any
 
 import torch
 from torch import Tensor, nn
 
 from structbench.optim import memory
-from structbench.optim.base import BATCH_MODES, StructuredOptimizer, gather, stacks_matrices
-from structbench.optim.checks import check_choice
-from structbench.optim.hybrid import adamw_state_bytes, build_hybrid
-from structbench.optim.partition import matrix_view, route_with_head_switch
-from structbench.optim.registry import NamedParams, OptimizerEntry, Routing, register
+from structbench.optim.base import BATCH_MATRICES, StructuredOptimizer, gather, stacks_matrices
+from structbench.optim.hparams import Declaration, code, decade_around, flag, integer, lin, paper, real
+from structbench.optim.hybrid import ADAMW_FALLBACK, adamw_state_bytes, hybrid_builder
+from structbench.optim.partition import head_switch, matrix_view, route_with_head_switch
+from structbench.optim.registry import OptimizerEntry, register
+
+PAPER = "Gong et al. (arXiv 2502.07752)"
+"""The RACS/Alice paper, which also runs GaLore, Fira and APOLLO as baselines."""
+
+LIMITER_GAMMA = real("gamma", 1.01, paper(f"{PAPER} App. F.2, every norm-growth limiter"), "[1, inf)")
+"""The norm-growth limiter's threshold: the update norm grows by at most gamma per step (RACS, Alice, Fira, APOLLO)."""
+
+PAPER_ADAM = ADAMW_FALLBACK.with_defaults(
+    adamw_lr=(1e-3, paper(f"{PAPER} Table 8, Adam at 60M; its lr inside RACS/Alice runs is not stated")),
+    adamw_beta1=(0.9, paper(f"{PAPER} Table 8, Adam")),
+    adamw_beta2=(0.999, paper(f"{PAPER} Table 8, Adam")),
+    adamw_eps=(1e-8, code("pytorch torch/optim/adamw.py default; the paper states none")),
+    adamw_weight_decay=(0.0, paper(f"{PAPER} Table 8, Adam without weight decay")),
+)
+"""The paper's Adam for the parameters RACS and Alice leave to it."""
 
 
 def fixed_point(power: Tensor, iterations: int) -> tuple[Tensor, Tensor]:
@@ -88,59 +102,23 @@ def limiter_factor(norm: Tensor, phi: Tensor, gamma: float) -> Tensor:
     return torch.where(phi > 0, limited, torch.ones_like(limited))
 
 
-def _validate_group(group: Mapping[str, Any]) -> None:
-    def is_number(value: Any) -> bool:
-        return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
-
-    if not is_number(group["lr"]) or group["lr"] < 0:
-        raise ValueError(f"lr must be a finite number >= 0; got {group['lr']!r}")
-    if not is_number(group["beta"]) or not 0.0 <= group["beta"] < 1.0:
-        raise ValueError(f"beta must be in [0, 1); got {group['beta']!r}")
-    if not is_number(group["alpha"]) or group["alpha"] <= 0:
-        raise ValueError(f"alpha must be a finite number > 0 (it scales the step); got {group['alpha']!r}")
-    if not is_number(group["gamma"]) or group["gamma"] < 1.0:
-        raise ValueError(f"gamma must be a finite number >= 1; got {group['gamma']!r}")
-    iterations = group["iterations"]
-    if isinstance(iterations, bool) or not isinstance(iterations, int) or iterations < 1:
-        raise ValueError(f"iterations must be an int >= 1; got {iterations!r}")
-    for key in ("ema", "limiter"):
-        if not isinstance(group[key], bool):
-            raise ValueError(f"{key} must be a bool; got {group[key]!r}")
-    check_choice("batch_matrices", group["batch_matrices"], BATCH_MODES)
-
-
 class RACS(StructuredOptimizer):
     """RACS (Alg. 1) over matrix parameters; see the module docstring for the algorithm and state."""
 
     matrices_only = "RACS"
 
-    def __init__(
-        self,
-        params: Iterable[Tensor] | Iterable[dict[str, Any]],
-        lr: float = 0.02,
-        beta: float = 0.9,
-        alpha: float = 0.05,
-        gamma: float = 1.01,
-        iterations: int = 5,
-        ema: bool = True,
-        limiter: bool = True,
-        batch_matrices: str = "auto",
-    ) -> None:
-        self.solver_failures = 0
-        defaults = {
-            "lr": lr,
-            "beta": beta,
-            "alpha": alpha,
-            "gamma": gamma,
-            "iterations": iterations,
-            "ema": ema,
-            "limiter": limiter,
-            "batch_matrices": batch_matrices,
-        }
-        super().__init__(params, defaults)
-
-    def check_group(self, group: dict[str, Any]) -> None:
-        _validate_group(group)
+    hparams = (
+        Declaration(
+            real("lr", 0.02, paper(f"{PAPER} Table 9, 60M-350M"), "(0, inf)", decade_around()),
+            real("beta", 0.9, paper(f"{PAPER} Table 9"), "[0, 1)", lin(0.85, 0.95)),
+            real("alpha", 0.05, paper(f"{PAPER} Table 9, 60M-350M (1.3B: 0.02)"), "(0, inf)"),
+            LIMITER_GAMMA,
+            integer("iterations", 5, paper(f"{PAPER} Sec. 4, the fixed point of Eq. 16 from q = 1"), "[1, inf)"),
+            flag("ema", True, paper(f"{PAPER} Alg. 1 lines 6-7; false is the Fig. 5(e) ablation")),
+            flag("limiter", True, paper(f"{PAPER} Alg. 1 line 9")),
+        )
+        + BATCH_MATRICES
+    )
 
     def step_group(self, group: dict[str, Any]) -> None:
         live = [p for p in group["params"] if p.grad is not None]
@@ -185,48 +163,6 @@ class RACS(StructuredOptimizer):
             param.add_(updates[i].reshape(param.shape).to(param.dtype))
 
 
-RACS_DEFAULTS: dict[str, Any] = {
-    "lr": 0.02,
-    "beta": 0.9,
-    "alpha": 0.05,
-    "gamma": 1.01,
-    "iterations": 5,
-    "ema": True,
-    "limiter": True,
-    "batch_matrices": "auto",
-    "head_to_fallback": True,
-}
-
-PAPER_ADAM_FALLBACK: dict[str, Any] = {
-    "adamw_lr": 0.001,
-    "adamw_beta1": 0.9,
-    "adamw_beta2": 0.999,
-    "adamw_eps": 1e-8,
-    "adamw_weight_decay": 0.0,
-}
-"""The paper's Adam (Table 8, 60M: lr 1e-3, betas (0.9, 0.999), bias correction, no weight decay) for the
-parameters RACS/Alice leave to Adam. The lr of those groups inside an RACS/Alice run is not stated (paper
-silent); eps is torch's default (paper silent)."""
-
-
-def make_racs(params: list[nn.Parameter], hp: Mapping[str, Any]) -> RACS:
-    return RACS(
-        params,
-        lr=hp["lr"],
-        beta=hp["beta"],
-        alpha=hp["alpha"],
-        gamma=hp["gamma"],
-        iterations=hp["iterations"],
-        ema=hp["ema"],
-        limiter=hp["limiter"],
-        batch_matrices=hp["batch_matrices"],
-    )
-
-
-def _build(named: NamedParams, routing: Routing, hp: dict[str, Any]) -> torch.optim.Optimizer:
-    return build_hybrid(named, routing, hp, make_racs)
-
-
 def racs_state_bytes(structured: list[tuple[int, ...]], fallback: list[tuple[int, ...]], hp: Mapping[str, Any]) -> int:
     """float32 s, q and phi per matrix (the paper's m + n + 1) + the AdamW fallback."""
     elements = memory.structured_state_elements("racs", structured, hp)
@@ -241,22 +177,21 @@ RACS_ENTRY = register(
             "Gong, Scetbon, Ma & Meeds, Towards Efficient Optimizer Design for LLM via Structured Fisher "
             "Approximation with a Low-Rank Extension: Sec. 4, Prop. 3 (Eq. 16), Algorithm 1"
         ),
-        defaults={**RACS_DEFAULTS, **PAPER_ADAM_FALLBACK},
-        build=_build,
+        hparams=(
+            RACS.hparams
+            + head_switch(True, paper(f"{PAPER} Sec. 7.1, F.2: every RACS result trains the LM head with Adam"))
+            + PAPER_ADAM
+        ),
+        build=hybrid_builder(RACS),
         route=route_with_head_switch,
         notes=(
-            "lr 0.02, beta 0.9, alpha 0.05 (Table 9, 60M-350M; 1.3B uses alpha 0.02), gamma 1.01 (F.2), "
-            "iterations 5 with q initialised to 1 and a 1-sample estimate (Sec. 4). Order inside an iteration: s "
-            "from q, then q from s (inference from 'initialize q = 1'). EMA of s and q with zero init, no bias "
-            "correction (Alg. 1). No epsilon (paper): zero scalings give a zero entry instead of 0/0. Limiter norm: "
-            "Frobenius per matrix (paper silent; Fira's code); 't > 1' read as phi > 0. Switches: ema (False = "
-            "Fig. 5(e) ablation), iterations, limiter. Orientation: m <= n (a tall matrix is transposed). "
+            "A 1-sample estimate of E[G^2] (Sec. 4). Order inside an iteration: s from q, then q from s (inference "
+            "from 'initialize q = 1'). EMA of s and q with zero init, no bias correction (Alg. 1). No epsilon "
+            "(paper): zero scalings give a zero entry instead of 0/0. Limiter norm: Frobenius per matrix (paper "
+            "silent; Fira's code); 't > 1' read as phi > 0. Orientation: m <= n (a tall matrix is transposed). "
             "Routing (Sec. 7.1 / F.2): attention and MLP matrices to RACS; embeddings, norms and 1-D parameters to "
-            "Adam; head_to_fallback True = the LM head on Adam, as in every RACS result of the paper. Fallback: "
-            "torch AdamW with the paper's Adam (Table 8 60M: lr 1e-3, betas (0.9, 0.999), no wd, bias correction); "
-            "the lr of the Adam groups in RACS runs and eps are not stated (paper silent). Conv filters are "
-            "(out, in*kh*kw) matrices (the paper has no conv layers). State: float32 s (n), q (m), phi. "
-            "batch_matrices 'auto' stacks same-shape matrices on CUDA only (a harness choice; same algorithm)."
+            "Adam (torch AdamW, bias correction); head_to_fallback True = the LM head on Adam too. Conv filters are "
+            "(out, in*kh*kw) matrices (the paper has no conv layers). State: float32 s (n), q (m), phi."
         ),
         lr_keys=("lr", "adamw_lr"),
         state_bytes=racs_state_bytes,

@@ -1,18 +1,18 @@
-"""The optimizer registry: command-line name -> factory, paper defaults and reference.
+"""The optimizer registry: command-line name -> factory, declared hyperparameters and reference.
 
-Every optimizer structbench benchmarks registers one `OptimizerEntry`. The entry's `defaults` are the
-hyperparameters a run starts from (the paper's values, or the reference code's where the paper is silent,
-said so in `notes`); a suite or `--set` may override any of them and nothing else.
+Every optimizer structbench benchmarks registers one `OptimizerEntry`. Its `hparams` declare the hyperparameters a
+run starts from, each with its default and where that comes from (the paper's value, or the reference code's where
+the paper is silent, or a structbench choice), its valid values and its tuning range (`structbench.optim.hparams`);
+a suite or `--set` may override any of them and nothing else, and a value outside its declared range is a usage error.
 
 Every entry takes `lr`, its main step size (the structured method's, or the grafted base's for Shampoo), so
-`--set "hparams.*.lr=..."` means the same thing for every optimizer; `register` puts `lr` first in `defaults`.
+`--set "hparams.*.lr=..."` means the same thing for every optimizer; `register` puts `lr` first.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import difflib
-import math
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -21,6 +21,7 @@ import torch
 from torch import nn
 
 from structbench.errors import UsageError
+from structbench.optim.hparams import Declaration
 
 NamedParams = Sequence[tuple[str, nn.Parameter]]
 
@@ -54,7 +55,7 @@ class OptimizerEntry:
     name: str
     summary: str
     reference: str
-    defaults: Mapping[str, Any]
+    hparams: Declaration
     build: Builder
     route: Callable[[nn.Module | None, NamedParams, Mapping[str, Any]], Routing] = route_all
     notes: str = ""
@@ -65,21 +66,25 @@ class OptimizerEntry:
     check_hparams: Mapping[str, Any] = field(default_factory=dict)
     """Overrides the conformance kit uses so every code path (refreshes, root updates) runs within a few steps."""
 
+    @property
+    def defaults(self) -> dict[str, Any]:
+        """The declared defaults: the hyperparameters a run starts from."""
+        return self.hparams.defaults()
+
 
 _REGISTRY: dict[str, OptimizerEntry] = {}
 
 
 def register(entry: OptimizerEntry) -> OptimizerEntry:
-    """Register `entry` with `lr` as the first of its `defaults`; returns the entry as registered.
+    """Register `entry` with `lr` as the first of its hyperparameters; returns the entry as registered.
 
     Every optimizer must take `lr` (its main step size) and list it in `lr_keys`.
     """
     if entry.name in _REGISTRY:
         raise ValueError(f"optimizer {entry.name!r} is registered twice")
-    if "lr" not in entry.defaults or "lr" not in entry.lr_keys:
-        raise ValueError(f"optimizer {entry.name!r} must take `lr` (its main step size) in defaults and lr_keys")
-    defaults = {"lr": entry.defaults["lr"], **{k: v for k, v in entry.defaults.items() if k != "lr"}}
-    entry = dataclasses.replace(entry, defaults=defaults)
+    if "lr" not in entry.hparams or "lr" not in entry.lr_keys:
+        raise ValueError(f"optimizer {entry.name!r} must take `lr` (its main step size) in hparams and lr_keys")
+    entry = dataclasses.replace(entry, hparams=entry.hparams.first("lr"))
     _REGISTRY[entry.name] = entry
     return entry
 
@@ -102,25 +107,20 @@ def unknown_name_message(kind: str, name: str, known: Sequence[str]) -> str:
 
 
 def resolve_hparams(name: str, overrides: Mapping[str, Any]) -> dict[str, Any]:
-    """The entry's defaults updated by `overrides`; unknown keys, bad learning rates, NaN or infinite floats and
-    integers beyond 64 bits are usage errors."""
+    """The entry's defaults updated by `overrides`; an unknown key, or a value of the wrong type or outside its
+    declared range, is a usage error."""
     entry = get(name)
-    unknown = sorted(set(overrides) - set(entry.defaults))
+    unknown = sorted(set(overrides) - set(entry.hparams.names()))
     if unknown:
         raise UsageError(
             f"optimizer {name!r} has no hyperparameter {', '.join(map(repr, unknown))}; "
-            f"valid: {', '.join(sorted(entry.defaults))}."
+            f"valid: {', '.join(sorted(entry.hparams.names()))}."
         )
     hparams = {**entry.defaults, **overrides}
-    for key in entry.lr_keys:
-        value = hparams.get(key)
-        if not isinstance(value, (int, float)) or isinstance(value, bool) or not math.isfinite(value) or value <= 0:
-            raise UsageError(f"optimizer {name!r}: {key} must be a positive finite number, got {value!r}.")
-    for key, value in hparams.items():
-        if isinstance(value, float) and not math.isfinite(value):
-            raise UsageError(f"optimizer {name!r}: {key} must be a finite number, got {value!r}.")
-        if isinstance(value, int) and not -(2**63) <= value < 2**63:
-            raise UsageError(f"optimizer {name!r}: {key} must be a 64-bit integer, got {value}.")
+    first = next(entry.hparams.problems(hparams), None)
+    if first is not None:
+        key, problem = first
+        raise UsageError(f"optimizer {name!r} rejects {key}={hparams[key]!r}: {problem}.")
     return hparams
 
 

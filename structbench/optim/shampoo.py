@@ -46,12 +46,13 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 
-from structbench.errors import SolverError, UsageError
+from structbench.errors import SolverError
 from structbench.optim import linalg
 from structbench.optim.base import StructuredOptimizer
+from structbench.optim.hparams import Declaration, code, decade_around, flag, integer, lin, option, paper, real
 from structbench.optim.hybrid import build_hybrid
 from structbench.optim.partition import parameter_kinds
-from structbench.optim.registry import NamedParams, OptimizerEntry, Routing, register
+from structbench.optim.registry import Builder, NamedParams, OptimizerEntry, Routing, register
 
 BASES = ("sgd", "adamw")
 ROOT_METHODS = ("newton", "eigh")
@@ -62,6 +63,10 @@ NEWTON_ITERS = 10
 NEWTON_TOL = 1e-6
 """Stopping tolerance on max|M - I| of the coupled Newton iteration and on the power-iteration estimate (code)."""
 MAX_CONSECUTIVE_FAILURES = 3
+PAPER = "4-bit Shampoo (arXiv 2405.18144)"
+REFERENCE = "Sike-Wang/low-bit-Shampoo optimizers/shampoo1.py"
+CNN_SETTING = f"{PAPER} App. G, CIFAR-100 CNNs"
+TRANSFORMER_SETTING = f"{PAPER} App. G, CIFAR-100 transformers"
 
 BlockSlices = tuple[tuple[slice, slice], ...]
 
@@ -117,59 +122,60 @@ def statistic_weights(group: Mapping[str, Any]) -> tuple[float, float]:
 class Shampoo(StructuredOptimizer):
     """Shampoo (4-bit Shampoo paper, Algorithm 4) grafted onto SGD-M (`base="sgd"`) or AdamW (`base="adamw"`).
 
-    `lr` and `weight_decay` are the base optimizer's; `momentum`/`nesterov` apply to SGD-M and
-    `betas`/`eps` to AdamW. `stat_decay` is beta, `matrix_eps` is epsilon (statistics start at eps I; the
+    `lr` is the base optimizer's; the `sgd_*` hyperparameters apply to SGD-M and the `adamw_*` ones to AdamW, each
+    base with its own weight decay. `stat_decay` is beta, `matrix_eps` is epsilon (statistics start at eps I; the
     root's ridge is eps * lambda_max), `stat_interval` is T1 and `root_interval` is T2; roots are
-    (. + ridge)^{-1/inverse_root_order}. With `precondition=False` the parameters (any shape) get the base
-    optimizer alone: the paper's code path for 1-D parameters.
+    (. + ridge)^{-1/inverse_root_order}. With `precondition=False` (not a hyperparameter: the part a Shampoo plays)
+    the parameters (any shape) get the base optimizer alone: the paper's code path for 1-D parameters.
     """
 
+    hparams = Declaration(
+        real(
+            "lr",
+            0.1,
+            paper(f"{CNN_SETTING}, SGD-M's lr; the AdamW base's is 1e-3 (transformers): set it with base adamw"),
+            "(0, inf)",
+            decade_around(),
+        ),
+        option("base", "sgd", BASES, paper(f"{CNN_SETTING}: SGD-M")),
+        real("sgd_momentum", 0.9, paper(CNN_SETTING), "[0, 1)", lin(0.85, 0.95)),
+        flag("sgd_nesterov", False, code(f"{REFERENCE}; the paper states none")),
+        real("sgd_weight_decay", 5e-4, paper(f"{CNN_SETTING}; L2, added after grafting ({REFERENCE})"), "[0, inf)"),
+        real("adamw_beta1", 0.9, paper(TRANSFORMER_SETTING), "[0, 1)"),
+        real("adamw_beta2", 0.999, paper(TRANSFORMER_SETTING), "[0, 1)"),
+        real("adamw_eps", 1e-8, paper(TRANSFORMER_SETTING), "[0, inf)"),
+        real("adamw_weight_decay", 0.05, paper(f"{TRANSFORMER_SETTING}; decoupled, applied first"), "[0, inf)"),
+        real("stat_decay", 0.95, paper(f"{PAPER} App. G; 1 sums the statistics (Eq. 1)"), "[0, 1]"),
+        real("matrix_eps", 1e-6, paper(f"{PAPER} App. G"), "(0, inf)"),
+        integer("stat_interval", 100, paper(f"{PAPER} App. G, T1 for CIFAR (ImageNet 200, LMs 200)"), "[1, inf)"),
+        integer("root_interval", 500, paper(f"{PAPER} App. G, T2 for CIFAR (ImageNet 1000, LMs 200)"), "[1, inf)"),
+        integer("max_order", 1200, paper(f"{PAPER} App. G, blocks of at most 1200"), "[1, inf)"),
+        option(
+            "root_method",
+            "newton",
+            ROOT_METHODS,
+            paper(f"{PAPER} App. A: power iteration + Schur-Newton ('eigh': the code's inv_root_mode 0)"),
+        ),
+        integer("inverse_root_order", 4, paper(f"{PAPER} Alg. 4 line 9: (L + eps I)^(-1/4)"), "[1, inf)"),
+    )
+
     def __init__(
-        self,
-        params: Iterable[nn.Parameter] | Iterable[dict[str, Any]],
-        lr: float = 0.1,
-        base: str = "sgd",
-        momentum: float = 0.9,
-        nesterov: bool = False,
-        betas: tuple[float, float] = (0.9, 0.999),
-        eps: float = 1e-8,
-        weight_decay: float = 0.0,
-        stat_decay: float = 0.95,
-        matrix_eps: float = 1e-6,
-        stat_interval: int = 100,
-        root_interval: int = 500,
-        max_order: int = 1200,
-        root_method: str = "newton",
-        inverse_root_order: int = 4,
-        precondition: bool = True,
+        self, params: Iterable[nn.Parameter] | Iterable[dict[str, Any]], *, precondition: bool = True, **hparams: Any
     ) -> None:
-        defaults = {
-            "lr": lr,
-            "base": base,
-            "momentum": momentum,
-            "nesterov": nesterov,
-            "betas": tuple(betas),
-            "eps": eps,
-            "weight_decay": weight_decay,
-            "stat_decay": stat_decay,
-            "matrix_eps": matrix_eps,
-            "stat_interval": stat_interval,
-            "root_interval": root_interval,
-            "max_order": max_order,
-            "root_method": root_method,
-            "inverse_root_order": inverse_root_order,
-            "precondition": precondition,
-        }
-        super().__init__(params, defaults)
-        self.solver_failures = 0
+        self.preconditioning = precondition
+        super().__init__(params, **hparams)
 
     def add_param_group(self, param_group: dict[str, Any]) -> None:
-        super().add_param_group(param_group)
-        try:
-            _validate_group(self.param_groups[-1])
-        except ValueError:
-            self.param_groups.pop()
-            raise
+        super().add_param_group({"precondition": self.preconditioning, **param_group})
+
+    def check_group(self, group: dict[str, Any]) -> None:
+        if group["precondition"]:
+            vectors = [tuple(p.shape) for p in group["params"] if preconditioner_shape(p.shape) is None]
+            if vectors:
+                raise ValueError(
+                    f"Shampoo preconditions parameters with at least two non-unit dims; got shapes {vectors}. "
+                    "Give them to a Shampoo with precondition=False (the base optimizer alone)."
+                )
 
     # ---- preconditioner maintenance (a low-bit variant overrides these four) ----
 
@@ -302,13 +308,13 @@ class Shampoo(StructuredOptimizer):
         params: list[nn.Parameter], states: list[dict[str, Any]], updates: list[Tensor], group: Mapping[str, Any]
     ) -> None:
         """ShampooSGD: G~ += wd W (after grafting); buf = mu buf + G~; W -= lr (buf, or G~ + mu buf if Nesterov)."""
-        momentum = group["momentum"]
-        if group["weight_decay"] != 0.0:
-            torch._foreach_add_(updates, params, alpha=group["weight_decay"])
+        momentum = group["sgd_momentum"]
+        if group["sgd_weight_decay"] != 0.0:
+            torch._foreach_add_(updates, params, alpha=group["sgd_weight_decay"])
         buffers = [state["momentum_buffer"] for state in states]
         torch._foreach_mul_(buffers, momentum)
         torch._foreach_add_(buffers, updates)
-        if group["nesterov"]:
+        if group["sgd_nesterov"]:
             torch._foreach_add_(updates, buffers, alpha=momentum)
             steps = updates
         else:
@@ -320,9 +326,9 @@ class Shampoo(StructuredOptimizer):
         params: list[nn.Parameter], states: list[dict[str, Any]], updates: list[Tensor], group: Mapping[str, Any]
     ) -> None:
         """ShampooAdamW: W *= 1 - lr wd; Adam moments of G~; W -= lr/(1-b1^t) m / (sqrt(v/(1-b2^t)) + eps)."""
-        lr, (beta1, beta2) = group["lr"], group["betas"]
-        if group["weight_decay"] != 0.0:
-            torch._foreach_mul_(params, 1.0 - lr * group["weight_decay"])
+        lr, beta1, beta2 = group["lr"], group["adamw_beta1"], group["adamw_beta2"]
+        if group["adamw_weight_decay"] != 0.0:
+            torch._foreach_mul_(params, 1.0 - lr * group["adamw_weight_decay"])
         exp_avgs = [state["exp_avg"] for state in states]
         exp_avg_sqs = [state["exp_avg_sq"] for state in states]
         torch._foreach_mul_(exp_avgs, beta1)
@@ -332,7 +338,7 @@ class Shampoo(StructuredOptimizer):
         steps = [state["step"] for state in states]
         denominators = torch._foreach_sqrt(exp_avg_sqs)
         torch._foreach_div_(denominators, [math.sqrt(1.0 - beta2**t) for t in steps])
-        torch._foreach_add_(denominators, group["eps"])
+        torch._foreach_add_(denominators, group["adamw_eps"])
         torch._foreach_addcdiv_(params, exp_avgs, denominators, [-lr / (1.0 - beta1**t) for t in steps])
 
     def _init_state(self, p: nn.Parameter, state: dict[str, Any], group: Mapping[str, Any]) -> None:
@@ -376,58 +382,11 @@ class Shampoo(StructuredOptimizer):
         return root
 
 
-def _validate_group(group: Mapping[str, Any]) -> None:
-    if group["base"] not in BASES:
-        raise ValueError(f"unknown base {group['base']!r}; valid: {', '.join(BASES)}")
-    if group["root_method"] not in ROOT_METHODS:
-        raise ValueError(f"unknown root_method {group['root_method']!r}; valid: {', '.join(ROOT_METHODS)}")
-    for key in ("stat_interval", "root_interval", "max_order", "inverse_root_order"):
-        value = group[key]
-        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-            raise ValueError(f"{key} must be a positive int; got {value!r}")
-    if not 0.0 <= group["stat_decay"] <= 1.0:
-        raise ValueError(f"stat_decay must be in [0, 1]; got {group['stat_decay']}")
-    if not group["lr"] > 0.0:
-        raise ValueError(f"lr must be > 0; got {group['lr']}")
-    if not group["matrix_eps"] > 0.0:
-        raise ValueError(f"matrix_eps must be > 0 (the ridge of the inverse roots); got {group['matrix_eps']!r}")
-    if not group["weight_decay"] >= 0.0 or not group["eps"] >= 0.0:
-        raise ValueError(f"weight_decay and eps must be >= 0; got {group['weight_decay']!r}, {group['eps']!r}")
-    if not all(0.0 <= beta < 1.0 for beta in (group["momentum"], *group["betas"])):
-        raise ValueError(f"momentum and betas must be in [0, 1); got {group['momentum']!r}, {group['betas']!r}")
-    if group["precondition"]:
-        vectors = [tuple(p.shape) for p in group["params"] if preconditioner_shape(p.shape) is None]
-        if vectors:
-            raise ValueError(
-                f"Shampoo preconditions parameters with at least two non-unit dims; got shapes {vectors}. "
-                "Give them to a Shampoo with precondition=False (the base optimizer alone)."
-            )
-
-
 # ---- registry entry ----
 
-DEFAULTS: dict[str, Any] = {
-    "lr": 0.1,
-    "base": "sgd",
-    "sgd_momentum": 0.9,
-    "sgd_nesterov": False,
-    "sgd_weight_decay": 5e-4,
-    "adamw_beta1": 0.9,
-    "adamw_beta2": 0.999,
-    "adamw_eps": 1e-8,
-    "adamw_weight_decay": 0.05,
-    "stat_decay": 0.95,
-    "matrix_eps": 1e-6,
-    "stat_interval": 100,
-    "root_interval": 500,
-    "max_order": 1200,
-    "root_method": "newton",
-    "inverse_root_order": 4,
-    "precondition_head_embeddings": True,
-}
-"""`lr` is the grafted base's step size whatever the base. Its default 0.1 is the paper's SGD-M lr for the default
-base sgd (App. G, CIFAR-100 CNNs); the paper's AdamW-base lr is 1e-3 (App. G, CIFAR-100 transformers), so a run
-with base "adamw" should set lr (one number, not a base-dependent default, so that equal hparams mean equal runs)."""
+ROUTING = Declaration(
+    flag("precondition_head_embeddings", True, code(f"{REFERENCE}: every parameter is handed to Shampoo")),
+)
 
 
 def _route(model: nn.Module | None, named: NamedParams, hp: Mapping[str, Any]) -> Routing:
@@ -445,41 +404,20 @@ def _route(model: nn.Module | None, named: NamedParams, hp: Mapping[str, Any]) -
     return Routing(structured=structured, fallback=fallback, fallback_name=hp["base"] if fallback else None)
 
 
-def _class_kwargs(hp: Mapping[str, Any]) -> dict[str, Any]:
-    base = hp["base"]
-    for key, valid in (("base", BASES), ("root_method", ROOT_METHODS)):
-        if hp[key] not in valid:
-            raise UsageError(f"optimizer 'shampoo': {key} must be one of {', '.join(valid)}; got {hp[key]!r}.")
-    for key in ("sgd_weight_decay", "adamw_weight_decay"):
-        if not hp[key] >= 0.0:
-            raise ValueError(f"{key} must be >= 0; got {hp[key]!r}")
-    return {
-        "base": base,
-        "lr": hp["lr"],
-        "weight_decay": hp[f"{base}_weight_decay"],
-        "momentum": hp["sgd_momentum"],
-        "nesterov": hp["sgd_nesterov"],
-        "betas": (hp["adamw_beta1"], hp["adamw_beta2"]),
-        "eps": hp["adamw_eps"],
-        "stat_decay": hp["stat_decay"],
-        "matrix_eps": hp["matrix_eps"],
-        "stat_interval": hp["stat_interval"],
-        "root_interval": hp["root_interval"],
-        "max_order": hp["max_order"],
-        "root_method": hp["root_method"],
-        "inverse_root_order": hp["inverse_root_order"],
-    }
+def shampoo_builder(cls: type[Shampoo]) -> Builder:
+    """The registry builder of a Shampoo variant: `cls` on the preconditioned parameters, the base optimizer alone
+    (an unpreconditioned Shampoo with the same hyperparameters) on the rest."""
 
+    def build(named: NamedParams, routing: Routing, hp: dict[str, Any]) -> torch.optim.Optimizer:
+        return build_hybrid(
+            named,
+            routing,
+            hp,
+            make_structured=lambda params, values: cls(params, **cls.hparams.take(values)),
+            make_fallback=lambda params, values: Shampoo(params, precondition=False, **Shampoo.hparams.take(values)),
+        )
 
-def _build(named: NamedParams, routing: Routing, hp: dict[str, Any]) -> torch.optim.Optimizer:
-    kwargs = _class_kwargs(hp)
-    return build_hybrid(
-        named,
-        routing,
-        hp,
-        make_structured=lambda params, _: Shampoo(params, precondition=True, **kwargs),
-        make_fallback=lambda params, _: Shampoo(params, precondition=False, **kwargs),
-    )
+    return build
 
 
 def state_bytes(structured: list[tuple[int, ...]], fallback: list[tuple[int, ...]], hp: Mapping[str, Any]) -> int:
@@ -499,24 +437,16 @@ SHAMPOO = register(
         name="shampoo",
         summary="32-bit Shampoo (EMA statistics every T1, inverse 4th roots every T2) grafted onto SGD-M or AdamW",
         reference="Wang et al. 2024, 4-bit Shampoo for Memory-Efficient Network Training, NeurIPS, App. A, Alg. 4",
-        defaults=DEFAULTS,
-        build=_build,
+        hparams=Shampoo.hparams + ROUTING,
+        build=shampoo_builder(Shampoo),
         route=_route,
         notes=(
-            "Paper defaults (App. A, App. G): lr 0.1 = the grafted base's step size, the paper's SGDM lr for the "
-            "default base sgd (the CIFAR-100 CNN setting: SGDM lr 0.1, momentum 0.9, wd 5e-4); "
-            "AdamW base: the paper uses lr 1e-3 (set it: the lr default is the SGD-M value), betas (0.9, 0.999), "
-            "eps 1e-8, wd 0.05 (the CIFAR-100 transformer setting); "
-            "stat_decay 0.95, matrix_eps 1e-6, T1 (stat_interval) 100, T2 (root_interval) 500 (the CIFAR settings; "
-            "ImageNet uses 200/1000, LMs 200/200), max_order 1200, inverse_root_order 4, root_method newton "
-            "(power iteration + coupled Schur-Newton, 10 iterations each). Only the active base's sgd_*/adamw_* "
-            "keys are used; lr applies to either base. Reference code (paper silent): sgd_nesterov False, per-tensor "
-            "grafting with +1e-12, L2 wd added after grafting for SGD-M, decoupled wd first for AdamW, tolerance "
-            "1e-6 for Newton and power iteration, squeeze size-1 dims and view as (shape[0], -1), and every "
-            "parameter handed to Shampoo (precondition_head_embeddings True); parameters with < 2 non-unit dims "
-            "get the same base optimizer unpreconditioned (recorded as the fallback). Switches: root_method eigh "
-            "(exact root by eigendecomposition, the 4-bit code's inv_root_mode 0); stat_decay 1 = summed "
-            "statistics of Eq. (1). Statistics and roots are float32; moments follow the parameter dtype."
+            "lr is the grafted base's step size whatever the base (one number, not a base-dependent default, so that "
+            "equal hparams mean equal runs). root_method newton runs 10 power iterations and 10 coupled Schur-Newton "
+            "iterations. Only the active base's sgd_*/adamw_* keys are used. Reference code (paper silent): "
+            "per-tensor grafting with +1e-12, tolerance 1e-6 for Newton and power iteration, squeeze size-1 dims and "
+            "view as (shape[0], -1); parameters with < 2 non-unit dims get the same base optimizer unpreconditioned "
+            "(recorded as the fallback). Statistics and roots are float32; moments follow the parameter dtype."
         ),
         lr_keys=("lr",),
         state_bytes=state_bytes,

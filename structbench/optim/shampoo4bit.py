@@ -54,15 +54,25 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from structbench.errors import SolverError, UsageError
+from structbench.errors import SolverError
 from structbench.optim import linalg, quant
 from structbench.optim import shampoo as shampoo32
-from structbench.optim.hybrid import build_hybrid
-from structbench.optim.registry import NamedParams, OptimizerEntry, Routing, register
-from structbench.optim.shampoo import BlockSlices, Shampoo
+from structbench.optim.hparams import Declaration, code, flag, integer, option, paper
+from structbench.optim.registry import OptimizerEntry, register
+from structbench.optim.shampoo import PAPER, REFERENCE, BlockSlices, Shampoo, shampoo_builder
 
 BITS = (3, 4, 8, 32)
 """Storage widths: the quantizer's 3/4/8 bits, or 32 for fp32 storage of every matrix."""
+
+LOWBIT = Declaration(
+    option("bits", 4, BITS, paper(f"{PAPER} App. G: 4-bit; 3 and 8 are Table 12's, 32 stores fp32")),
+    option("codebook", "linear-2", quant.CODEBOOK_NAMES, paper(f"{PAPER} Eq. 3, Sec. 3.3 ('dt': App. C)")),
+    integer("block_size", quant.DEFAULT_BLOCK_SIZE, paper(f"{PAPER} App. G"), "[1, inf)"),
+    integer(
+        "min_lowbit_numel", quant.MIN_LOWBIT_NUMEL, paper(f"{PAPER} App. G: smaller matrices stay fp32"), "[1, inf)"
+    ),
+)
+"""How both low-bit variants store their matrices."""
 _LAMBDA_MAX_FLOOR = 1e-16
 _QUANT_FIELDS = ("codes", "scales", "shape", "bits", "block_size", "codebook_id")
 
@@ -115,56 +125,8 @@ def _outer_factors(grad: Tensor, side: str) -> tuple[Tensor, Tensor]:
 
 
 class _LowBitShampoo(Shampoo):
-    """Shared plumbing: the low-bit hyperparameters in every group, dequantized preconditioning, and a root
-    refresh that keeps `Shampoo`'s counters (`root_updates`, `root_failures`, `solver_failures`).
-
-    Takes the storage arguments both variants share (`bits`, `codebook`, `block_size`, `min_lowbit_numel`); a
-    variant passes its own low-bit hyperparameters as `extra`.
-    """
-
-    _extra: dict[str, Any]
-
-    def __init__(
-        self,
-        params: Any,
-        *,
-        bits: int = 4,
-        codebook: str = "linear-2",
-        block_size: int = quant.DEFAULT_BLOCK_SIZE,
-        min_lowbit_numel: int = quant.MIN_LOWBIT_NUMEL,
-        extra: Mapping[str, Any],
-        **kwargs: Any,
-    ) -> None:
-        self._extra = {
-            "bits": bits,
-            "codebook": codebook,
-            "block_size": block_size,
-            "min_lowbit_numel": min_lowbit_numel,
-            **extra,
-        }
-        super().__init__(params, **kwargs)
-        self.defaults.update(self._extra)
-
-    def add_param_group(self, param_group: dict[str, Any]) -> None:
-        for key, value in self._extra.items():
-            param_group.setdefault(key, value)
-        super().add_param_group(param_group)
-        try:
-            self._validate_lowbit(self.param_groups[-1])
-        except ValueError:
-            self.param_groups.pop()
-            raise
-
-    @staticmethod
-    def _validate_lowbit(group: Mapping[str, Any]) -> None:
-        if group["bits"] not in BITS:
-            raise ValueError(f"bits must be one of {BITS}; got {group['bits']!r}")
-        if group["codebook"] not in quant.CODEBOOK_NAMES:
-            raise ValueError(f"codebook must be one of {quant.CODEBOOK_NAMES}; got {group['codebook']!r}")
-        for key in ("block_size", "min_lowbit_numel"):
-            value = group[key]
-            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-                raise ValueError(f"{key} must be a positive int; got {value!r}")
+    """Shared plumbing: dequantized preconditioning, and a root refresh that keeps `Shampoo`'s counters
+    (`root_updates`, `root_failures`, `solver_failures`). Both variants declare `LOWBIT` besides their own."""
 
     def precondition(self, state: dict[str, Any], grad: Tensor, blocks: BlockSlices) -> Tensor:
         """G^ = L^ G R^ per block with L^ = Diag(l) + D(L_bar) (Alg. 3 lines 13-14)."""
@@ -224,26 +186,15 @@ class Shampoo4bit(_LowBitShampoo):
     Algorithm 2 (the root from the stored eigenpairs); "newton" is Schur-Newton on V Diag(lambda) V^T.
     """
 
-    def __init__(
-        self,
-        params: Any,
-        *,
-        rectify_t1: int = 1,
-        rectify_t2: int = 4,
-        svd_iters: int = 1,
-        root_method: str = "eigh",
-        **kwargs: Any,
-    ) -> None:
-        extra = {"rectify_t1": rectify_t1, "rectify_t2": rectify_t2, "svd_iters": svd_iters}
-        super().__init__(params, extra=extra, root_method=root_method, **kwargs)
-
-    @staticmethod
-    def _validate_lowbit(group: Mapping[str, Any]) -> None:
-        _LowBitShampoo._validate_lowbit(group)
-        for key, low in (("rectify_t1", 0), ("rectify_t2", 0), ("svd_iters", 1)):
-            value = group[key]
-            if isinstance(value, bool) or not isinstance(value, int) or value < low:
-                raise ValueError(f"{key} must be an int >= {low}; got {value!r}")
+    hparams = (
+        Shampoo.hparams.with_defaults(root_method=("eigh", paper(f"{PAPER} Alg. 2: the root from the eigenpairs")))
+        + LOWBIT
+        + Declaration(
+            integer("rectify_t1", 1, paper(f"{PAPER} Alg. 1: Björck steps before PU (0: none)"), "[0, inf)"),
+            integer("rectify_t2", 4, paper(f"{PAPER} Alg. 2: Björck steps before PIRU (0: none)"), "[0, inf)"),
+            integer("svd_iters", 1, paper(f"{PAPER} App. B: one warm-started subspace step"), "[1, inf)"),
+        )
+    )
 
     # ---- Algorithm 3, line 1-2: lambda_0 = diag(eps I), U_bar_0 = Q(I); l_0 = diag(I), L_bar_0 = Q(0) ----
 
@@ -308,8 +259,13 @@ class Shampoo4bit(_LowBitShampoo):
 class Shampoo4bitNaive(_LowBitShampoo):
     """Naive 4-bit Shampoo: Algorithm 4 with L, R, L^, R^ block-quantized (diagonals fp32 by default)."""
 
-    def __init__(self, params: Any, *, keep_diagonal: bool = True, **kwargs: Any) -> None:
-        super().__init__(params, extra={"keep_diagonal": bool(keep_diagonal)}, **kwargs)
+    hparams = (
+        Shampoo.hparams
+        + LOWBIT
+        + Declaration(
+            flag("keep_diagonal", True, code(f"{REFERENCE}: the paper's 'slightly improved' naive variant")),
+        )
+    )
 
     def init_preconditioner(
         self, state: dict[str, Any], blocks: BlockSlices, group: Mapping[str, Any], device: torch.device
@@ -350,49 +306,6 @@ class Shampoo4bitNaive(_LowBitShampoo):
 
 
 # ---- registry entries ----
-
-_LOWBIT_DEFAULTS: dict[str, Any] = {
-    "bits": 4,
-    "codebook": "linear-2",
-    "block_size": quant.DEFAULT_BLOCK_SIZE,
-    "min_lowbit_numel": quant.MIN_LOWBIT_NUMEL,
-}
-
-DEFAULTS: dict[str, Any] = {
-    **shampoo32.DEFAULTS,
-    "root_method": "eigh",
-    **_LOWBIT_DEFAULTS,
-    "rectify_t1": 1,
-    "rectify_t2": 4,
-    "svd_iters": 1,
-}
-
-NAIVE_DEFAULTS: dict[str, Any] = {**shampoo32.DEFAULTS, **_LOWBIT_DEFAULTS, "keep_diagonal": True}
-
-
-def _lowbit_kwargs(name: str, hp: Mapping[str, Any], keys: Sequence[str]) -> dict[str, Any]:
-    if hp["bits"] not in BITS:
-        raise UsageError(f"optimizer {name!r}: bits must be one of {', '.join(map(str, BITS))}; got {hp['bits']!r}.")
-    if hp["codebook"] not in quant.CODEBOOK_NAMES:
-        raise UsageError(
-            f"optimizer {name!r}: codebook must be one of {', '.join(quant.CODEBOOK_NAMES)}; got {hp['codebook']!r}."
-        )
-    return {key: hp[key] for key in keys}
-
-
-def _builder(cls: type[_LowBitShampoo], name: str, keys: Sequence[str]) -> Callable[..., torch.optim.Optimizer]:
-    def build(named: NamedParams, routing: Routing, hp: dict[str, Any]) -> torch.optim.Optimizer:
-        kwargs = shampoo32._class_kwargs(hp)
-        lowbit = _lowbit_kwargs(name, hp, keys)
-        return build_hybrid(
-            named,
-            routing,
-            hp,
-            make_structured=lambda params, _: cls(params, precondition=True, **lowbit, **kwargs),
-            make_fallback=lambda params, _: Shampoo(params, precondition=False, **kwargs),
-        )
-
-    return build
 
 
 def matrix_bytes(order: int, hp: Mapping[str, Any], keep_diagonal: bool) -> int:
@@ -436,12 +349,8 @@ state_bytes = _state_bytes(naive=False)
 naive_state_bytes = _state_bytes(naive=True)
 
 _COMMON_NOTES = (
-    "Shampoo keys (lr 0.1 = the grafted base's step size, the paper's SGDM lr for the default base sgd; set it "
-    "for base adamw, paper 1e-3; base, sgd_*/adamw_*, stat_decay 0.95, matrix_eps 1e-6, T1 stat_interval 100, T2 "
-    "root_interval 500, max_order 1200, inverse_root_order 4, precondition_head_embeddings) are `shampoo`'s, "
-    "with the same sources. Quantization (App. G): bits 4, codebook linear-2 (Eq. 3; 'dt' = App. C dynamic "
-    "tree), block_size 64, min_lowbit_numel 4096 (smaller matrices stay fp32). bits 3/4/8 select the quantizer; "
-    "bits 32 stores every matrix fp32. "
+    "The Shampoo hyperparameters are `shampoo`'s, with the same sources. bits 3/4/8 select the quantizer; bits 32 "
+    "stores every matrix fp32. "
 )
 
 SHAMPOO_4BIT = register(
@@ -449,18 +358,13 @@ SHAMPOO_4BIT = register(
         name="shampoo-4bit",
         summary="4-bit Shampoo: fp32 eigenvalues + 4-bit eigenvectors, Björck rectification, 4-bit inverse roots",
         reference="Wang et al. 2024, 4-bit Shampoo for Memory-Efficient Network Training, NeurIPS, Alg. 1-3",
-        defaults=DEFAULTS,
-        build=_builder(
-            Shampoo4bit,
-            "shampoo-4bit",
-            ("bits", "codebook", "block_size", "min_lowbit_numel", "rectify_t1", "rectify_t2", "svd_iters"),
-        ),
+        hparams=Shampoo4bit.hparams + shampoo32.ROUTING,
+        build=shampoo_builder(Shampoo4bit),
         route=shampoo32._route,
         notes=_COMMON_NOTES
         + (
-            "Paper: rectify_t1 1 (PU), rectify_t2 4 (PIRU; 0 turns rectification off), svd_iters 1 (one "
-            "warm-started QR subspace step, App. B), root_method eigh = Alg. 2 (root from the eigenpairs with "
-            "ridge max(lambda) eps). Switch root_method newton = the code's inv_root_mode 1 (Schur-Newton on the "
+            "root_method eigh = Alg. 2 (root from the eigenpairs with ridge max(lambda) eps). Switch root_method "
+            "newton = the code's inv_root_mode 1 (Schur-Newton on the "
             "dequantized V Diag(lambda) V^T; the paper's choice for 4-bit GPT-2). Reference code (paper silent): "
             "eigenvectors quantized transposed (one per row), unquantized matrices kept as fp32 eigenpairs "
             "without rectification, eigenvalues = Rayleigh quotients diag(P^T A P)."
@@ -477,18 +381,14 @@ SHAMPOO_4BIT_NAIVE = register(
         summary="Naive 4-bit Shampoo: Algorithm 4 with L, R and their inverse roots block-quantized",
         reference="Wang et al. 2024, 4-bit Shampoo for Memory-Efficient Network Training, NeurIPS, Sec. 5 "
         "(the '4-bit Shampoo (naive)' baseline), Alg. 4",
-        defaults=NAIVE_DEFAULTS,
-        build=_builder(
-            Shampoo4bitNaive,
-            "shampoo-4bit-naive",
-            ("bits", "codebook", "block_size", "min_lowbit_numel", "keep_diagonal"),
-        ),
+        hparams=Shampoo4bitNaive.hparams + shampoo32.ROUTING,
+        build=shampoo_builder(Shampoo4bitNaive),
         route=shampoo32._route,
         notes=_COMMON_NOTES
         + (
             "root_method newton (Alg. 4: power iteration + coupled Schur-Newton on the dequantized statistic). "
-            "keep_diagonal True: the paper's 'slightly improved' naive variant and the code's shampoo1.py keep "
-            "each matrix's diagonal fp32 and quantize the off-diagonal part; False quantizes the whole matrix."
+            "keep_diagonal True keeps each matrix's diagonal fp32 and quantizes the off-diagonal part; False "
+            "quantizes the whole matrix."
         ),
         lr_keys=("lr",),
         state_bytes=naive_state_bytes,

@@ -45,24 +45,25 @@ through one batched eigh / QR / matmul; "off" ("auto" elsewhere) steps them one 
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Iterable
 from typing import Any
 
 import torch
 from torch import Tensor
 
 from structbench.errors import SolverError
-from structbench.optim.base import BATCH_MODES, EagerStructuredOptimizer, gather, stacks_matrices
-from structbench.optim.checks import check_choice
-from structbench.optim.hybrid import FALLBACK_ADAMW_DEFAULTS, adamw_state_bytes, build_hybrid
+from structbench.optim.base import BATCH_MATRICES, EagerStructuredOptimizer, gather, stacks_matrices
+from structbench.optim.hparams import Declaration, code, decade_around, flag, integer, lin, option, ours, paper, real
+from structbench.optim.hybrid import ADAMW_FALLBACK, adamw_fallback, adamw_state_bytes, hybrid_builder
 from structbench.optim.linalg import eigh_with_retry
 from structbench.optim.partition import matrix_shape, matrix_view, split
+from structbench.optim.racs import PAPER as RACS_ALICE_PAPER
 from structbench.optim.registry import NamedParams, OptimizerEntry, Routing, register
 
 SIDES = ("both", "smaller", "left", "right")
 REFRESH_METHODS = ("qr", "eigh")
 MAX_FAILURES_IN_A_ROW = 3
 _SIDE_NAMES = ("left", "right")
+REFERENCE = "nikhilvyas/SOAP soap.py (a1e5535)"
 
 
 def rotated_sides(rows: int, cols: int, sides: str, max_precond_dim: int) -> tuple[bool, bool]:
@@ -148,63 +149,28 @@ class SOAP(EagerStructuredOptimizer):
     do not trace, and the matrix products gain nothing from compilation.
     """
 
-    def __init__(
-        self,
-        params: Iterable[Tensor] | Iterable[dict[str, Any]],
-        lr: float = 3e-3,
-        betas: tuple[float, float] = (0.95, 0.95),
-        shampoo_beta: float = -1.0,
-        eps: float = 1e-8,
-        weight_decay: float = 0.01,
-        precondition_frequency: int = 10,
-        max_precond_dim: int = 10000,
-        normalize_grads: bool = False,
-        correct_bias: bool = True,
-        sides: str = "both",
-        momentum_in_eigenbasis: bool = False,
-        basis_from_current_grad: bool = False,
-        refresh: str = "qr",
-        batch_matrices: str = "auto",
-    ) -> None:
-        if not lr > 0:
-            raise ValueError(f"lr must be > 0; got {lr}")
-        if not all(0.0 <= b < 1.0 for b in betas) or len(betas) != 2:
-            raise ValueError(f"betas must be two numbers in [0, 1); got {betas}")
-        if not shampoo_beta < 1.0:
-            raise ValueError(f"shampoo_beta must be < 1 (negative means beta2); got {shampoo_beta}")
-        if eps < 0 or weight_decay < 0:
-            raise ValueError(f"eps and weight_decay must be >= 0; got {eps}, {weight_decay}")
-        if int(precondition_frequency) != precondition_frequency or precondition_frequency < 1:
-            raise ValueError(f"precondition_frequency must be a positive int; got {precondition_frequency}")
-        if int(max_precond_dim) != max_precond_dim or max_precond_dim < 0:
-            raise ValueError(f"max_precond_dim must be a non-negative int; got {max_precond_dim}")
-        check_choice("sides", sides, SIDES)
-        check_choice("refresh", refresh, REFRESH_METHODS)
-        check_choice("batch_matrices", batch_matrices, BATCH_MODES)
-        defaults = {
-            "lr": lr,
-            "betas": tuple(betas),
-            "shampoo_beta": shampoo_beta,
-            "eps": eps,
-            "weight_decay": weight_decay,
-            "precondition_frequency": int(precondition_frequency),
-            "max_precond_dim": int(max_precond_dim),
-            "normalize_grads": normalize_grads,
-            "correct_bias": correct_bias,
-            "sides": sides,
-            "momentum_in_eigenbasis": momentum_in_eigenbasis,
-            "basis_from_current_grad": basis_from_current_grad,
-            "refresh": refresh,
-            "batch_matrices": batch_matrices,
-        }
-        super().__init__(params, defaults)
-        for group in self.param_groups:
-            for p in group["params"]:
-                if p.dim() < 2:
-                    raise ValueError(
-                        f"{type(self).__name__} preconditions matrices and conv filters only; got a parameter of "
-                        f"shape {tuple(p.shape)} (route 1-D parameters to the fallback optimizer)"
-                    )
+    matrices_only = "SOAP"
+    hparams = (
+        Declaration(
+            real("lr", 3e-3, code(REFERENCE), "(0, inf)", decade_around()),
+            real("beta1", 0.95, code(REFERENCE), "[0, 1)", lin(0.91, 0.99)),
+            real("beta2", 0.95, code(REFERENCE), "[0, 1)"),
+            real("shampoo_beta", -1.0, code(f"{REFERENCE}: a negative value means beta2"), "(-inf, 1)"),
+            real("eps", 1e-8, code(f"{REFERENCE}: added to sqrt(v)"), "[0, inf)"),
+            real("weight_decay", 0.01, code(f"{REFERENCE}: after the update, with the raw lr"), "[0, inf)"),
+            integer("precondition_frequency", 10, code(REFERENCE), "[1, inf)"),
+            integer("max_precond_dim", 10000, code(f"{REFERENCE}: a larger side is never rotated"), "[0, inf)"),
+            flag("normalize_grads", False, code(REFERENCE)),
+            flag("correct_bias", True, code(REFERENCE)),
+            option("sides", "both", SIDES, code(f"{REFERENCE}: both factors")),
+            flag(
+                "momentum_in_eigenbasis", False, paper("Vyas et al. (arXiv 2409.11321) Alg. 3: m in the original space")
+            ),
+            flag("basis_from_current_grad", False, code(f"{REFERENCE}: the first step only sets L, R and Q")),
+            option("refresh", "qr", REFRESH_METHODS, code(f"{REFERENCE}: one power iteration + QR")),
+        )
+        + BATCH_MATRICES
+    )
 
     def step_group(self, group: dict[str, Any]) -> None:
         """One SOAP step for every parameter of the group with a gradient (see the module doc for the order)."""
@@ -235,7 +201,7 @@ class SOAP(EagerStructuredOptimizer):
                 self._init_state(self.state[p], rows, cols, sides, p.device)
         grads = gather([matrix_view(p.grad).to(torch.float32) for p in params])
         states = [self.state[p] for p in params]
-        beta3 = group["shampoo_beta"] if group["shampoo_beta"] >= 0 else group["betas"][1]
+        beta3 = group["shampoo_beta"] if group["shampoo_beta"] >= 0 else group["beta2"]
         every = group["precondition_frequency"]
         if group["basis_from_current_grad"]:
             for state in states:
@@ -354,7 +320,7 @@ class SOAP(EagerStructuredOptimizer):
         self, group: dict[str, Any], params: list[Tensor], states: list[dict[str, Any]], grads: Tensor
     ) -> None:
         """Adam in the rotated space, the update rotated back, then decoupled weight decay (raw lr)."""
-        beta1, beta2 = group["betas"]
+        beta1, beta2 = group["beta1"], group["beta2"]
         q_left = gather([s["q_left"] for s in states]) if "q_left" in states[0] else None
         q_right = gather([s["q_right"] for s in states]) if "q_right" in states[0] else None
         rotated_grad = _rotate(grads, q_left, q_right)
@@ -397,73 +363,15 @@ class SOAP(EagerStructuredOptimizer):
 class EigenAdam(SOAP):
     """Eigen-Adam / AdaDiag / one-sided SOAP with the defaults of Gong et al., Algorithm 7 (see module doc)."""
 
-    def __init__(
-        self,
-        params: Iterable[Tensor] | Iterable[dict[str, Any]],
-        lr: float = 3e-3,
-        betas: tuple[float, float] = (0.95, 0.95),
-        shampoo_beta: float = -1.0,
-        eps: float = 1e-8,
-        weight_decay: float = 0.0,
-        precondition_frequency: int = 10,
-        max_precond_dim: int = 10000,
-        normalize_grads: bool = False,
-        correct_bias: bool = False,
-        sides: str = "smaller",
-        momentum_in_eigenbasis: bool = False,
-        basis_from_current_grad: bool = True,
-        refresh: str = "eigh",
-        batch_matrices: str = "auto",
-    ) -> None:
-        super().__init__(
-            params,
-            lr=lr,
-            betas=betas,
-            shampoo_beta=shampoo_beta,
-            eps=eps,
-            weight_decay=weight_decay,
-            precondition_frequency=precondition_frequency,
-            max_precond_dim=max_precond_dim,
-            normalize_grads=normalize_grads,
-            correct_bias=correct_bias,
-            sides=sides,
-            momentum_in_eigenbasis=momentum_in_eigenbasis,
-            basis_from_current_grad=basis_from_current_grad,
-            refresh=refresh,
-            batch_matrices=batch_matrices,
-        )
-
-
-_OWN_KEYS = (
-    "lr",
-    "shampoo_beta",
-    "eps",
-    "weight_decay",
-    "precondition_frequency",
-    "max_precond_dim",
-    "normalize_grads",
-    "correct_bias",
-    "sides",
-    "momentum_in_eigenbasis",
-    "basis_from_current_grad",
-    "refresh",
-    "batch_matrices",
-)
-
-
-def _make(cls: type[SOAP]) -> Callable[[list[torch.nn.Parameter], Any], torch.optim.Optimizer]:
-    def make(params: list[torch.nn.Parameter], hp: Any) -> torch.optim.Optimizer:
-        return cls(params, betas=(hp["beta1"], hp["beta2"]), **{key: hp[key] for key in _OWN_KEYS})
-
-    return make
-
-
-def _build_soap(named: NamedParams, routing: Routing, hp: dict[str, Any]) -> torch.optim.Optimizer:
-    return build_hybrid(named, routing, hp, _make(SOAP))
-
-
-def _build_eigen_adam(named: NamedParams, routing: Routing, hp: dict[str, Any]) -> torch.optim.Optimizer:
-    return build_hybrid(named, routing, hp, _make(EigenAdam))
+    matrices_only = "EigenAdam"
+    hparams = SOAP.hparams.with_defaults(
+        eps=(1e-8, ours("Alg. 7 prints m / sqrt(v): a guard against 0/0 where the gradient is exactly zero")),
+        weight_decay=(0.0, paper(f"{RACS_ALICE_PAPER} Alg. 7 has no weight decay")),
+        correct_bias=(False, paper(f"{RACS_ALICE_PAPER} Alg. 7 has no bias correction")),
+        sides=("smaller", paper(f"{RACS_ALICE_PAPER} Sec. 3.4, Alg. 7: one side, the smaller (m <= n)")),
+        basis_from_current_grad=(True, paper(f"{RACS_ALICE_PAPER} Alg. 7: the statistic takes G_t first")),
+        refresh=("eigh", paper(f"{RACS_ALICE_PAPER} Alg. 7: a full EVD at t == 1 or t mod K == 0")),
+    )
 
 
 def _route(model: torch.nn.Module | None, named: NamedParams, hp: Any) -> Routing:
@@ -481,13 +389,14 @@ def state_bytes(structured: list[tuple[int, ...]], fallback: list[tuple[int, ...
     return total + adamw_state_bytes(fallback)
 
 
-SOAP_ADAMW_DEFAULTS: dict[str, Any] = {
-    "adamw_lr": 3e-3,
-    "adamw_beta1": 0.95,
-    "adamw_beta2": 0.95,
-    "adamw_eps": 1e-8,
-    "adamw_weight_decay": 0.01,
-}
+SOAP_ADAMW = adamw_fallback(
+    code(f"{REFERENCE}: 1-D parameters through its unrotated Adam, with SOAP's values"),
+    lr=3e-3,
+    beta1=0.95,
+    beta2=0.95,
+    eps=1e-8,
+    weight_decay=0.01,
+)
 """The SOAP reference runs 1-D parameters through its own (unrotated) Adam: SOAP's lr, betas, eps and wd."""
 
 _CHECK_HPARAMS = {"precondition_frequency": 2}
@@ -497,40 +406,19 @@ SOAP_ENTRY = register(
         name="soap",
         summary="SOAP: Adam in the eigenbasis of Shampoo's two factors, basis refreshed by power iteration + QR",
         reference="Vyas et al. 2024, SOAP (arXiv 2409.11321), Alg. 3; reference code nikhilvyas/SOAP soap.py a1e5535",
-        defaults={
-            "lr": 3e-3,
-            "beta1": 0.95,
-            "beta2": 0.95,
-            "shampoo_beta": -1.0,
-            "eps": 1e-8,
-            "weight_decay": 0.01,
-            "precondition_frequency": 10,
-            "max_precond_dim": 10000,
-            "normalize_grads": False,
-            "correct_bias": True,
-            "sides": "both",
-            "momentum_in_eigenbasis": False,
-            "basis_from_current_grad": False,
-            "refresh": "qr",
-            "batch_matrices": "auto",
-            **SOAP_ADAMW_DEFAULTS,
-        },
-        build=_build_soap,
+        hparams=SOAP.hparams + SOAP_ADAMW,
+        build=hybrid_builder(SOAP),
         route=_route,
         notes=(
-            "All defaults are the reference code's (soap.py a1e5535, spec §6): lr 3e-3, betas (0.95, 0.95), "
-            "shampoo_beta -1 (= beta2), eps 1e-8 (HF style: sqrt(v)+eps, step lr*sqrt(1-b2^t)/(1-b1^t)), wd 0.01 "
-            "after the update with raw lr, precondition_frequency 10, max_precond_dim 10000, normalize_grads False, "
-            "correct_bias True; first step only initialises L, R, Q; t counts non-skipped steps. "
-            "momentum_in_eigenbasis False = the paper's first moment in the original space, projected every step; "
-            "True = the reference's Dec. 2024 change (f42d296), done as in the optax port (rotated only on a "
-            "refresh); both are equal in exact arithmetic. basis_from_current_grad/refresh switch to the order and "
-            "full EVD of Gong et al.'s Alg. 6. Deviations: conv filters viewed as (out, in*kh*kw) (the reference "
+            "eps HF style: sqrt(v)+eps, step lr*sqrt(1-b2^t)/(1-b1^t); t counts non-skipped steps. "
+            "momentum_in_eigenbasis True = the reference's Dec. 2024 change (f42d296), done as in the optax port "
+            "(rotated only on a refresh); both are equal in exact arithmetic. basis_from_current_grad/refresh switch "
+            "to the order and full EVD of Gong et al.'s Alg. 6. Deviations: conv filters viewed as (out, in*kh*kw) "
+            "(the reference "
             "keeps one factor per tensor dim); 1-D parameters, embeddings and the head go to torch AdamW whose "
             "adamw_* defaults copy SOAP's own values (the reference runs them through its unrotated Adam, with "
             "the skipped first step and HF eps); precondition_1d, merge_dims and data_format are not offered; "
-            "moments kept in float32 (the reference keeps them in the parameter dtype). batch_matrices 'auto' "
-            "stacks same-shape matrices on CUDA only (a harness choice; same algorithm)."
+            "moments kept in float32 (the reference keeps them in the parameter dtype)."
         ),
         lr_keys=("lr", "adamw_lr"),
         state_bytes=state_bytes,
@@ -543,38 +431,16 @@ EIGEN_ADAM_ENTRY = register(
         name="eigen-adam",
         summary="Eigen-Adam / AdaDiag / one-sided SOAP: Adam in the eigenbasis of EMA(G G^T) on the smaller side",
         reference="Gong, Scetbon, Ma, Meeds, Structured Fisher Approximation (racs-alice), Sec. 3.4, Eq. 13, Alg. 7",
-        defaults={
-            "lr": 3e-3,
-            "beta1": 0.95,
-            "beta2": 0.95,
-            "shampoo_beta": -1.0,
-            "eps": 1e-8,
-            "weight_decay": 0.0,
-            "precondition_frequency": 10,
-            "max_precond_dim": 10000,
-            "normalize_grads": False,
-            "correct_bias": False,
-            "sides": "smaller",
-            "momentum_in_eigenbasis": False,
-            "basis_from_current_grad": True,
-            "refresh": "eigh",
-            "batch_matrices": "auto",
-            **FALLBACK_ADAMW_DEFAULTS,
-        },
-        build=_build_eigen_adam,
+        hparams=EigenAdam.hparams + ADAMW_FALLBACK,
+        build=hybrid_builder(EigenAdam),
         route=_route,
         notes=(
-            "Paper (Alg. 7): one-sided rotation on the smaller side (the paper assumes m <= n; sides='smaller'), "
-            "statistic updated with G_t before the basis (basis_from_current_grad True, no skipped first step), "
-            "full EVD at t == 1 or t mod K == 0 (refresh 'eigh'), first moment in the original space rotated every "
-            "step (momentum_in_eigenbasis False), no bias correction (correct_bias False), no weight decay (0.0). "
-            "Paper silent (Eigen-Adam is not run), so from the SOAP reference code: lr 3e-3, betas (0.95, 0.95), "
-            "shampoo_beta -1 (= beta2) for beta3, precondition_frequency 10 for K, max_precond_dim 10000. "
-            "eps 1e-8 is an implementation guard: Alg. 7 prints m/sqrt(v) with no eps, which is 0/0 in directions "
-            "whose gradient is exactly zero. The reference's one-sided SOAP is basis_from_current_grad False, "
-            "refresh 'qr', correct_bias True, weight_decay 0.01. Non-matrix parameters, embeddings and the head go "
-            "to torch AdamW (fallback hyperparameters not stated by the paper: the project's adamw_* defaults). "
-            "batch_matrices 'auto' stacks same-shape matrices on CUDA only (a harness choice; same algorithm)."
+            "The paper is silent on the values Alg. 7 shares with SOAP (Eigen-Adam is not run), so they are the SOAP "
+            "reference code's: shampoo_beta -1 (= beta2) for beta3, precondition_frequency 10 for K. The first "
+            "moment stays in the original space, rotated every step. The reference's one-sided SOAP is "
+            "basis_from_current_grad False, refresh 'qr', correct_bias True, weight_decay 0.01. Non-matrix "
+            "parameters, embeddings and the head go to torch AdamW (fallback hyperparameters not stated by the "
+            "paper: the project's adamw_* defaults)."
         ),
         lr_keys=("lr", "adamw_lr"),
         state_bytes=state_bytes,

@@ -13,7 +13,7 @@ read with the body text of §3.2 and App. C. No official code was identified (re
     Block 3    if ||O_t|| > gamma ||O_{t-1}||:  O_t <- O_t gamma ||O_{t-1}|| / ||O_t||      (norm-growth limiter)
     Block 4    W <- W - alpha lr s Q_t O_t - lr wd W                                         (wd on the pre-update W)
 
-Choices where the paper is ambiguous or silent (each is a hyperparameter, documented in the registry notes):
+Choices where the paper is ambiguous or silent (each is a hyperparameter, declared with its source):
 - Projected side (`proj_side`): "paper" projects from the left (Q m x r, M r x n) when m >= n and from the
   right (Q = top-r right singular vectors, n x r; G^ = G Q, m x r) when m < n, as §3.2 says; "galore" is
   GaLore's opposite choice; "left"/"right" force a side. Internally every matrix is handled in its oriented
@@ -54,19 +54,19 @@ from __future__ import annotations
 
 import math
 from collections import defaultdict
-from collections.abc import Iterable, Mapping
+from collections.abc import Mapping
 from typing import Any
 
 import torch
-from torch import Tensor, nn
+from torch import Tensor
 
 from structbench.errors import SolverError
 from structbench.optim import linalg
 from structbench.optim.base import EagerStructuredOptimizer
-from structbench.optim.checks import check_choice, is_finite_number, is_int_at_least
-from structbench.optim.hybrid import FALLBACK_ADAMW_DEFAULTS, adamw_state_bytes, build_hybrid
-from structbench.optim.partition import matrix_shape, matrix_view, route_with_head_switch
-from structbench.optim.registry import NamedParams, OptimizerEntry, Routing, register
+from structbench.optim.hparams import Declaration, code, decade_around, flag, integer, lin, option, ours, paper, real
+from structbench.optim.hybrid import adamw_fallback, adamw_state_bytes, hybrid_builder
+from structbench.optim.partition import head_switch, matrix_shape, matrix_view, route_with_head_switch
+from structbench.optim.registry import OptimizerEntry, register
 
 ORTH_METHODS: dict[str, tuple[float, float, float] | None] = {
     "svd": None,
@@ -79,6 +79,8 @@ MOMENT_TRANSFORMS = ("rotate", "reset", "keep")
 MOMENTUM_FORMS = ("sum", "ema")
 SHAPE_SCALES = ("sqrt_max", "none")
 MAX_CONSECUTIVE_SOLVER_FAILURES = 3
+PAPER = "Refael et al. (arXiv 2505.24749)"
+GALORE = "jiaweizzhao/GaLore galore_torch/adamw.py"
 
 _COUNTERS = ("step", "refresh_failures", "orth_failures")
 """int64 scalar state kept on the CPU: updates taken (the paper's t) and consecutive solver failures."""
@@ -131,39 +133,6 @@ def polar_masked(m: Tensor) -> Tensor:
     return (u * keep.unsqueeze(-2)) @ vh
 
 
-def _validate_group(group: Mapping[str, Any]) -> None:
-    for key in ("lr", "weight_decay"):
-        if not is_finite_number(group[key]) or group[key] < 0:
-            raise ValueError(f"{key} must be a finite number >= 0; got {group[key]!r}")
-    for key in ("rank", "update_freq", "ns_steps"):
-        if not is_int_at_least(group[key], 1):
-            raise ValueError(f"{key} must be an int >= 1; got {group[key]!r}")
-    for key in ("rsvd_oversample", "rsvd_power_iters"):
-        if not is_int_at_least(group[key], 0):
-            raise ValueError(f"{key} must be an int >= 0; got {group[key]!r}")
-    if not is_finite_number(group["alpha"]) or group["alpha"] <= 0:
-        raise ValueError(f"alpha must be a finite number > 0 (it scales the step); got {group['alpha']!r}")
-    if not is_finite_number(group["momentum"]) or not 0.0 <= group["momentum"] < 1.0:
-        raise ValueError(f"momentum must be in [0, 1); got {group['momentum']!r}")
-    if not is_finite_number(group["nl_gamma"]) or group["nl_gamma"] < 1.0:
-        raise ValueError(f"nl_gamma must be a finite number >= 1; got {group['nl_gamma']!r}")
-    if not isinstance(group["norm_limiter"], bool):
-        raise ValueError(f"norm_limiter must be a bool; got {group['norm_limiter']!r}")
-    if isinstance(group["svd_seed"], bool) or not isinstance(group["svd_seed"], int):
-        raise ValueError(f"svd_seed must be an int; got {group['svd_seed']!r}")
-    choices = {
-        "orth": tuple(ORTH_METHODS),
-        "ns_normalize": linalg.NS_NORMALIZATIONS,
-        "subspace": SUBSPACE_METHODS,
-        "proj_side": PROJ_SIDES,
-        "moment_transform": MOMENT_TRANSFORMS,
-        "momentum_form": MOMENTUM_FORMS,
-        "shape_scale": SHAPE_SCALES,
-    }
-    for key, valid in choices.items():
-        check_choice(key, group[key], valid)
-
-
 class Sumo(EagerStructuredOptimizer):
     """SUMO over matrix parameters (2-D, or conv filters through their (out, in*kh*kw) view).
 
@@ -175,55 +144,29 @@ class Sumo(EagerStructuredOptimizer):
     matrices_only = "SUMO"
     cpu_state_keys = _COUNTERS
 
-    def __init__(
-        self,
-        params: Iterable[Tensor] | Iterable[dict[str, Any]],
-        lr: float = 1e-5,
-        rank: int = 4,
-        update_freq: int = 200,
-        alpha: float = 4.0,
-        momentum: float = 0.9,
-        momentum_form: str = "sum",
-        weight_decay: float = 0.0,
-        norm_limiter: bool = True,
-        nl_gamma: float = 1.1,
-        shape_scale: str = "sqrt_max",
-        orth: str = "svd",
-        ns_steps: int = 5,
-        ns_normalize: str = "frobenius",
-        subspace: str = "randomized",
-        rsvd_oversample: int = 5,
-        rsvd_power_iters: int = 2,
-        svd_seed: int = 0,
-        proj_side: str = "paper",
-        moment_transform: str = "rotate",
-    ) -> None:
-        defaults = {
-            "lr": lr,
-            "rank": rank,
-            "update_freq": update_freq,
-            "alpha": alpha,
-            "momentum": momentum,
-            "momentum_form": momentum_form,
-            "weight_decay": weight_decay,
-            "norm_limiter": norm_limiter,
-            "nl_gamma": nl_gamma,
-            "shape_scale": shape_scale,
-            "orth": orth,
-            "ns_steps": ns_steps,
-            "ns_normalize": ns_normalize,
-            "subspace": subspace,
-            "rsvd_oversample": rsvd_oversample,
-            "rsvd_power_iters": rsvd_power_iters,
-            "svd_seed": svd_seed,
-            "proj_side": proj_side,
-            "moment_transform": moment_transform,
-        }
-        _validate_group({**defaults, "params": []})
-        super().__init__(params, defaults)
-
-    def check_group(self, group: dict[str, Any]) -> None:
-        _validate_group(group)
+    hparams = Declaration(
+        real("lr", 1e-5, paper(f"{PAPER} Table 7, GLUE: 6 of 8 tasks"), "(0, inf)", decade_around()),
+        integer("rank", 4, paper(f"{PAPER} Tables 2 and 7, GLUE rank 4 (C4: 128-512, Table 3)"), "[1, inf)"),
+        integer("update_freq", 200, ours("K is not stated: about 200 (the authors' README), GaLore's gap"), "[1, inf)"),
+        real("alpha", 4.0, paper(f"{PAPER} Table 7, the projection back scale at rank 4 (rank 8: 2)"), "(0, inf)"),
+        real("momentum", 0.9, ours("Alg. 1's beta1 has no value: GaLore's Adam beta1"), "[0, 1)", lin(0.85, 0.95)),
+        option("momentum_form", "sum", MOMENTUM_FORMS, paper(f"{PAPER} Alg. 1: mu M + G^ ('ema' is App. C's)")),
+        real("weight_decay", 0.0, ours("not stated: GaLore's recipe, which the paper follows"), "[0, inf)"),
+        flag("norm_limiter", True, paper(f"{PAPER} Sec. 3.2, Block 3")),
+        real("nl_gamma", 1.1, paper(f"{PAPER} Sec. 3.2, Block 3"), "[1, inf)"),
+        option("shape_scale", "sqrt_max", SHAPE_SCALES, paper(f"{PAPER} Sec. 3.2, Block 4 text ('none': the box)")),
+        option("orth", "svd", tuple(ORTH_METHODS), paper(f"{PAPER} Alg. 1, Orthogonalization_SVD")),
+        integer("ns_steps", 5, paper(f"{PAPER} 'SUMO (Newton-Schulz5)', Tables 2 and 6"), "[1, inf)"),
+        option(
+            "ns_normalize", "frobenius", linalg.NS_NORMALIZATIONS, code("KellerJordan/Muon muon.py: X0 = M / ||M||_F")
+        ),
+        option("subspace", "randomized", SUBSPACE_METHODS, paper(f"{PAPER} Block 1: a randomized truncated SVD")),
+        integer("rsvd_oversample", 5, ours("not stated: Halko, Martinsson & Tropp 2011's recommendation"), "[0, inf)"),
+        integer("rsvd_power_iters", 2, ours("not stated: Halko, Martinsson & Tropp 2011's recommendation"), "[0, inf)"),
+        integer("svd_seed", 0, ours("seeds the randomized SVD's sketch, with the step")),
+        option("proj_side", "paper", PROJ_SIDES, paper(f"{PAPER} Sec. 3.2: the larger side")),
+        option("moment_transform", "rotate", MOMENT_TRANSFORMS, paper(f"{PAPER} Block 1.1")),
+    )
 
     def full_moment(self, param: Tensor) -> Tensor | None:
         """The moment in the parameter's matrix space, Q M (left) or (Q M)^T (right); None before the first step."""
@@ -398,47 +341,6 @@ class Sumo(EagerStructuredOptimizer):
             )
 
 
-SUMO_DEFAULTS: dict[str, Any] = {
-    "lr": 1e-5,
-    "rank": 4,
-    "update_freq": 200,
-    "alpha": 4.0,
-    "momentum": 0.9,
-    "momentum_form": "sum",
-    "weight_decay": 0.0,
-    "norm_limiter": True,
-    "nl_gamma": 1.1,
-    "shape_scale": "sqrt_max",
-    "orth": "svd",
-    "ns_steps": 5,
-    "ns_normalize": "frobenius",
-    "subspace": "randomized",
-    "rsvd_oversample": 5,
-    "rsvd_power_iters": 2,
-    "svd_seed": 0,
-    "proj_side": "paper",
-    "moment_transform": "rotate",
-}
-
-SUMO_FALLBACK_ADAMW: dict[str, Any] = {
-    **FALLBACK_ADAMW_DEFAULTS,
-    "adamw_lr": 1e-5,
-    "adamw_beta1": 0.9,
-    "adamw_beta2": 0.999,
-    "adamw_eps": 1e-6,
-    "adamw_weight_decay": 0.0,
-}
-"""GaLore's recipe, which the paper follows: the other parameters in the same AdamW at the same lr (Table 7's)."""
-
-
-def make_sumo(params: list[nn.Parameter], hp: Mapping[str, Any]) -> Sumo:
-    return Sumo(params, **{key: hp[key] for key in SUMO_DEFAULTS})
-
-
-def _build(named: NamedParams, routing: Routing, hp: dict[str, Any]) -> torch.optim.Optimizer:
-    return build_hybrid(named, routing, hp, make_sumo)
-
-
 COUNTER_BYTES = 8 * len(_COUNTERS)
 
 
@@ -453,27 +355,29 @@ def sumo_state_bytes(structured: list[tuple[int, ...]], fallback: list[tuple[int
 
 
 _NOTES = (
-    "Paper defaults (Tables 7 and 2, GLUE rank 4, the headline configuration): rank 4, alpha 4 ('projection "
-    "back scale'), lr 1e-5 (Table 7's value for 6 of 8 tasks; rank 8 uses alpha 2); gamma 1.1 (§3.2 Block 3). "
-    "C4 ranks are 128/256/256/512 (Table 3), MAWPS 32/128, GSM8K 64. Unstated in the paper: K (update_freq) "
-    "200 = the official README summary's '~200' and GaLore's update_proj_gap (reference-implementations.md "
-    "§13); momentum 0.9 = beta1, Algorithm 1's listed decay rate, at GaLore/Adam's default; weight_decay 0 "
-    "(GaLore's recipe); randomized SVD oversampling 5 and 2 power iterations (Halko-Martinsson-Tropp's "
-    "recommendation, linalg's default), seeded by svd_seed and t. Ambiguities resolved: shape_scale "
-    "'sqrt_max' = the Block 4 text's sqrt(max(m, n)); 'none' = Algorithm 1's formula. momentum_form 'sum' = "
-    "Algorithm 1 (mu M + G^); 'ema' = App. C (beta M + (1 - beta) G^), same direction after the SVD. "
-    "Limiter on the Frobenius norm of the applied O, skipped at t = 0 and after a zero O. proj_side 'paper' "
-    "projects the larger side (left when m >= n); 'galore' GaLore's opposite side; 'left'/'right' forced. "
-    "moment_transform 'rotate' (Block 1.1), 'reset', 'keep' (GaLore's). orth 'svd' (SUMO), 'ns_quintic' "
-    "(Muon's NS5 coefficients, the 'SUMO (Newton-Schulz5)' ablation), 'ns_cubic' (Lemma 3.2's iteration), "
-    "ns_normalize 'frobenius' (Muon's X0) or 'spectral' (the lemma's); NS runs in the state dtype. Singular "
+    "Other ranks in the paper: MAWPS 32/128, GSM8K 64. momentum_form 'ema' (App. C, beta M + (1 - beta) G^) gives "
+    "the same direction after the SVD. Limiter on the Frobenius norm of the applied O, skipped at t = 0 and after a "
+    "zero O. proj_side 'galore' is GaLore's opposite side; 'left'/'right' forced. moment_transform 'reset', 'keep' "
+    "(GaLore's). orth 'ns_quintic' (Muon's NS5 coefficients, the 'SUMO (Newton-Schulz5)' ablation), 'ns_cubic' "
+    "(Lemma 3.2's iteration), ns_normalize 'spectral' (the lemma's); NS runs in the state dtype. Singular "
     "values <= max(r, n) eps s_1 of the moment count as zero (matrix_rank's tolerance): no update along "
     "them. Not implemented: the adaptive switch ||G^|| <= varsigma, per-layer updates in backward (AdaLomo), "
     "the README's 'original space update'. Routing (sumo.md §2.6, GaLore's): SUMO on hidden matrices and conv "
     "filters (out, in*kh*kw); 1-D params, embeddings and the head (head_to_fallback) to torch AdamW with "
-    "GaLore's settings (same lr 1e-5, betas (0.9, 0.999), eps 1e-6, wd 0). State: float32 basis and moment "
-    "for any parameter dtype."
+    "GaLore's settings. State: float32 basis and moment for any parameter dtype."
 )
+
+SUMO_FALLBACK = adamw_fallback(
+    code(f"{GALORE}, which the paper follows: the other parameters in the same AdamW, lr included"),
+    lr=1e-5,
+    beta1=0.9,
+    beta2=0.999,
+    eps=1e-6,
+    weight_decay=0.0,
+)
+"""GaLore's recipe, which the paper follows: the other parameters in the same AdamW at the same lr (Table 7's)."""
+
+HEAD_SWITCH = head_switch(True, ours("the paper follows GaLore, whose recipe trains the head with AdamW"))
 
 _CHECK_HPARAMS: dict[str, Any] = {"update_freq": 2, "rank": 2, "lr": 0.01, "adamw_lr": 0.01}
 
@@ -485,8 +389,8 @@ SUMO = register(
             "Refael, Smorodinsky, Tirer & Lindenbaum 2025, 'SUMO: Subspace-Aware Moment-Orthogonalization' "
             "(NeurIPS 2025, arXiv 2505.24749), Algorithm 1"
         ),
-        defaults={**SUMO_DEFAULTS, "head_to_fallback": True, **SUMO_FALLBACK_ADAMW},
-        build=_build,
+        hparams=Sumo.hparams + HEAD_SWITCH + SUMO_FALLBACK,
+        build=hybrid_builder(Sumo),
         route=route_with_head_switch,
         notes=_NOTES,
         lr_keys=("lr", "adamw_lr"),
@@ -503,8 +407,12 @@ SUMO_NS5 = register(
             "Refael et al. 2025 (arXiv 2505.24749), Algorithm 1 with Orthogonalization_SVD replaced by "
             "Newton-Schulz5, Tables 2 and 6 'SUMO (Newton-Schulz5)'; coefficients of Jordan et al. 2024 (Muon)"
         ),
-        defaults={**SUMO_DEFAULTS, "orth": "ns_quintic", "head_to_fallback": True, **SUMO_FALLBACK_ADAMW},
-        build=_build,
+        hparams=(
+            Sumo.hparams.with_defaults(orth=("ns_quintic", paper(f"{PAPER} Tables 2 and 6, 'SUMO (Newton-Schulz5)'")))
+            + HEAD_SWITCH
+            + SUMO_FALLBACK
+        ),
+        build=hybrid_builder(Sumo),
         route=route_with_head_switch,
         notes=(
             "As 'sumo' with orth 'ns_quintic': the paper does not print its NS5 polynomial; it cites Muon, so "
