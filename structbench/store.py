@@ -96,6 +96,8 @@ RUN_SCHEMA = pa.schema(
         ("parallel_runs", pa.int64()),
         ("checkpoint_s", pa.float64()),
         ("resumed_from_step", pa.int64()),
+        ("final_val_loss", pa.float64()),
+        ("final_val_metric", pa.float64()),
     ]
 )
 OPTIONAL_RUN_COLUMNS = frozenset(
@@ -107,6 +109,8 @@ OPTIONAL_RUN_COLUMNS = frozenset(
         "parallel_runs",
         "checkpoint_s",
         "resumed_from_step",
+        "final_val_loss",
+        "final_val_metric",
     }
 )
 """Columns added after the first stores were written: a row may omit them (stored as null)."""

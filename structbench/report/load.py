@@ -63,8 +63,6 @@ REQUIRED_CURVE_COLUMNS = ("step", "split", "loss")
 OPTIONAL_TYPES = {
     "analytic_state_bytes": pa.int64(),
     "claims": pa.string(),
-    "final_val_loss": pa.float64(),
-    "final_val_metric": pa.float64(),
 }
 
 
