@@ -155,7 +155,14 @@ def run(
     seeds: Annotated[
         list[int] | None, typer.Option("--seed", help="Seed (repeatable); default: the suite's seeds.")
     ] = None,
-    steps: Annotated[int | None, typer.Option(min=1, help="Override budget.steps (and drop budget.epochs).")] = None,
+    steps: Annotated[
+        int | None,
+        typer.Option(
+            min=1,
+            help="Override budget.steps (and drop budget.epochs); shortens eval_every and log_every in proportion "
+            "when the suite's would leave fewer than 5 evaluations.",
+        ),
+    ] = None,
     overrides: Annotated[
         list[str] | None,
         typer.Option(
@@ -222,6 +229,12 @@ def run(
     all_overrides = list(overrides or []) + ([f"budget.steps={steps}", "budget.epochs=0"] if steps is not None else [])
     search_spec = sweeps.parse_search(search)
     suites, checks = spec.load_suites(suite, all_overrides, optims or [], seeds or [], sweep, search_spec)
+    if steps is not None:
+        from structbench import short_budget
+
+        suites, shortened = short_budget.apply(suites, steps, overrides or [])
+        for note in shortened:
+            console.print(escape(note))
     slurm = None
     if executor == "slurm":
         slurm = executors.slurm_options(spec.read_suite_file(suite)[2].get("resources", {}), slurm_given)

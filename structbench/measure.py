@@ -3,12 +3,15 @@
 Rules (DESIGN §5): training time excludes evaluation and includes the optimizer step; on CUDA, steps are
 timed with events that are read only when the runner synchronises anyway (at log points), never by a
 host sync every step; peak GPU memory is `torch.cuda.max_memory_allocated` after a reset, with NVML's
-device-level reading beside it when available; on CPU it is the process's peak resident set size.
+device-level reading beside it when available; on CPU it is the process's peak resident set size during the run minus
+its resident set just before the run (source `rss-delta`), so what earlier runs in the same process left resident
+does not count towards a later run's figure.
 """
 
 from __future__ import annotations
 
 import contextlib
+import gc
 import os
 import platform
 import socket
@@ -74,12 +77,17 @@ def synchronize(device: torch.device) -> None:
 
 
 class MemoryProbe:
-    """Peak memory over a run: CUDA max allocated (plus NVML), or the process's peak RSS on CPU."""
+    """Peak memory over a run: CUDA max allocated (plus NVML), or on CPU the process's peak RSS above its RSS when the
+    probe was made (just before the run: garbage collected first, so what earlier runs freed does not count)."""
 
     def __init__(self, device: torch.device) -> None:
         self.device = device
-        self.source = "cuda" if device.type == "cuda" else "rss"
+        self.source = "cuda" if device.type == "cuda" else "rss-delta"
         self._rss_baseline_peak = 0
+        self._rss_before = 0
+        if device.type != "cuda":
+            gc.collect()
+            self._rss_before = int(psutil.Process().memory_info().rss)
 
     def reset(self) -> None:
         if self.device.type == "cuda":
@@ -93,7 +101,7 @@ class MemoryProbe:
     def peak_bytes(self) -> int:
         if self.device.type == "cuda":
             return int(torch.cuda.max_memory_allocated(self.device))
-        return max(peak_rss_bytes(), self._rss_baseline_peak)
+        return max(0, max(peak_rss_bytes(), self._rss_baseline_peak) - self._rss_before)
 
     def nvml_used_bytes(self) -> int | None:
         if self.device.type != "cuda":
@@ -230,5 +238,5 @@ def environment_report() -> dict[str, str]:
     else:
         report["GPU"] = "none"
         rss = "VmHWM, reset per run" if _reset_peak_rss() else "current RSS (no resettable peak counter)"
-        report["memory probe"] = f"rss (process peak resident set: {rss})"
+        report["memory probe"] = f"rss-delta (process peak resident set above its size before the run: {rss})"
     return report

@@ -27,7 +27,7 @@ import pandas as pd
 from structbench.report.anchors import anchor
 from structbench.store import FINAL_STATUSES
 
-IGNORED_SPEC_KEYS = frozenset({"seed", "source", "suite", "optim", "task"})
+IGNORED_SPEC_KEYS = frozenset({"seed", "source", "suite", "optim", "task", "hparams_source"})
 
 
 class Columns:
