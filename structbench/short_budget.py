@@ -13,8 +13,8 @@ line between the two. So when the suite's values would leave fewer than MIN_EVAL
 
 A suite whose budget in steps says eval_every 0 (evaluate at the start and the end only), or whose budget in epochs
 sets its own eval_every (its length in steps depends on the data), is left as it is, and so is a budget whose
-eval_every or log_every the command line sets itself (`--set budget.eval_every=...`). The shortened values are part of the effective
-spec each run stores; the command prints what it changed.
+eval_every or log_every the command line sets itself (`--set budget.eval_every=...`). The shortened values are part
+of the effective spec each run stores; the command prints what it changed.
 """
 
 from __future__ import annotations
