@@ -15,6 +15,14 @@ from structbench.report.build import Report, SuiteReport
 from structbench.report.format import fmt_bytes, fmt_num, fmt_seconds
 
 STYLES = {"best": "bold green", "good": "green", "bad": "red", "muted": "dim"}
+HOW_TO_READ = (
+    "How to read: numbers are medians over seeds, with the min–max below 5 seeds and the 95% bootstrap CI from 5; "
+    "best (bold) from 3 seeds. val: the validation split, which selects settings and sets and times targets; test: "
+    "reported for the selected setting only. A paired verdict needs 5 seeds (exact Wilcoxon signed-rank p < 0.05 and "
+    "a CI that excludes 0); below that it says 'too few seeds'. ⚠: a run with fewer than 3 evaluations, or a time to "
+    "target interpolated over more than a quarter of the run. 'untuned here': registry defaults, not a finding. "
+    "Profiles and ranks count each optimizer over the suites it ran. --format md or html defines every number."
+)
 
 
 def _cell(cell: tables.Cell) -> Text:
@@ -25,7 +33,9 @@ def _cell(cell: tables.Cell) -> Text:
 
 
 def rich_tables(table: tables.Table) -> list[RichTable]:
-    """The table as one rich table per column group, each repeating the first column."""
+    """The table as one rich table per column group, each repeating the first column. A group still too wide for the
+    terminal wraps its cells (long values fold onto the next line) instead of cutting them short with an ellipsis:
+    a number is never shown truncated."""
     groups = list(dict.fromkeys(c.group for c in table.columns[1:]))
     rendered = []
     for group in groups:
@@ -35,7 +45,10 @@ def rich_tables(table: tables.Table) -> list[RichTable]:
         for i in keep:
             column = table.columns[i]
             out.add_column(
-                escape(column.name), justify="left" if column.left else "right", no_wrap=i == 0 or not column.wrap
+                escape(column.name),
+                justify="left" if column.left else "right",
+                no_wrap=i == 0 or not column.wrap,
+                overflow="fold",
             )
         for row in table.rows:
             out.add_row(*(_cell(row[i]) for i in keep))
@@ -68,6 +81,7 @@ def print_report(console: Console, report: Report) -> None:
             console.print(rich_table)
     for note in report.notes:
         console.print(Text(f"note: {note}", style="yellow"))
+    console.print(Text(HOW_TO_READ, style="dim"))
 
 
 def _print_sweeps(console: Console, suite: SuiteReport) -> None:
