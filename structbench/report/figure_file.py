@@ -17,6 +17,11 @@ if TYPE_CHECKING:
     from structbench.report.build import Report
 
 
+PIXEL_RATIO = 2
+"""Figures are drawn at this many image pixels per CSS pixel (plots.DPI), so they stay sharp on high-density screens;
+the HTML report shows each at its image size divided by this."""
+
+
 @dataclass(frozen=True)
 class FigureFile:
     name: str

@@ -19,7 +19,7 @@ from structbench.report import tables
 from structbench.report.anchors import anchor
 from structbench.report.atomic import write_text_atomic
 from structbench.report.build import Report, SuiteReport
-from structbench.report.figure_file import FigureFile, figure_links
+from structbench.report.figure_file import PIXEL_RATIO, FigureFile, figure_links
 from structbench.report.glossary import DEFINITIONS
 
 STYLE = """
@@ -51,13 +51,17 @@ td.best span { color: var(--best); font-weight: 700; } td.good span { color: var
 td.bad span { color: var(--bad); } td.muted span { color: var(--muted); }
 .note, .warning { border-left: 3px solid var(--muted); background: var(--card); padding: .4rem .8rem;
   margin: .5rem 0; } .warning { border-color: var(--bad); }
-.figures { display: grid; grid-template-columns: repeat(auto-fill, minmax(560px, 1fr)); gap: 1rem; }
+figure.wide { grid-column: 1 / -1; }
+.figures { display: grid; grid-template-columns: repeat(auto-fill, minmax(min(100%, 640px), 1fr)); gap: 1rem; }
 figure { margin: 0; background: var(--card); border: 1px solid var(--line); border-radius: 6px; padding: .6rem; }
-figure img { width: 100%; height: auto; background: #fff; border-radius: 3px; }
+figure img { display: block; max-width: 100%; height: auto; margin: 0 auto; background: #fff; border-radius: 3px; }
 details { margin: .3rem 0; } summary { cursor: pointer; } pre { background: var(--card); padding: .5rem;
   overflow-x: auto; font-size: .8rem; } dt { font-weight: 600; } dd { margin: 0 0 .6rem 1rem; }
 nav ul { columns: 3; } #figure-warning { display: none; }
 """
+
+WIDE_FIGURE = 700
+"""CSS pixels above which a figure spans the whole row of the figure grid."""
 
 SCRIPT = """
 window.addEventListener("load", function () {
@@ -102,11 +106,14 @@ def table(t: tables.Table, heading: str = "h3") -> str:
 
 
 def _figure(figure: FigureFile, report: Report) -> str:
+    """A figure at its CSS size; one wider than WIDE_FIGURE takes a whole row of the grid."""
     data = base64.b64encode(figure.png).decode("ascii")
+    wide = ' class="wide"' if figure.width // PIXEL_RATIO > WIDE_FIGURE else ""
     links = ", ".join(f'<a href="#{escape(a)}">{escape(label)}</a>' for label, a in figure_links(figure, report))
+    size = f'width="{figure.width // PIXEL_RATIO}" height="{figure.height // PIXEL_RATIO}"'
     return (
-        f'<figure id="fig-{escape(figure.name)}"><img src="data:image/png;base64,{data}" alt="{escape(figure.title)}" '
-        f'width="{figure.width}" height="{figure.height}"><figcaption><b>{escape(figure.title)}.</b> '
+        f'<figure id="fig-{escape(figure.name)}"{wide}><img src="data:image/png;base64,{data}" '
+        f'alt="{escape(figure.title)}" {size}><figcaption><b>{escape(figure.title)}.</b> '
         f"{escape(figure.caption)} Runs ({len(figure.run_ids)}): {links or 'see the run list'}.</figcaption></figure>"
     )
 

@@ -35,13 +35,13 @@ from matplotlib.ticker import NullLocator
 
 from structbench.report.build import Report, SuiteReport
 from structbench.report.curve_index import CurveIndex
-from structbench.report.figure_file import FigureFile, Look
+from structbench.report.figure_file import PIXEL_RATIO, FigureFile, Look
 from structbench.report.profiles import TAU_GRID, TAU_MAX, Profile
 from structbench.report.selection import Criterion
 from structbench.report.summary import VariantSummary
 from structbench.report.sweeps import Axis, Sweep, value_text
 
-DPI = 200
+DPI = 100 * PIXEL_RATIO
 SIZE = (6.4, 3.6)
 MAX_POINTS = 400
 LEGEND_CHARS = 40

@@ -32,15 +32,52 @@ def _cell(cell: tables.Cell) -> Text:
     return text
 
 
-def rich_tables(table: tables.Table) -> list[RichTable]:
-    """The table as one rich table per column group, each repeating the first column. A group still too wide for the
-    terminal wraps its cells (long values fold onto the next line) instead of cutting them short with an ellipsis:
-    a number is never shown truncated."""
+COLUMN_COST = 3
+"""Characters a rich table spends on each column besides its text: a border and a space either side."""
+
+
+def _natural_width(table: tables.Table, index: int) -> int:
+    """The column's width with no cell wrapped: its longest line (header, text or the line below it)."""
+    column = table.columns[index]
+    texts = [column.name] + [part for row in table.rows for part in (row[index].text, row[index].sub) if part]
+    return max((len(line) for text in texts for line in text.splitlines()), default=1)
+
+
+def _chunks(table: tables.Table, columns: list[int], width: int | None) -> list[list[int]]:
+    """The group's columns split into runs that fit `width` beside the first column with no cell wrapped (one run
+    when it fits, or without a width); a column wider than that on its own gets a run to itself and wraps at
+    spaces."""
+    if width is None:
+        return [columns]
+    room = width - 1 - (_natural_width(table, 0) + COLUMN_COST)
+    chunks: list[list[int]] = [[]]
+    used = 0
+    for i in columns:
+        need = _natural_width(table, i) + COLUMN_COST
+        if chunks[-1] and used + need > room:
+            chunks.append([])
+            used = 0
+        chunks[-1].append(i)
+        used += need
+    return chunks
+
+
+def rich_tables(table: tables.Table, width: int | None = None) -> list[RichTable]:
+    """The table as one rich table per column group, each repeating the first column. A group too wide for `width`
+    (the terminal's) is split further into tables that fit it unwrapped; only a column too wide on its own wraps (at
+    spaces, folding a longer token onto the next line), so a number is never cut short."""
     groups = list(dict.fromkeys(c.group for c in table.columns[1:]))
+    parts = [
+        (group, chunk)
+        for group in groups
+        for chunk in _chunks(table, [i for i, c in enumerate(table.columns) if i and c.group == group], width)
+    ]
     rendered = []
-    for group in groups:
-        keep = [0] + [i for i, c in enumerate(table.columns) if i and c.group == group]
-        title = table.title if len(groups) == 1 else f"{table.title} — {group}"
+    for number, (group, chunk) in enumerate(parts):
+        keep = [0, *chunk]
+        title = table.title if len(parts) == 1 else f"{table.title} — {group}"
+        if sum(1 for g, _ in parts if g == group) > 1:
+            title += f" ({[c for g, c in parts if g == group].index(chunk) + 1})"
         out = RichTable(title=escape(title), title_justify="left", show_lines=False)
         for i in keep:
             column = table.columns[i]
@@ -52,7 +89,7 @@ def rich_tables(table: tables.Table) -> list[RichTable]:
             )
         for row in table.rows:
             out.add_row(*(_cell(row[i]) for i in keep))
-        if table.caption and group == groups[-1]:
+        if table.caption and number == len(parts) - 1:
             out.caption, out.caption_justify = escape(table.caption), "left"
         rendered.append(out)
     return rendered
@@ -64,7 +101,7 @@ def print_report(console: Console, report: Report) -> None:
         console.rule(f"[bold]{escape(suite.name)}[/bold]  {escape(f'({suite.task}, {suite.run_count} runs)')}")
         for table in (tables.suite_table(suite), tables.comparison_table(suite), tables.failure_table(suite)):
             if table is not None:
-                for rich_table in rich_tables(table):
+                for rich_table in rich_tables(table, console.width):
                     console.print(rich_table)
         for note in suite.notes:
             console.print(Text(f"note: {note}", style="yellow"))
@@ -77,7 +114,7 @@ def print_report(console: Console, report: Report) -> None:
     if across:
         console.rule("[bold]across suites[/bold]")
     for table in across:
-        for rich_table in rich_tables(table):
+        for rich_table in rich_tables(table, console.width):
             console.print(rich_table)
     for note in report.notes:
         console.print(Text(f"note: {note}", style="yellow"))
@@ -90,7 +127,7 @@ def _print_sweeps(console: Console, suite: SuiteReport) -> None:
         return
     console.print(Text(f"Sweeps — {suite.name}", style="bold"))
     for sweep in suite.sweeps:
-        for rich_table in rich_tables(tables.sweep_table(sweep, captioned=False)):
+        for rich_table in rich_tables(tables.sweep_table(sweep, captioned=False), console.width):
             console.print(rich_table)
         for warning in sweep.warnings:
             console.print(Text(f"warning: {warning}", style="bold red"))
