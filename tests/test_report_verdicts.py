@@ -9,6 +9,7 @@ import statistics
 from pathlib import Path
 
 import numpy as np
+import pyarrow.parquet as pq
 import pytest
 import scipy.stats
 from rich.console import Console
@@ -333,3 +334,26 @@ def test_the_terminal_splits_wide_tables_instead_of_truncating(six_seeds):
         for row in table.rows:
             for cell in row:
                 assert cell.text in text and cell.sub in text
+
+
+def test_a_store_written_before_validation_splits_still_reports_and_says_so(cli, tmp_path):
+    """Run files without the final_val_* columns (older stores), no validation curve, no hparams_source and the
+    absolute RSS source: the report reads them, times on the test split and says that there is no validation split."""
+    out = tmp_path / "results"
+    store.prepare(out)
+    for s in range(2):
+        for optim in ("adamw", "muon"):
+            write_run(out, f"{optim}-{s}", optim, s, ramp(0.8, 0.8, 2.0), target=TARGET, validated=False,
+                      hparams_source=None, peak_mem_source="rss")  # fmt: skip
+            path = out / "runs" / f"{optim}-{s}.parquet"
+            pq.write_table(pq.read_table(path).drop_columns(["final_val_loss", "final_val_metric"]), path)
+    [suite] = build.build_report(out).suites
+    assert not suite.validated and suite.timing_split == "test"
+    names = [c.name for c in tables.suite_table(suite).columns]
+    assert "final test accuracy ↑" in names and not [n for n in names if "val" in n]
+    assert "steps to target (test)" in names
+    assert suite.notes[0].startswith("splits: these runs hold out no validation split")
+    assert cells(tables.suite_table(suite), "adamw")["hyperparameters"].text == "unknown"  # not a built-in suite
+    result = cli("report", "--out", out)
+    assert result.exit_code == 0, result.output
+    assert "hold out no validation split" in " ".join(result.stdout.split())

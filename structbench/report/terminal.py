@@ -141,9 +141,11 @@ def _print_sweeps(console: Console, suite: SuiteReport) -> None:
 
 
 def runs_table(rows: Iterable[Mapping[str, Any]]) -> RichTable:
-    """The runs a `run` command stored; a "setting" column (the swept hyperparameters) when a sweep ran."""
+    """The runs a `run` command stored; a "setting" column (the swept hyperparameters) when a sweep ran, and the
+    validation metric beside the evaluation's when the runs hold out a validation split."""
     rows = list(rows)
     swept = any(row.get("setting") for row in rows)
+    validated = any(row.get("final_val_metric") is not None for row in rows)
     table = RichTable(title="runs")
     for name in (
         "suite",
@@ -154,6 +156,7 @@ def runs_table(rows: Iterable[Mapping[str, Any]]) -> RichTable:
         "steps",
         "final eval loss",
         "metric",
+        *(("val metric",) if validated else ()),
         "wall",
         "step time",
         "peak mem",
@@ -171,6 +174,7 @@ def runs_table(rows: Iterable[Mapping[str, Any]]) -> RichTable:
             str(row["steps"]),
             fmt_num(row["final_eval_loss"]),
             escape(f"{fmt_num(row['final_eval_metric'])} {row['eval_metric_name']}"),
+            *((fmt_num(row.get("final_val_metric")),) if validated else ()),
             fmt_seconds(row["wall_s"]),
             fmt_seconds(row["step_time_median_s"]),
             fmt_bytes(row["peak_mem_bytes"]),
