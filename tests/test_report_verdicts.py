@@ -116,23 +116,40 @@ def test_every_summary_column_is_the_median_over_seeds_with_its_interval(six_see
     assert adamw.seconds_to_target.median == pytest.approx(statistics.median(seconds))
     assert adamw.timing_split == "validation" and not adamw.wide_crossings and not adamw.few_evaluations
 
-    row = cells(tables.suite_table(suite), "adamw")
+    table = tables.suite_table(suite)
+    row = cells(table, "adamw")
     expected = {
+        "optimizer": "adamw",
+        "runs": "6 ok",
+        "hyperparameters": "suite's",
+        "final val loss ↓": "0.175",  # losses 1 - accuracy: 0.2 0.18 0.16 0.14 0.9 0.17
+        "final val accuracy ↑": "0.825",
+        "final test loss ↓": "0.195",  # 0.21 0.19 0.17 0.15 0.88 0.2
+        "final test accuracy ↑": "0.805",
+        "steps to target (validation)": f"{statistics.median(steps):.4g}",
+        "time to target (validation)": "2.4 s",  # (2.162 + 2.632) / 2
+        "speed-up (steps)": "1x",
+        "speed-up (time)": "1x",
         "step time": "4 ms",
         "optimizer share": "15%",
         "compile": "350 ms",
+        "throughput": "1,250",
         "peak memory": "350.0 MiB",
         "state (measured)": "4.0 KiB",
-        "throughput": "1,250",
-        "final val accuracy ↑": "0.825",
-        "final test accuracy ↑": "0.805",
-        "hyperparameters": "suite's",
-        "runs": "6 ok",
+        "state (analytic)": "-",
+        "routing": "1 structured · 1 fallback (adamw)",
     }
-    assert {name: row[name].text for name in expected} == expected
+    assert {name: cell.text for name, cell in row.items()} == expected
     low, high = scipy_interval(VAL)
     assert row["final val accuracy ↑"].sub == f"95% CI [{low:.4g}, {high:.4g}] n=6"
-    assert row["steps to target (validation)"].text == f"{statistics.median(steps):.4g}"
+    assert row["steps to target (validation)"].sub.endswith("n=6 5/6 reached")
+    # muon's speed-up: adamw's median steps (seconds) to target over muon's.
+    muon_val = [v + 0.01 * (s + 1) for s, v in enumerate(VAL)]
+    muon_steps = [40 / (v - 0.1) if 40 / (v - 0.1) <= 100 else math.inf for v in muon_val]
+    muon_seconds = [(1.0 + s) * x / 100 for s, x in enumerate(muon_steps)]
+    muon = cells(table, "muon")
+    assert muon["speed-up (steps)"].text == f"{statistics.median(steps) / statistics.median(muon_steps):.2f}x"
+    assert muon["speed-up (time)"].text == f"{statistics.median(seconds) / statistics.median(muon_seconds):.2f}x"
 
 
 def test_from_six_seeds_the_wilcoxon_test_gives_a_verdict_with_its_p_value(six_seeds):
