@@ -219,6 +219,9 @@ def test_every_figure_legend_lies_inside_its_image(many):
             assert left >= -1 and right <= width + 1 and bottom >= -1 and top <= height + 1, (fig.get_suptitle(), box)
             region = image[height - int(top) : height - int(bottom), int(left) : int(right)]
             assert (region < 200).mean() > 0.01  # the legend's text is drawn there
+            # In columns: a legend is never taller than the axes it sits beside (21 entries in one column would be).
+            axes = next((ax for ax in fig.axes if ax.get_legend() is legend), fig.axes[0])
+            assert box.height <= axes.get_window_extent(renderer).height * 1.02, fig.get_suptitle()
             legends += 1
     assert legends >= 5
 

@@ -84,6 +84,22 @@ def test_bootstrap_interval_matches_the_exact_bootstrap_distribution():
     assert stats.median_ci(values) == estimate  # fixed seed: the same data give the same interval
 
 
+@pytest.mark.parametrize(("n", "seed", "side"), [(58, 2058, 0), (46, 46, 1)])
+def test_bootstrap_bounds_interpolate_between_unequal_order_statistics(n, seed, side):
+    """Data where the two resample medians that bracket a bound differ (at positions floor(p (B - 1)) and the next),
+    so the linear interpolation between them decides the bound; it still equals scipy's."""
+    data = np.sort(np.random.default_rng(seed).lognormal(size=n))
+    rows = np.random.default_rng(stats.SEED).integers(0, n, size=(stats.RESAMPLES, n))
+    medians = np.sort(np.median(data[rows], axis=1))
+    at = math.floor((0.025 if side == 0 else 0.975) * (stats.RESAMPLES - 1))
+    assert medians[at] != medians[at + 1]
+    reference = scipy.stats.bootstrap(
+        (data,), np.median, method="percentile", n_resamples=stats.RESAMPLES, rng=np.random.default_rng(stats.SEED)
+    ).confidence_interval
+    estimate = stats.median_ci(data.tolist())
+    assert (estimate.lo, estimate.hi) == pytest.approx((reference.low, reference.high), rel=1e-13)
+
+
 def test_infinite_values_keep_the_interval_defined():
     estimate = stats.median_ci([1.0, 2.0, math.inf])
     assert estimate.median == 2.0
