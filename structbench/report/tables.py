@@ -72,14 +72,6 @@ class Table:
     key: str = field(default="")
 
 
-TIME_COLUMNS = (
-    Column("steps to target", "results"),
-    Column("time to target", "results"),
-    Column("speed-up (steps)", "results"),
-    Column("speed-up (time)", "results"),
-)
-
-
 def status_text(statuses: dict[str, int] | Any) -> str:
     return " · ".join(f"{statuses[s]} {s}" for s in STATUSES if statuses.get(s)) or "-"
 
