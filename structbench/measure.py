@@ -5,7 +5,8 @@ timed with events that are read only when the runner synchronises anyway (at log
 host sync every step; peak GPU memory is `torch.cuda.max_memory_allocated` after a reset, with NVML's
 device-level reading beside it when available; on CPU it is the process's peak resident set size during the run minus
 its resident set just before the run (source `rss-delta`), so what earlier runs in the same process left resident
-does not count towards a later run's figure.
+does not count towards a later run's figure (the first run of a process still counts the one-time allocations torch
+makes on first use; a run in its own process, `--executor local`, has none of either).
 """
 
 from __future__ import annotations

@@ -210,8 +210,9 @@ def _memory_cell(v: VariantSummary) -> Cell:
     if "rss" in v.mem_source:
         title = (
             "CPU resident set: the process's peak during the run above its size before the run (rss-delta), or "
-            "the whole process's peak (rss, older stores); allocator caches and what earlier runs left make it "
-            "approximate, so the Pareto front uses optimizer-state bytes on CPU."
+            "the whole process's peak (rss, older stores); allocator caches, and in a process's first run the "
+            "one-time allocations torch makes on first use, make it approximate (run --executor local gives each run "
+            "its own process), so the Pareto front uses optimizer-state bytes on CPU."
         )
         return Cell(cell.text, f"{v.mem_source} (approximate)", "muted", title)
     return cell
@@ -337,8 +338,8 @@ def suite_table(suite: SuiteReport, every_setting: bool = False) -> Table:
         caption += _target_caption(suite, effective)
     if any("rss" in v.mem_source for v in variants):
         caption += (
-            " Peak memory on CPU is the process's resident set (approximate: allocator caches, earlier runs); "
-            "optimizer-state bytes are exact."
+            " Peak memory on CPU is the process's resident set (approximate: allocator caches, and a process's "
+            "first run counts torch's one-time allocations); optimizer-state bytes are exact."
         )
     if every_setting:
         return Table(f"{suite.name}: every setting", columns, rows, caption, key=anchor("settings", suite.name))
