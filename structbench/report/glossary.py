@@ -124,7 +124,7 @@ DEFINITIONS: tuple[tuple[str, str], ...] = (
         "process's peak resident set during the run above its size just before it; rss = the whole process's peak, "
         "older stores). Resident-set figures are approximate: allocator caches, and in the first run of a process "
         "the one-time allocations torch makes on first use (`run --executor local` gives each run its own process), "
-        "so on CPU the quality-vs-memory Pareto front uses optimizer-state bytes. State: exact bytes of the optimizer's state "
-        "tensors as stored; analytic: the optimizer's own formula when the store records it.",
+        "so on CPU the quality-vs-memory Pareto front uses optimizer-state bytes. State: exact bytes of the "
+        "optimizer's state tensors as stored; analytic: the optimizer's own formula when the store records it.",
     ),
 )
