@@ -170,7 +170,14 @@ def run(
     seeds: Annotated[
         list[int] | None, typer.Option("--seed", help="Seed (repeatable); default: the suite's seeds.")
     ] = None,
-    steps: Annotated[int | None, typer.Option(min=1, help="Override budget.steps (and drop budget.epochs).")] = None,
+    steps: Annotated[
+        int | None,
+        typer.Option(
+            min=1,
+            help="Override budget.steps (and drop budget.epochs); shortens eval_every and log_every in proportion "
+            "when the suite's would leave fewer than 5 evaluations.",
+        ),
+    ] = None,
     overrides: Annotated[
         list[str] | None,
         typer.Option(
@@ -243,6 +250,12 @@ def run(
     all_overrides = list(overrides or []) + ([f"budget.steps={steps}", "budget.epochs=0"] if steps is not None else [])
     search_spec = sweeps.parse_search(search)
     suites, checks = spec.load_suites(suite, all_overrides, optims or [], seeds or [], sweep, search_spec)
+    if steps is not None:
+        from structbench import short_budget
+
+        suites, shortened = short_budget.apply(suites, steps, overrides or [])
+        for note in shortened:
+            console.print(escape(note))
     slurm = None
     if executor == "slurm":
         slurm = executors.slurm_options(spec.read_suite_file(suite)[2].get("resources", {}), slurm_given)
@@ -611,12 +624,21 @@ def status(
 @app.command()
 @usage_errors_exit_2
 def report(
-    out: Annotated[Path, typer.Option(parser=path_value, help="Results directory.")] = Path("results"),
+    outs: Annotated[
+        list[Path] | None,
+        typer.Option(
+            "--out",
+            parser=path_value,
+            help="Results directory (repeatable: several stores side by side, each a column).",
+        ),
+    ] = None,
     suites: Annotated[list[str] | None, typer.Option("--suite", help="Only these suites (repeatable).")] = None,
     optims: Annotated[
         list[str] | None, typer.Option("--optim", help="Only these optimizers (repeatable); the baseline is kept.")
     ] = None,
-    baseline: Annotated[str, typer.Option(help="Optimizer that speed-ups and paired comparisons refer to.")] = "adamw",
+    baseline: Annotated[
+        str | None, typer.Option(help="Optimizer that speed-ups and paired comparisons refer to (default adamw).")
+    ] = None,
     fmt: Annotated[str, typer.Option("--format", help="term, md, html or all.")] = "term",
     to: Annotated[
         Path | None, typer.Option(parser=path_value, help="Where md/html reports go (default: OUT/report).")
@@ -624,35 +646,52 @@ def report(
     since: Annotated[
         str | None, typer.Option(help="Only runs started at or after this UTC date/time (2025-01-31[T12:00]).")
     ] = None,
+    include_smoke: Annotated[
+        bool, typer.Option("--include-smoke", help="Count smoke suites in the cross-suite profiles and ranks.")
+    ] = False,
 ) -> None:
     """Compare optimizers per suite and across suites: in the terminal, as Markdown, or as one HTML page."""
-    from structbench.report import build, options, terminal
+    from structbench.report import build, options, suite_files, terminal
 
-    if not out.is_dir():
-        raise UsageError(f"results directory {out} does not exist; run `structbench run` first.")
+    stores = list(outs or [Path("results")])
+    for out in stores:
+        if not out.is_dir():
+            raise UsageError(f"results directory {out} does not exist; run `structbench run` first.")
+    if len({str(out) for out in stores}) < len(stores):
+        raise UsageError("--out names the same results directory twice.")
     formats = options.formats(fmt)
-    wanted = [name for s in suites or [] for name in options.expand_suite(s)]
+    wanted = {name: suite_files.expand(name) for name in suites or []}
     plotted = bool(formats & {"md", "html"})
-    result = build.build_report(out, wanted, optims or [], baseline, options.since(since), plotted)
+    result = build.build_report(
+        stores,
+        wanted,
+        optims or [],
+        baseline or "adamw",
+        options.since(since),
+        plotted,
+        baseline_given=baseline is not None,
+        include_smoke=include_smoke,
+    )
     for problem in result.problems:
         print(f"warning: skipped unreadable file {problem.path}: {problem.reason}", file=sys.stderr)
     from structbench import store
 
-    debris = store.find_debris(out)
-    if debris.paths():
-        print(
-            f"warning: {out} holds {debris.describe()}; `structbench doctor --out {out} --repair` removes them.",
-            file=sys.stderr,
-        )
+    for out in stores:
+        debris = store.find_debris(out)
+        if debris.paths():
+            print(
+                f"warning: {out} holds {debris.describe()}; `structbench doctor --out {out} --repair` removes them.",
+                file=sys.stderr,
+            )
     if not result.suites and result.experiments.empty:
-        console.print(escape(f"no runs in {out}" + (f" for suite(s) {', '.join(wanted)}" if wanted else "")))
+        console.print(escape(f"no runs in {', '.join(str(out) for out in stores)}"))
         return
     if "term" in formats:
         terminal.print_report(console, result)
     if plotted:
         from structbench.report import html, markdown, render
 
-        target = to if to is not None else out / "report"
+        target = to if to is not None else stores[0] / "report"
         figures = render.render_figures(result)
         try:
             target.mkdir(parents=True, exist_ok=True)

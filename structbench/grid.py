@@ -3,7 +3,8 @@
 A run key is a content hash of what determines a run's result: the effective spec after overrides (suite name,
 task, task arguments, budget, schedule, target), the optimizer's name with its fully resolved hyperparameters, the
 seed and the device kind. The suite file's path is left out (the same suite run by name or by path is one run), and
-so are the executor, the store and how often the run is checkpointed. A store holds at most one run with a final
+so are the executor, the store, how often the run is checkpointed and where its hyperparameters came from (the same
+values are the same run). A store holds at most one run with a final
 status per key.
 """
 
@@ -19,12 +20,14 @@ from structbench.spec import SuiteSpec
 KEY_LENGTH = 20
 
 
+NOT_KEYED_SPEC = ("source", "hparams_source")
+"""Spec fields left out of the run key: where the suite file is, and where the hyperparameters came from."""
 NOT_KEYED_BUDGET = ("checkpoint_every",)
 """Budget fields that do not change a run's result (a run resumed from a checkpoint ends bit-identical)."""
 
 
 def run_key(suite: SuiteSpec, optim_name: str, seed: int, device_kind: str) -> str:
-    spec = {k: v for k, v in suite.run_spec(optim_name, seed).items() if k != "source"}
+    spec = {k: v for k, v in suite.run_spec(optim_name, seed).items() if k not in NOT_KEYED_SPEC}
     spec["budget"] = {k: v for k, v in spec["budget"].items() if k not in NOT_KEYED_BUDGET}
     payload = json.dumps({**spec, "device_kind": device_kind}, sort_keys=True, separators=(",", ":"), default=str)
     return hashlib.sha256(payload.encode()).hexdigest()[:KEY_LENGTH]

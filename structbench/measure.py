@@ -3,7 +3,10 @@
 Rules (DESIGN §5): training time excludes evaluation and includes the optimizer step; on CUDA, steps are
 timed with events that are read only when the runner synchronises anyway (at log points), never by a
 host sync every step; peak GPU memory is `torch.cuda.max_memory_allocated` after a reset, with NVML's
-device-level reading beside it when available; on CPU it is the process's peak resident set size.
+device-level reading beside it when available; on CPU it is the process's peak resident set size during the run minus
+its resident set just before the run (source `rss-delta`), so what earlier runs in the same process left resident
+does not count towards a later run's figure (the first run of a process still counts the one-time allocations torch
+makes on first use; a run in its own process, `--executor local`, has none of either).
 """
 
 from __future__ import annotations
@@ -77,14 +80,19 @@ def synchronize(device: torch.device) -> None:
 
 class MemoryProbe:
     """Peak memory over a run: CUDA max allocated (plus NVML's device-level peak, sampled in a background thread),
-    or the process's peak RSS on CPU. `reset` first collects garbage (and on CUDA empties the allocator's cache), so
-    what an earlier run of the process left behind does not count towards this run's peak."""
+    or on CPU the process's peak RSS above its RSS when the probe was made (just before the run). Garbage is collected
+    first (and on CUDA the allocator's cache emptied at `reset`), so what earlier runs of the process freed does not
+    count towards this run's peak."""
 
     def __init__(self, device: torch.device) -> None:
         self.device = device
-        self.source = "cuda" if device.type == "cuda" else "rss"
+        self.source = "cuda" if device.type == "cuda" else "rss-delta"
         self._rss_baseline_peak = 0
         self._nvml: PeakSampler | None = None
+        self._rss_before = 0
+        if device.type != "cuda":
+            gc.collect()
+            self._rss_before = int(psutil.Process().memory_info().rss)
 
     def reset(self) -> None:
         gc.collect()
@@ -105,7 +113,7 @@ class MemoryProbe:
     def peak_bytes(self) -> int:
         if self.device.type == "cuda":
             return int(torch.cuda.max_memory_allocated(self.device))
-        return max(peak_rss_bytes(), self._rss_baseline_peak)
+        return max(0, max(peak_rss_bytes(), self._rss_baseline_peak) - self._rss_before)
 
     def nvml_used_bytes(self) -> int | None:
         """NVML's peak of the device's used memory since `reset` (all processes on it), or None without NVML."""
@@ -346,5 +354,5 @@ def environment_report() -> dict[str, str]:
     else:
         report["GPU"] = "none"
         rss = "VmHWM, reset per run" if _reset_peak_rss() else "current RSS (no resettable peak counter)"
-        report["memory probe"] = f"rss (process peak resident set: {rss})"
+        report["memory probe"] = f"rss-delta (process peak resident set above its size before the run: {rss})"
     return report

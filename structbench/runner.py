@@ -150,7 +150,7 @@ def execute(
                 state, initial = _resume(saved, task, optimizer, scheduler)
             else:
                 initial = _evaluate(task, device, state)
-                state.curves.append(_eval_point(0, 0.0, initial))
+                state.curves += _eval_points(0, 0.0, initial)
             saver = None
             if checkpoints is not None and run_key is not None and suite.budget["checkpoint_every"] > 0:
                 saver = _checkpoint_saver(checkpoints, run_key, task, optimizer, scheduler, device, initial)
@@ -202,6 +202,8 @@ def execute(
         "final_train_loss": state.last_train_loss,
         "final_eval_loss": final.loss if final else None,
         "final_eval_metric": final.metric if final else None,
+        "final_val_loss": final.val_loss if final else None,
+        "final_val_metric": final.val_metric if final else None,
         "eval_metric_name": task.metric_name if task is not None else None,
         "target_step": state.target_step,
         "target_s": state.target_s,
@@ -278,7 +280,7 @@ def _checkpoint_saver(
                 "rng": checkpoint.rng_state(device),
                 "stream": task.stream_state(),
                 "state": dataclasses.asdict(state),
-                "initial": (initial.loss, initial.metric),
+                "initial": dataclasses.astuple(initial),
             }
             checkpoint.save(out, run_key, payload)
             state.checkpoint_s += time.perf_counter() - start
@@ -389,18 +391,25 @@ def _evaluate(task: Task, device: torch.device, state: _RunState) -> Any:
     return result
 
 
-def _eval_point(step: int, wall_s: float, result: Any) -> dict[str, Any]:
-    return {
-        "step": step,
-        "wall_s": wall_s,
-        "split": "eval",
-        "loss": result.loss,
-        "metric": result.metric,
-        "lr": None,
-        "step_time_s": None,
-        "optim_time_s": None,
-        "grad_norm": None,
-    }
+def _eval_points(step: int, wall_s: float, result: EvalResult) -> list[dict[str, Any]]:
+    """The evaluation's curve points: split "eval" (the test split) and, where the task holds one out, "val"."""
+    splits: list[tuple[str, float | None, float | None]] = [("eval", result.loss, result.metric)]
+    if result.validated:
+        splits.append(("val", result.val_loss, result.val_metric))
+    return [
+        {
+            "step": step,
+            "wall_s": wall_s,
+            "split": split,
+            "loss": loss,
+            "metric": metric,
+            "lr": None,
+            "step_time_s": None,
+            "optim_time_s": None,
+            "grad_norm": None,
+        }
+        for split, loss, metric in splits
+    ]
 
 
 def _train(
@@ -507,7 +516,7 @@ def _train(
             return None
         if eval_every and done % eval_every == 0 and done != total:
             result = _evaluate(task, device, state)
-            state.curves.append(_eval_point(done, wall, result))
+            state.curves += _eval_points(done, wall, result)
             if _diverged_at_eval(state, done, result):
                 return None
             _check_target(state, done, wall, result, task, target_metric, target_value)
@@ -518,19 +527,21 @@ def _train(
     measure.synchronize(device)
     state.wall_s = train_wall()
     final = _evaluate(task, device, state)
-    state.curves.append(_eval_point(total, state.wall_s, final))
+    state.curves += _eval_points(total, state.wall_s, final)
     if _diverged_at_eval(state, total, final):
         return None
     _check_target(state, total, state.wall_s, final, task, target_metric, target_value)
     return final
 
 
-def _diverged_at_eval(state: _RunState, step: int, result: Any) -> bool:
-    """A non-finite evaluation loss (NaN, +inf or -inf) ends the run `diverged`, as a non-finite training loss does."""
-    if math.isfinite(result.loss):
+def _diverged_at_eval(state: _RunState, step: int, result: EvalResult) -> bool:
+    """A non-finite evaluation loss (NaN, +inf or -inf) on the test or the validation split ends the run `diverged`,
+    as a non-finite training loss does."""
+    bad = next((loss for loss in (result.loss, result.selection_loss) if not math.isfinite(loss)), None)
+    if bad is None:
         return False
     state.status = "diverged"
-    state.error = f"non-finite evaluation loss ({result.loss}) at step {step}"
+    state.error = f"non-finite evaluation loss ({bad}) at step {step}"
     return True
 
 
@@ -548,13 +559,16 @@ def _accumulate_gradients(task: Task, step: int, accum: int) -> torch.Tensor:
     return total
 
 
-def _check_target(state: _RunState, step: int, wall: float, result: Any, task: Task, metric: str, value: float) -> None:
-    """Record the first evaluation at or past the target; a target from a baseline has no value yet (NaN): skip."""
+def _check_target(
+    state: _RunState, step: int, wall: float, result: EvalResult, task: Task, metric: str, value: float
+) -> None:
+    """Record the first evaluation at or past the target, on the validation split where the task holds one out; a
+    target from a baseline has no value yet (NaN): skip."""
     if not metric or math.isnan(value) or state.target_step is not None:
         return
     if metric == "loss":
-        reached = _reached(result.loss, value, "min")
+        reached = _reached(result.selection_loss, value, "min")
     else:
-        reached = _reached(result.metric, value, task.metric_mode)
+        reached = _reached(result.selection_metric, value, task.metric_mode)
     if reached:
         state.target_step, state.target_s = step, wall

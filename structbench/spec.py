@@ -13,7 +13,7 @@ import math
 import reprlib
 import tomllib
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from importlib import resources
 from pathlib import Path
 from typing import Any
@@ -89,6 +89,11 @@ SUITE_FIELDS: dict[str, tuple[Callable[[Any], bool], str]] = {
 }
 """Each top-level field of a suite file: a test of its value's type, and that type in words."""
 SUITE_KEYS = set(SUITE_FIELDS)
+HPARAMS_SOURCES = ("sweep", "command line", "suite", "registry defaults")
+"""Where a run's hyperparameters come from, stored with it (`hparams_source`): a sweep of settings (the report selects
+one on validation), `--set hparams.<optim>.*`, the suite file (the optimizer is in its `optims` list or has an
+`[hparams.<optim>]` table: tuned for the suite or the paper's values it chose), or the registry's defaults for an
+optimizer the suite does not name (untuned here). The first that applies, in this order."""
 
 
 @dataclass(frozen=True)
@@ -108,6 +113,8 @@ class SuiteSpec:
     hparams: dict[str, dict[str, Any]]
     checks: dict[str, Any]
     experiment: str | None = None
+    hparams_source: dict[str, str] = field(default_factory=dict)
+    """Each optimizer's HPARAMS_SOURCES entry; not part of the run key (grid.run_key)."""
 
     def run_spec_base(self) -> dict[str, Any]:
         """The fields of the effective spec every run of this suite shares."""
@@ -131,7 +138,10 @@ class SuiteSpec:
 
     def run_spec(self, optim_name: str, seed: int) -> dict[str, Any]:
         """The effective spec of one run, as stored in its `spec` column."""
-        return {**self.run_spec_base(), "optim": optim_name, "hparams": self.hparams[optim_name], "seed": seed}
+        spec = {**self.run_spec_base(), "optim": optim_name, "hparams": self.hparams[optim_name], "seed": seed}
+        if optim_name in self.hparams_source:
+            spec["hparams_source"] = self.hparams_source[optim_name]
+        return spec
 
 
 def builtin_suite_dir() -> Path:
@@ -266,6 +276,8 @@ def resolve_suite(
         assign(base, key, value)
     global_swept = [s for s in swept if not s.key.startswith("hparams.")]
     per_optim = _optimizer_sweeps(name, raw, chosen, swept, sweep or search is not None)
+    named = set(raw.get("optims", [])) | set(suite_hparams)
+    sources = {o: hparams_source(o, named, [k for k, _ in fixed], per_optim[o]) for o in chosen}
     specs = []
     for point in grid_points(global_swept):
         effective = _assigned(base, point)
@@ -296,9 +308,19 @@ def resolve_suite(
                     seeds=_checked_seeds(effective["seeds"]),
                     hparams=hparams,
                     checks=checks,
+                    hparams_source={o: sources[o] for o in hparams},
                 )
             )
     return specs
+
+
+def hparams_source(optim_name: str, named: set[str], fixed_keys: Sequence[str], swept: Sequence[Swept]) -> str:
+    """Where the optimizer's hyperparameters come from (HPARAMS_SOURCES)."""
+    if swept:
+        return "sweep"
+    if any(key.startswith(f"hparams.{optim_name}.") for key in fixed_keys):
+        return "command line"
+    return "suite" if optim_name in named else "registry defaults"
 
 
 def _assigned(effective: dict[str, Any], point: Mapping[str, Any]) -> dict[str, Any]:

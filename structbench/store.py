@@ -104,6 +104,8 @@ RUN_SCHEMA = pa.schema(
         ("tf32_matmul", pa.bool_()),
         ("tf32_cudnn", pa.bool_()),
         ("float32_matmul_precision", pa.string()),
+        ("final_val_loss", pa.float64()),
+        ("final_val_metric", pa.float64()),
     ]
 )
 OPTIONAL_RUN_COLUMNS = frozenset(
@@ -123,6 +125,8 @@ OPTIONAL_RUN_COLUMNS = frozenset(
         "tf32_matmul",
         "tf32_cudnn",
         "float32_matmul_precision",
+        "final_val_loss",
+        "final_val_metric",
     }
 )
 """Columns added after the first stores were written: a row may omit them (stored as null)."""

@@ -71,8 +71,10 @@ def test_run_writes_every_contract_column_with_its_type(cli, tmp_path):
         assert pd.api.types.is_float_dtype(runs[column]), column
     assert set(runs.status) == {"ok"}
     assert (runs.steps == 30).all()
-    assert (runs.peak_mem_source == "rss").all()
-    assert (runs.peak_mem_bytes > 0).all()
+    # On CPU: the peak resident set above the one before the run; a run this small may fit in memory the process
+    # already holds (0 bytes more).
+    assert (runs.peak_mem_source == "rss-delta").all()
+    assert (runs.peak_mem_bytes >= 0).all()
     # 32x16 weight: SGD keeps one momentum buffer (float32), AdamW two moments plus a float32 step scalar.
     assert runs.set_index("optim").loc["sgd", "state_bytes"].tolist() == [32 * 16 * 4] * 2
     assert runs.set_index("optim").loc["adamw", "state_bytes"].tolist() == [2 * 32 * 16 * 4 + 4] * 2
@@ -183,7 +185,8 @@ def test_error_inside_a_run_is_recorded_and_the_grid_goes_on(cli, tmp_path, monk
     runs = read_runs(tmp_path).sort_values("seed")
     assert runs.status.tolist() == ["error", "ok"]
     assert "boom at step 3" in runs.error.iloc[0]
-    assert runs.steps.iloc[0] == 0
+    # --steps 30 logs every step (quadratic's log_every 5 shortened with eval_every): steps 0-2 were completed.
+    assert runs.steps.iloc[0] == 3
 
 
 def test_keyboard_interrupt_stores_the_partial_run_as_interrupted(cli, tmp_path, monkeypatch):

@@ -38,12 +38,13 @@ def _task(tmp_path: Path, **overrides: object) -> LanguageModelTask:
 
 
 def test_evaluation_of_uniform_logits_is_log_vocab_over_exactly_eval_tokens(tmp_path):
-    """Uniform predictions cost exactly ln(V) nats per token, whatever the windows; the count must be eval_tokens."""
+    """Uniform predictions cost exactly ln(V) nats per token, whatever the windows; each of the two evaluation
+    splits (validation and test) counts exactly eval_tokens predictions."""
     task = _task(tmp_path, eval_tokens=203, eval_batch_size=3)
-    seen: list[int] = []
+    seen: list[torch.Tensor] = []
 
     def uniform(inputs: torch.Tensor) -> torch.Tensor:
-        seen.append(inputs.numel())
+        seen.append(inputs)
         return torch.zeros(*inputs.shape, 256)
 
     def compiled(inputs: torch.Tensor) -> torch.Tensor:
@@ -52,9 +53,34 @@ def test_evaluation_of_uniform_logits_is_log_vocab_over_exactly_eval_tokens(tmp_
     task.model, task.forward = uniform, compiled  # evaluation runs the eager model
     with torch.no_grad():
         result = task.evaluate()
-    assert sum(seen) == 203
-    assert result.loss == pytest.approx(math.log(256), rel=1e-6)
-    assert result.metric == pytest.approx(256.0, rel=1e-5)
+    assert sum(x.numel() for x in seen) == 2 * 203
+    for value in (result.loss, result.val_loss):
+        assert value == pytest.approx(math.log(256), rel=1e-6)
+    assert result.metric == pytest.approx(256.0, rel=1e-5) and result.val_metric == pytest.approx(256.0, rel=1e-5)
+    inputs = torch.cat([x.flatten() for x in seen])
+    test, val = task.test_tokens[:203], task.val_tokens[:203]
+    assert torch.equal(inputs, torch.cat([test, val]))  # the test split's first tokens, then the validation split's
+    assert not torch.equal(test, val)
+
+
+def test_validation_and_test_losses_are_each_splits_own(tmp_path):
+    """Make the validation split all id 0 and predict id 0 with logit 50 against 0 for the 255 others: the validation
+    loss is ln(1 + 255 e^-50) ~ 0, and on the test split (text, never byte 0) every token costs 50 + that."""
+    task = _task(tmp_path, eval_tokens=150, eval_batch_size=2)
+    task.val_tokens = torch.zeros_like(task.val_tokens)
+    assert (task.test_tokens != 0).all()
+
+    def predicts_zero(inputs: torch.Tensor) -> torch.Tensor:
+        logits = torch.zeros(*inputs.shape, 256)
+        logits[..., 0] = 50.0
+        return logits
+
+    task.forward = predicts_zero
+    with torch.no_grad():
+        result = task.evaluate()
+    floor = math.log1p(255 * math.exp(-50.0))
+    assert result.val_loss == pytest.approx(floor, abs=1e-12)
+    assert result.loss == pytest.approx(50.0 + floor, rel=1e-6)
 
 
 def test_training_windows_are_consecutive_corpus_tokens_with_shifted_targets(tmp_path):

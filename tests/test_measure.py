@@ -43,6 +43,21 @@ def test_peak_rss_probe_sees_an_allocation_and_resets():
     assert probe.peak_bytes() < peak
 
 
+def test_peak_rss_counts_from_the_resident_set_before_the_run():
+    """What the process held before the probe was made (an earlier run's leftovers) is not the run's: a 64 MiB block
+    held throughout adds nothing, a 32 MiB block touched during the run adds its 32 MiB."""
+    held = torch.ones(64 * 2**20 // 4)
+    held += 1
+    probe = measure.MemoryProbe(torch.device("cpu"))
+    probe.reset()
+    assert probe.source == "rss-delta"
+    assert probe.peak_bytes() < 16 * 2**20
+    block = torch.ones(32 * 2**20 // 4)
+    block += 1
+    assert 30 * 2**20 <= probe.peak_bytes() < 64 * 2**20
+    del block, held
+
+
 def test_cpu_step_clock_measures_a_sleep():
     import time
 

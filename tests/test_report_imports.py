@@ -46,6 +46,7 @@ def test_report_does_not_import_torch_and_reuses_cached_figures(tmp_path: Path) 
     for seed in range(2):
         write_run(out, f"adamw-{seed}", "adamw", seed, adamw_evals(seed))
         write_run(out, f"muon-{seed}", "muon", seed, muon_evals(seed))
+    write_run(out, "smoke-0", "adamw", 0, adamw_evals(0), suite="smoke-mlp")  # `--suite smoke` stands for it
     assert probe(out, tmp_path / "report") == {"torch": [], "drew": True}
     assert (tmp_path / "report" / "report.html").is_file()
     assert probe(out, tmp_path / "again") == {"torch": [], "drew": False}

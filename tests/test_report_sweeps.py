@@ -16,7 +16,7 @@ import pytest
 
 from structbench import store
 from structbench.report import build, plots, render, tables
-from structbench.report.figure_file import optimizer_colors
+from structbench.report.figure_file import optimizer_looks
 from tests.test_report import write_run
 
 LRS = (0.01, 0.02, 0.04)
@@ -280,7 +280,7 @@ def test_markdown_and_html_carry_the_sweep_table_and_figure_with_a_log_lr_axis(t
     [suite] = report.suites
     [sweep] = suite.sweeps  # adamw ran one setting: no sweep
     assert sweep.optim == "sgd" and sweep.warnings == []
-    figure = plots.sweep_figure(sweep, optimizer_colors(report.optims)["sgd"])
+    figure = plots.sweep_figure(sweep, optimizer_looks(report.optims)["sgd"].color)
     [ax] = figure.axes
     assert ax.get_xscale() == "log"
     assert ax.get_xlabel() == "lr"

@@ -85,11 +85,12 @@ def test_text_file_is_one_document_cut_by_characters(tmp_path):
     text = "0123456789" * 10  # 100 characters
     write(tmp_path / "book.txt", text)
     data = prepare_tokens("book.txt", "byte", tmp_path, val_fraction=0.25)
-    # ceil(0.25 * 100) = 25 trailing characters are validation.
+    # ceil(0.25 * 100) = 25 trailing characters are held out: the first ceil(25 / 2) = 13 validation, 12 test.
     assert byte_decode(data.train) == text[:75]
-    assert byte_decode(data.val) == text[75:]
+    assert byte_decode(data.val) == text[75:88]
+    assert byte_decode(data.test) == text[88:]
     split = data.record["split"]
-    assert split["unit"] == "character" and split["cut"] == 75
+    assert split["unit"] == "character" and split["cut"] == 75 and split["test_cut"] == 88
     assert data.record["documents"] == 1 and data.record["characters"] == 100
     assert data.record["path"] == str(tmp_path / "book.txt")
     assert data.record["corpus_kind"] == "text-file"
@@ -165,6 +166,9 @@ def test_unknown_corpus_option_and_bad_fraction_are_usage_errors(tmp_path):
     for fraction in (0.0, 1.0, -0.1):
         with pytest.raises(UsageError, match="val_fraction"):
             prepare_tokens("t.txt", "byte", tmp_path, val_fraction=fraction)
+    write(tmp_path / "two.txt", "ab")
+    with pytest.raises(UsageError, match="too short to split"):  # train, validation and test need a character each
+        prepare_tokens("two.txt", "byte", tmp_path)
 
 
 # ---------------------------------------------------------------- the split
@@ -175,13 +179,28 @@ def test_unknown_corpus_option_and_bad_fraction_are_usage_errors(tmp_path):
 def test_document_split_is_disjoint_complete_and_sized(count, fraction, seed):
     corpus = Corpus("c", "test", "-", tuple(names(count)))
     split = split_corpus(corpus, fraction, seed)
-    held_out = split.record["val_names"]
+    record = split.record
     expected = min(count - 1, max(1, int(np.floor(fraction * count + 0.5))))
-    assert len(held_out) == expected == split.record["val_documents"] == len(split.val)
-    assert len(split.train) == count - expected == split.record["train_documents"]
+    assert len(split.train) == count - expected == record["train_documents"]
     by_name = {d.name: d.text for d in corpus.documents}
-    assert sorted(split.val) == sorted(by_name[n] for n in held_out)
-    assert sorted(split.train + split.val) == sorted(by_name.values())
+    rank = {n: hashlib.sha256(f"{seed}:{n}".encode()).digest() for n in by_name}
+    if expected == 1:  # the one held-out document is cut at its middle character
+        [name] = record["val_names"]
+        text = by_name[name]
+        middle = -(-len(text) // 2)
+        assert (split.val, split.test) == ((text[:middle],), (text[middle:],))
+        assert record["test_documents"] == 0 and record["test_cut"] == middle
+        held_out = [name]
+    else:  # the first ceil(k / 2) by hash are validation, the rest test
+        val_names, test_names = record["val_names"], record["test_names"]
+        assert len(val_names) == -(-expected // 2) == record["val_documents"] == len(split.val)
+        assert len(test_names) == expected - len(val_names) == record["test_documents"] == len(split.test)
+        assert max(rank[n] for n in val_names) < min(rank[n] for n in test_names)
+        assert sorted(split.val) == sorted(by_name[n] for n in val_names)
+        assert sorted(split.test) == sorted(by_name[n] for n in test_names)
+        assert sorted(split.train + split.val + split.test) == sorted(by_name.values())
+        held_out = val_names + test_names
+    assert max(rank[n] for n in held_out) < min(rank[n] for n in by_name if n not in held_out)
     assert split_corpus(corpus, fraction, seed) == split
 
 
@@ -204,13 +223,13 @@ def test_split_record_and_streams_in_token_data(tmp_path):
     data = prepare_tokens("docs", "byte", tmp_path, val_fraction=0.2, split_seed=3)
     split = data.record["split"]
     assert split["unit"] == "document" and split["seed"] == 3 and split["val_fraction"] == 0.2
-    held_out = split["val_names"]
-    assert len(held_out) == 2
-    val_text = DOCUMENT_SEPARATOR.join(f"document number {int(n[:2])}\n" for n in sorted(held_out))
+    held_out = split["val_names"] + split["test_names"]
+    assert len(split["val_names"]) == len(split["test_names"]) == 1
+    val_text, test_text = (f"document number {int(n[:2])}\n" for n in held_out)
     train_text = DOCUMENT_SEPARATOR.join(f"document number {i}\n" for i in range(10) if f"{i:02d}.txt" not in held_out)
-    assert byte_decode(data.val) == val_text
+    assert byte_decode(data.val) == val_text and byte_decode(data.test) == test_text
     assert byte_decode(data.train) == train_text
-    assert data.record["tokens"] == {"train": len(train_text), "val": len(val_text)}
+    assert data.record["tokens"] == {"train": len(train_text), "val": len(val_text), "test": len(test_text)}
     assert data.record["tokens_sha256"]["train"] == sha256_of(np.asarray(data.train))
     assert data.record["tokenizer"]["name"] == "byte"
     assert data.record["documents"] == 10
@@ -234,11 +253,13 @@ def test_shakespeare_matches_the_spec_figures(tmp_path, capsys):
 
     data = prepare_tokens("shakespeare", "byte", tmp_path)
     split = data.record["split"]
-    assert split["val_documents"] == 4 and split["train_documents"] == 34  # round(0.1 * 38)
+    # round(0.1 * 38) = 4 held out: 2 validation, 2 test.
+    assert split["val_documents"] == split["test_documents"] == 2 and split["train_documents"] == 34
     texts = {d.name: d.text for d in corpus.documents}
-    val_bytes = DOCUMENT_SEPARATOR.join(texts[n] for n in split["val_names"]).encode()
-    assert np.asarray(data.val).tobytes() == np.frombuffer(val_bytes, np.uint8).astype(np.uint16).tobytes()
-    train_names = [n for n in texts if n not in split["val_names"]]
+    for stream, held in ((data.val, split["val_names"]), (data.test, split["test_names"])):
+        expected = DOCUMENT_SEPARATOR.join(texts[n] for n in held).encode()
+        assert np.asarray(stream).tobytes() == np.frombuffer(expected, np.uint8).astype(np.uint16).tobytes()
+    train_names = [n for n in texts if n not in split["val_names"] + split["test_names"]]
     assert data.record["tokens"]["train"] == len(DOCUMENT_SEPARATOR.join(texts[n] for n in train_names).encode())
     assert capsys.readouterr().err == ""  # no progress bar off a terminal
 
@@ -287,11 +308,12 @@ def test_char_vocabulary_comes_from_the_train_split_only(tmp_path):
     write(tmp_path / "d" / "b.txt", "xyz\n")
     data = prepare_tokens("d", "char", tmp_path, val_fraction=0.5)
     val_name = data.record["split"]["val_names"][0]
-    train_text, val_text = ("aaaa bbbb\n", "xyz\n") if val_name == "b.txt" else ("xyz\n", "aaaa bbbb\n")
+    train_text, held_text = ("aaaa bbbb\n", "xyz\n") if val_name == "b.txt" else ("xyz\n", "aaaa bbbb\n")
     train_chars = set(train_text) | set(DOCUMENT_SEPARATOR)
     assert data.vocab_size == len(train_chars) + 1
-    expected_unknown = sum(c not in train_chars for c in val_text)
-    assert int((np.asarray(data.val) == UNKNOWN_ID).sum()) == expected_unknown > 0
+    expected_unknown = sum(c not in train_chars for c in held_text)
+    held_ids = np.concatenate([np.asarray(data.val), np.asarray(data.test)])
+    assert int((held_ids == UNKNOWN_ID).sum()) == expected_unknown > 0
 
 
 def test_large_vocabulary_is_stored_as_uint32(tmp_path):
@@ -302,7 +324,8 @@ def test_large_vocabulary_is_stored_as_uint32(tmp_path):
     data = prepare_tokens("wide.txt", "char", tmp_path, val_fraction=0.001)
     assert data.vocab_size == 70_000 + 1 + 1  # the characters, the separator's "\n", the unknown id
     assert data.train.dtype == np.uint32 and data.val.dtype == np.uint32
-    assert data.tokenizer.decode(data.train) + data.tokenizer.decode(data.val) == text + text[:100]
+    decoded = (data.tokenizer.decode(part) for part in (data.train, data.val, data.test))
+    assert "".join(decoded) == text + text[:100]
     small = prepare_tokens("wide.txt", "byte", tmp_path)
     assert small.train.dtype == np.uint16
 
@@ -548,8 +571,8 @@ def test_bpe_through_the_token_cache(tmp_path):
     assert data.record["tokenizer"]["fingerprint"] == data.tokenizer.fingerprint
     assert list((tmp_path / "cache" / "tokenizers").glob("bpe-300-*.json"))
     held_out = data.record["split"]["val_names"][0]
-    val_text = (tmp_path / "d" / held_out).read_text()
-    assert data.tokenizer.decode(data.val) == val_text
+    held_text = (tmp_path / "d" / held_out).read_text()
+    assert data.tokenizer.decode(data.val) + data.tokenizer.decode(data.test) == held_text
 
 
 def test_unknown_tokenizer_is_a_usage_error(tmp_path):

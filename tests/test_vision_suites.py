@@ -120,9 +120,14 @@ def test_digits_through_the_cli_ends_far_above_chance(cli, tmp_path: Path) -> No
     assert run.status == "ok" and run.final_eval_metric >= 0.9
     resolved = json.loads(run.spec)["task_args_resolved"]
     assert (resolved["autocast"], resolved["channels_last"]) == ("off", "off")
-    evals = read_curves(tmp_path).query("split == 'eval'")
+    curves = read_curves(tmp_path)
+    evals = curves.query("split == 'eval'")
     per_epoch = resolved["steps_per_epoch"]
     assert sorted(evals.step) == [epoch * per_epoch for epoch in range(16)] and run.steps == 15 * per_epoch
+    # 10% of the training split is held out for validation, evaluated at the same steps as the test split.
+    train, val = resolved["train_size"], resolved["val_size"]
+    assert val == round(0.1 * (train + val)) and sorted(curves.query("split == 'val'").step) == sorted(evals.step)
+    assert run.final_val_metric >= 0.9
 
 
 def test_short_fashion_mnist_run_through_the_cli_ends_far_above_chance(cli, tmp_path: Path) -> None:

@@ -78,7 +78,9 @@ def normaliser(train_x: np.ndarray):
 
 
 def make_task(root: Path, batch_size: int, seed: int = 0, **args: object) -> ImageClassificationTask:
-    full = {**DEFAULTS, "dataset": "cifar10", "model": "mlp", "model_options": {"hidden": 16}, **args}
+    """The task on the tiny CIFAR files; without a validation split unless `val_fraction` is given."""
+    full = {**DEFAULTS, "dataset": "cifar10", "model": "mlp", "model_options": {"hidden": 16}, "val_fraction": 0.0}
+    full.update(args)
     ctx = TaskContext(seed=seed, device=torch.device("cpu"), data_root=root, batch_size=batch_size)
     return ImageClassificationTask(full, ctx)
 
@@ -223,6 +225,42 @@ def test_evaluation_covers_the_whole_test_split_in_chunks(tmp_path: Path) -> Non
     assert result.metric == pytest.approx(float((logits.argmax(dim=1) == labels).double().mean()))
 
 
+def test_validation_subset_is_held_out_of_training_and_evaluated_apart(tmp_path: Path) -> None:
+    """val_fraction 0.2 of 25 training examples: round(5.0) = 5 held out, the same five for every run seed and
+    another five for another split seed; the task trains on the other 20 only, normalises with their statistics,
+    and reports the five's loss and accuracy beside the test split's."""
+    train_x, train_y, test_x, test_y = cifar_raw(write_cifar10(tmp_path, per_batch=5))
+    everything = torch.from_numpy(train_x)
+    task = make_task(tmp_path, batch_size=4, eval_batch_size=3, val_fraction=0.2)
+
+    def rows_of(images: torch.Tensor) -> list[int]:
+        return sorted(int((everything == image).flatten(1).all(dim=1).nonzero()[0]) for image in images)
+
+    held = rows_of(task.val_images)
+    assert len(held) == 5 and task.train_size == 20 and task.resolved_args["val_size"] == 5
+    trained = [i for i in range(25) if i not in held]
+    assert rows_of(task.train_images) == trained
+    normalise = normaliser(train_x[trained])
+    candidates = normalise(train_x)
+    seen = sorted(source_of(row, candidates) for _ in range(task.steps_per_epoch) for row in task.next_batch()[0])
+    assert seen == trained and task.steps_per_epoch == 5
+    assert rows_of(make_task(tmp_path, batch_size=4, seed=7, val_fraction=0.2).val_images) == held
+    assert rows_of(make_task(tmp_path, batch_size=4, val_fraction=0.2, split_seed=1).val_images) != held
+    task.model.eval()
+    with torch.no_grad():
+        result = task.evaluate()
+        model = task.model.double()
+        val_logits = model(torch.from_numpy(normalise(train_x[held])))
+        test_logits = model(torch.from_numpy(normalise(test_x)))
+    val_labels, test_labels = torch.from_numpy(train_y[held]), torch.from_numpy(test_y)
+    assert result.validated
+    assert math.isclose(result.val_loss, float(F.cross_entropy(val_logits, val_labels)), rel_tol=1e-5)
+    assert result.val_metric == pytest.approx(float((val_logits.argmax(dim=1) == val_labels).double().mean()))
+    assert math.isclose(result.loss, float(F.cross_entropy(test_logits, test_labels)), rel_tol=1e-5)
+    with torch.no_grad():
+        assert not make_task(tmp_path, batch_size=4).evaluate().validated  # val_fraction 0: no validation split
+
+
 # ---------------------------------------------------------------- switches and arguments
 
 
@@ -248,6 +286,8 @@ def test_auto_switches_resolve_off_on_cpu_and_on_when_asked(tmp_path: Path) -> N
         ({"channels_last": True}, "task_args.channels_last"),
         ({"model_options": 3}, "model_options must be a table"),
         ({"label_smoothing": 1.0}, "label_smoothing"),
+        ({"val_fraction": 1.0}, "val_fraction"),
+        ({"val_fraction": -0.1}, "val_fraction"),
     ],
 )
 def test_bad_arguments_are_usage_errors_before_any_data_is_read(

@@ -15,8 +15,9 @@ Relative paths resolve against the data root, absolute ones (and ``~``) are take
 Nothing is downloaded; a corpus that is not on disk raises
 :class:`~structbench.errors.MissingDataError` naming where it was looked for and how to get it.
 
-The validation split holds out whole documents, chosen by a seeded hash of their names
-(:func:`split_corpus`), so a seed names the same split on every machine and numpy version.
+The held-out documents, chosen by a seeded hash of their names (:func:`split_corpus`), so a seed names the same
+split on every machine and numpy version, are divided into a validation split (what a run is tuned and timed on)
+and a test split (what the report compares on).
 """
 
 from __future__ import annotations
@@ -90,11 +91,12 @@ class Corpus:
 
 @dataclass(frozen=True)
 class TextSplit:
-    """A corpus split into train and validation texts (each a tuple of document texts, in corpus
+    """A corpus split into train, validation and test texts (each a tuple of document texts, in corpus
     order) and the record of how the split was made."""
 
     train: tuple[str, ...]
     val: tuple[str, ...]
+    test: tuple[str, ...]
     record: dict[str, object]
 
 
@@ -260,12 +262,25 @@ def _rank(seed: int, name: str) -> bytes:
     return hashlib.sha256(f"{seed}:{name}".encode("utf-8", "surrogatepass")).digest()
 
 
+def _names_record(split: str, names: list[str]) -> dict[str, object]:
+    return {
+        f"{split}_documents": len(names),
+        f"{split}_names": names if len(names) <= MAX_RECORDED_NAMES else None,
+        f"{split}_names_sha256": hashlib.sha256("\n".join(names).encode("utf-8")).hexdigest(),
+    }
+
+
 def split_corpus(corpus: Corpus, val_fraction: float = 0.1, seed: int = 0) -> TextSplit:
     """Hold out ``round(val_fraction * documents)`` whole documents (at least one, leaving at least
-    one) for validation: those whose ``sha256(f"{seed}:{name}")`` sort first.
+    one): those whose ``sha256(f"{seed}:{name}")`` sort first. Of the held-out documents, the first
+    ``ceil(count / 2)`` in that order are the validation split and the others the test split; a
+    single held-out document is cut at its middle character instead (the first ``ceil(characters / 2)``
+    characters are validation, the rest test).
 
-    A single-document corpus is cut instead: its last ``ceil(val_fraction * characters)``
-    characters are the validation text. The record says which was done and what went where.
+    A single-document corpus is cut by characters: its last ``ceil(val_fraction * characters)``
+    characters (at least two) are held out, and cut in two as above. The record says which was done
+    and what went where (``cut``: where the held-out text starts; ``test_cut``: where the test text
+    starts, in the document it cuts).
     """
     if not 0.0 < val_fraction < 1.0:
         raise UsageError(f"val_fraction must lie strictly between 0 and 1, got {val_fraction}")
@@ -273,26 +288,37 @@ def split_corpus(corpus: Corpus, val_fraction: float = 0.1, seed: int = 0) -> Te
     record: dict[str, object] = {"seed": seed, "val_fraction": val_fraction}
     if len(documents) == 1:
         text = documents[0].text
-        if len(text) < 2:
+        if len(text) < 3:
             raise UsageError(f"corpus {corpus.name!r} is one document of {len(text)} character(s): too short to split")
-        cut = len(text) - min(len(text) - 1, max(1, math.ceil(val_fraction * len(text))))
-        record |= {"unit": "character", "document": documents[0].name, "cut": cut, "characters": len(text)}
-        return TextSplit((text[:cut],), (text[cut:],), record)
+        cut = len(text) - min(len(text) - 1, max(2, math.ceil(val_fraction * len(text))))
+        test_cut = cut + math.ceil((len(text) - cut) / 2)
+        record |= {
+            "unit": "character",
+            "document": documents[0].name,
+            "cut": cut,
+            "test_cut": test_cut,
+            "characters": len(text),
+        }
+        return TextSplit((text[:cut],), (text[cut:test_cut],), (text[test_cut:],), record)
     count = min(len(documents) - 1, max(1, math.floor(val_fraction * len(documents) + 0.5)))
     ranked = sorted(range(len(documents)), key=lambda i: _rank(seed, documents[i].name))
-    held_out = sorted(ranked[:count])
-    names = [documents[i].name for i in held_out]
-    record |= {
-        "unit": "document",
-        "train_documents": len(documents) - count,
-        "val_documents": count,
-        "val_names": names if count <= MAX_RECORDED_NAMES else None,
-        "val_names_sha256": hashlib.sha256("\n".join(names).encode("utf-8")).hexdigest(),
-    }
-    is_val = set(held_out)
-    train = tuple(d.text for i, d in enumerate(documents) if i not in is_val)
-    val = tuple(documents[i].text for i in held_out)
-    return TextSplit(train, val, record)
+    held_out = set(ranked[:count])
+    train = tuple(d.text for i, d in enumerate(documents) if i not in held_out)
+    record |= {"unit": "document", "train_documents": len(documents) - count}
+    if count == 1:
+        (only,) = held_out
+        text = documents[only].text
+        test_cut = math.ceil(len(text) / 2)
+        record |= {**_names_record("val", [documents[only].name]), "test_documents": 0, "test_cut": test_cut}
+        return TextSplit(train, (text[:test_cut],), (text[test_cut:],), record)
+    validation = set(ranked[: math.ceil(count / 2)])
+    val_ids = sorted(validation)
+    test_ids = sorted(held_out - validation)
+    record |= _names_record("val", [documents[i].name for i in val_ids])
+    record |= _names_record("test", [documents[i].name for i in test_ids])
+    val = tuple(documents[i].text for i in val_ids)
+    test = tuple(documents[i].text for i in test_ids)
+    return TextSplit(train, val, test, record)
 
 
 def corpus_status(data_root: Path) -> list[dict[str, object]]:

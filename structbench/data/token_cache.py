@@ -1,14 +1,15 @@
 """Tokenized corpora on disk: tokenize once, then memory-map (issue #8).
 
 :func:`prepare_tokens` reads a corpus, splits it (:func:`~structbench.data.text.split_corpus`),
-builds the tokenizer and returns the train and validation token streams as read-only memmaps of
-``.npy`` files. Each split's stream is its documents' tokens, in corpus order, with the tokens of
+builds the tokenizer and returns the train, validation and test token streams as read-only memmaps
+of ``.npy`` files. Each split's stream is its documents' tokens, in corpus order, with the tokens of
 :data:`~structbench.data.text.DOCUMENT_SEPARATOR` between consecutive documents (every document
 is encoded on its own, so no token spans two documents).
 
 Cache layout, under ``cache_dir`` (default ``<data root>/cache``)::
 
-    tokens/<key>/train.npy, val.npy, meta.json    key: corpus content hash + split + tokenizer fingerprint
+    tokens/<key>/train.npy, val.npy, test.npy, meta.json
+                                                 key: corpus content hash + split + tokenizer fingerprint
     tokenizers/bpe-<vocab>-<key>.json             trained BPE models
 
 An entry is built in a hidden temporary directory and renamed into place, so a crash never
@@ -36,9 +37,9 @@ from structbench.data.text import CORPUS_OPTIONS, DOCUMENT_SEPARATOR, load_corpu
 from structbench.data.tokenizers import Tokenizer, build_tokenizer, token_dtype
 from structbench.errors import UsageError
 
-CACHE_FORMAT = 1
+CACHE_FORMAT = 2
 """Version of the entry layout and stream definition; part of every key."""
-SPLITS = ("train", "val")
+SPLITS = ("train", "val", "test")
 PROGRESS_MIN_CHARS = 1_000_000
 """Corpora at least this long show a progress bar while tokenizing (only on a terminal)."""
 
@@ -47,13 +48,14 @@ PROGRESS_MIN_CHARS = 1_000_000
 class TokenData:
     """Token streams of one corpus + tokenizer.
 
-    ``train`` and ``val`` are read-only 1-D memmaps (uint16 when ``vocab_size <= 65535``, else
+    ``train``, ``val`` and ``test`` are read-only 1-D memmaps (uint16 when ``vocab_size <= 65535``, else
     uint32); ``source`` is a one-line description; ``record`` holds what a run should store (see
     :func:`prepare_tokens`); ``cache_path`` is the entry's directory.
     """
 
     train: np.memmap
     val: np.memmap
+    test: np.memmap
     vocab_size: int
     tokenizer: Tokenizer
     source: str
@@ -105,11 +107,11 @@ def prepare_tokens(
     entry = cache_root / "tokens" / key
     arrays = _load_entry(entry, key_fields)
     if arrays is None:
-        _build_entry(entry, key_fields, {"train": split.train, "val": split.val}, tok, dtype)
+        _build_entry(entry, key_fields, {"train": split.train, "val": split.val, "test": split.test}, tok, dtype)
         arrays = _load_entry(entry, key_fields)
         if arrays is None:
             raise UsageError(f"the token cache entry {entry} was written but does not read back; delete it and rerun")
-    (train, train_sha), (val, val_sha) = arrays["train"], arrays["val"]
+    (train, train_sha), (val, val_sha), (test, test_sha) = (arrays[split] for split in SPLITS)
     record: dict[str, object] = {
         "corpus": text.name,
         "corpus_kind": text.kind,
@@ -127,12 +129,12 @@ def prepare_tokens(
         },
         "dtype": dtype.name,
         "separator": DOCUMENT_SEPARATOR,
-        "tokens": {"train": int(train.shape[0]), "val": int(val.shape[0])},
-        "tokens_sha256": {"train": train_sha, "val": val_sha},
+        "tokens": {"train": int(train.shape[0]), "val": int(val.shape[0]), "test": int(test.shape[0])},
+        "tokens_sha256": {"train": train_sha, "val": val_sha, "test": test_sha},
         "cache_key": key,
     }
     source = f"{text.name} ({text.kind}: {text.where}), {tok.name} tokenizer ({tok.vocab_size} ids)"
-    return TokenData(train, val, tok.vocab_size, tok, source, record, entry)
+    return TokenData(train, val, test, tok.vocab_size, tok, source, record, entry)
 
 
 def _array_sha256(array: np.ndarray) -> str:
@@ -202,7 +204,7 @@ def _build_entry(
     tok: Tokenizer,
     dtype: np.dtype,
 ) -> None:
-    """Tokenize both splits into a temporary directory, then rename it to ``entry``."""
+    """Tokenize every split into a temporary directory, then rename it to ``entry``."""
     try:
         entry.parent.mkdir(parents=True, exist_ok=True)
         staging = Path(tempfile.mkdtemp(dir=entry.parent, prefix=f".{entry.name}.", suffix=".tmp"))

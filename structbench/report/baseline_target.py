@@ -8,8 +8,10 @@ consumed over the wall time the candidate needs to reach it. Here, for the varia
 - B's variant with that setup is the reference (with several, a sweep: among those with an ok run, the one
   selection.py chooses — on a validation metric, else the training loss, never on the evaluation T comes from);
   its runs that ended ok with a finite final value count;
-- T = the median over those runs of their final evaluation of the target's metric (`final_eval_metric`, or
-  `final_eval_loss` for "loss": the run's last evaluation);
+- T = the median over those runs of their final evaluation of the target's metric on the validation split
+  (`final_val_metric`, or `final_val_loss` for "loss") where every one of them records it, else on the evaluation
+  split (`final_eval_metric`, `final_eval_loss`: runs without a validation split). Time to T is then measured on
+  the same split (summary.py), so the test split neither sets the target nor times it;
 - B's budget: the medians over the same runs of `steps` (the step of the last evaluation), of `wall_s` (training
   seconds, evaluation excluded, at that evaluation) and, where the runs record a throughput, of the items trained
   on. A run records its throughput over the steps after the first (the first one compiles / warms up, and its
@@ -31,7 +33,7 @@ from typing import Any
 
 import numpy as np
 
-from structbench.report.selection import choose
+from structbench.report.selection import choose, column_values
 from structbench.report.targets import Reference, Target
 from structbench.report.variants import Variant
 
@@ -41,15 +43,25 @@ def setup_key(config: Mapping[str, Any]) -> str:
     return json.dumps({k: v for k, v in config.items() if not k.startswith("hparams.")}, sort_keys=True, default=str)
 
 
+def final_column(variant: Variant, metric: str) -> str:
+    """The column the variant's final value of `metric` is read from (module docstring): the validation split's
+    when every ok run records it, else the evaluation split's."""
+    ok = variant.values("status") == "ok"
+    validation = "final_val_loss" if metric == "loss" else "final_val_metric"
+    if ok.any() and np.isfinite(column_values(variant, validation)[ok]).all():
+        return validation
+    return "final_eval_loss" if metric == "loss" else "final_eval_metric"
+
+
 def _ok_finals(variant: Variant, metric: str) -> np.ndarray:
     """Mask over the variant's runs: ended ok with a finite final value of `metric`."""
-    finals = variant.values("final_eval_loss" if metric == "loss" else "final_eval_metric")
+    finals = column_values(variant, final_column(variant, metric))
     return (variant.values("status") == "ok") & np.isfinite(finals)
 
 
 def _median_final(variant: Variant, metric: str) -> float:
     counted = _ok_finals(variant, metric)
-    finals = variant.values("final_eval_loss" if metric == "loss" else "final_eval_metric")[counted]
+    finals = column_values(variant, final_column(variant, metric))[counted]
     return float(np.median(finals)) if len(finals) else math.nan
 
 
@@ -70,7 +82,7 @@ def _reference_variant(candidates: Sequence[Variant], metric: str, metric_mode: 
 def _derive(candidates: Sequence[Variant], optim: str, metric: str, mode: str, metric_mode: str) -> Target:
     variant = _reference_variant(candidates, metric, metric_mode)
     if variant is None:
-        return Target(metric, math.nan, mode, Reference(optim, "", 0, math.nan, math.nan, math.nan, ""))
+        return Target(metric, math.nan, mode, Reference(optim, "", 0, "-", math.nan, math.nan, math.nan, ""))
     counted = _ok_finals(variant, metric)
     wall, steps = variant.values("wall_s")[counted], variant.values("steps")[counted].astype(float)
     with np.errstate(divide="ignore", invalid="ignore"):
@@ -80,6 +92,7 @@ def _derive(candidates: Sequence[Variant], optim: str, metric: str, mode: str, m
         optim=optim,
         label=variant.label,
         seeds=int(counted.sum()),
+        split="validation" if final_column(variant, metric).startswith("final_val") else "test",
         steps=_nan_median(steps),
         seconds=_nan_median(wall),
         items=_nan_median(items / timed_fraction),
@@ -90,16 +103,20 @@ def _derive(candidates: Sequence[Variant], optim: str, metric: str, mode: str, m
 
 def targets_of(variants: Sequence[Variant], metric_mode: str) -> list[Target | None]:
     """Each variant's target: fixed, derived from its baseline (module docstring), or None without one."""
-    derived: dict[str, Target] = {}
+    derived: dict[tuple[str, str], Target] = {}
     targets: list[Target | None] = []
     for variant in variants:
         metric, baseline = variant.config.get("target.metric"), variant.config.get("target.from_baseline")
         if not (metric and baseline):
             targets.append(fixed_target(variant.config, metric_mode))
             continue
-        key = setup_key(variant.config)
+        key = (setup_key(variant.config), variant.store)
         if key not in derived:
-            same_setup = [v for v in variants if v.optim == baseline and setup_key(v.config) == key]
+            same_setup = [
+                v
+                for v in variants
+                if v.optim_name == baseline and v.store == variant.store and setup_key(v.config) == key[0]
+            ]
             mode = "min" if metric == "loss" else metric_mode
             derived[key] = _derive(same_setup, str(baseline), str(metric), mode, metric_mode)
         targets.append(derived[key])

@@ -1,20 +1,31 @@
-"""Assemble the report from the store: per-suite summaries, baseline comparisons, and the cross-suite view.
+"""Assemble the report from the stores: per-suite summaries, baseline comparisons, and the cross-suite view.
+
+Splits. A run that holds out a validation split records its final validation loss and metric (`final_val_*`) and a
+validation curve beside the test split's (`final_eval_*`, split "eval"; a quadratic's evaluation is its exact
+objective). Everything that chooses or times uses the validation split: the selection of a setting among several,
+a target from a baseline (the baseline's final validation value) and time to target (the validation curve), hence
+speed-ups and performance profiles. The test split is reported for the selected setting only (its final loss and
+metric, the paired comparison of final metrics, the ranks); the every-setting table shows no test numbers. Runs
+without a validation split (stored before there was one, or `val_fraction = 0`) are timed and selected as before (on
+their evaluation, and on training loss), and the report says so.
 
 Selected setting. When an optimizer ran a suite under several settings (a sweep), one selected setting
 represents it wherever one row or number per optimizer is needed (the suite table, the baseline, the paired
 comparisons, the curve plots, the profiles and the ranks); the Markdown and HTML reports also list every
-setting. The setting is never chosen on the suite's evaluation, which is the test split the report compares on
-(final eval loss and metric, time to target): it is the one with the best median over seeds of a selection
-metric — the validation metric (`final_val_metric`, the eval metric's name and direction) where the runs
-record one, else the validation loss (`final_val_loss`), else the final training loss (`final_train_loss`:
-"selected on training loss (no validation split)"). Settings whose runs diverged, ran out of memory, hit a
-solver error or timed out are never selected over one whose runs did not; ties go to the label (selection.choose);
-the report says next to each such optimizer which metric selected its setting, and the Sweeps section shows the
-selection metric against each swept hyperparameter (sweeps.py).
+setting. It is the one with the best median over seeds of a selection metric — the validation metric
+(`final_val_metric`, the eval metric's name and direction) where the runs record one, else the validation loss
+(`final_val_loss`), else the final training loss (`final_train_loss`: "selected on training loss (no validation
+split)"). Settings whose runs diverged, ran out of memory, hit a solver error or timed out are never selected over
+one whose runs did not; ties go to the label (selection.choose); the report says next to each such optimizer which
+metric selected its setting, and the Sweeps section shows the selection metric against each swept hyperparameter.
 
 Speed-up against the baseline: the baseline's median steps (seconds) to target divided by the variant's,
 so 2.0x means the target in half the steps (time). A target from a baseline (`baseline_target`) divides that
-baseline's total steps (seconds) instead, whatever `--baseline` names.
+baseline's total steps (seconds) instead, whatever `--baseline` names. In a report over several stores each row is
+compared with the baseline of its own store.
+
+Across suites (profiles.py): each optimizer over the suites it ran, with its coverage; smoke suites
+(suite_files.is_smoke) are left out unless `include_smoke`.
 """
 
 from __future__ import annotations
@@ -22,7 +33,7 @@ from __future__ import annotations
 import hashlib
 import json
 import math
-from collections.abc import Collection, Mapping
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
@@ -30,19 +41,22 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from structbench.report import load
+from structbench.report import filters, load, suite_files
 from structbench.report.baseline_target import targets_of
 from structbench.report.curve_index import CurveIndex
 from structbench.report.profiles import Profile, Ranks, performance_profile, rank_table
+from structbench.report.provenance import untuned
 from structbench.report.selection import Selection, choose
 from structbench.report.stats import Paired, paired_difference
-from structbench.report.summary import VariantSummary, summarize_variant
+from structbench.report.summary import Evaluations, VariantSummary, summarize_variant
 from structbench.report.sweeps import Sweep, sweeps_of
-from structbench.report.targets import Target
+from structbench.report.targets import Crossing, Target
 from structbench.report.variants import group_variants
 from structbench.store import Problem
 
 EXPERIMENT_PREFIX = "experiment:"
+EXACT_TASKS = ("quadratic",)
+"""Tasks whose evaluation is an exact objective rather than a data split."""
 ENV_COLUMNS = (
     "device",
     "device_name",
@@ -56,7 +70,7 @@ ENV_COLUMNS = (
 
 @dataclass(frozen=True)
 class Comparison:
-    """A variant against the suite's baseline over the seeds both ran."""
+    """A variant against the baseline of its store over the seeds both ran."""
 
     variant: VariantSummary
     baseline: VariantSummary
@@ -65,6 +79,7 @@ class Comparison:
     seconds: Paired | None
     steps: Paired | None
     metric: Paired | None
+    """On the test split's final metric."""
 
 
 @dataclass(frozen=True, eq=False)
@@ -80,7 +95,8 @@ class SuiteReport:
     """Each optimizer's selection metric, its settings' scores and the chosen one."""
     sweeps: list[Sweep]
     """The optimizers whose settings differ only in hyperparameters, for the Sweeps section."""
-    baseline: VariantSummary | None
+    baselines: dict[str, VariantSummary]
+    """The baseline's selected setting in each store ("" in a report over one store)."""
     comparisons: list[Comparison]
     failures: pd.DataFrame
     superseded: pd.DataFrame
@@ -89,6 +105,16 @@ class SuiteReport:
     """Curve points of the selected settings' runs (empty when plots are not drawn)."""
     digest: str
     """A digest of every run row and curve point the suite's numbers come from ("" when plots are not drawn)."""
+    smoke: bool = False
+    """A smoke suite: left out of the cross-suite aggregates unless asked for."""
+
+    @property
+    def baseline(self) -> VariantSummary | None:
+        """The baseline's selected setting (of the first store that has one)."""
+        return next(iter(self.baselines.values()), None)
+
+    def baseline_of(self, variant: VariantSummary) -> VariantSummary | None:
+        return self.baselines.get(variant.variant.store)
 
     @property
     def targets(self) -> list[Target]:
@@ -107,19 +133,42 @@ class SuiteReport:
     def run_count(self) -> int:
         return sum(len(v.variant.rows) for v in self.variants) + len(self.superseded)
 
+    @property
+    def validated(self) -> bool:
+        """Whether the runs hold out a validation split (any selected setting records one)."""
+        return any(v.validated for v in self.variants)
+
+    @property
+    def eval_split(self) -> str:
+        """What the runs' evaluation is: "exact" (an exact objective) or "test"."""
+        return "exact" if self.task in EXACT_TASKS else "test"
+
+    @property
+    def timing_split(self) -> str:
+        """The split time to target is measured on, over the selected settings."""
+        splits = {v.timing_split for v in self.selected.values() if v.timing_split}
+        if splits == {"validation"}:
+            return "validation"
+        return "test" if splits == {"test"} else " and ".join(sorted(splits, reverse=True))
+
+    @property
+    def stores(self) -> list[str]:
+        return sorted({v.variant.store for v in self.variants})
+
     def speedup(self, variant: VariantSummary, unit: str) -> float:
         """Baseline median / variant median of steps or seconds to target; NaN when undefined.
 
         For a target from a baseline the numerator is that baseline's total steps or seconds (`baseline_target`).
         """
         pick = (lambda v: v.steps_to_target) if unit == "steps" else (lambda v: v.seconds_to_target)
+        baseline = self.baseline_of(variant)
         if variant.target is not None and variant.target.reference is not None:
             reference = variant.target.reference
             base = reference.steps if unit == "steps" else reference.seconds
-        elif self.baseline is None or variant.target is None or self.baseline.target is None:
+        elif baseline is None or variant.target is None or baseline.target is None:
             return math.nan
         else:
-            base = pick(self.baseline).median
+            base = pick(baseline).median
         mine = pick(variant).median
         if math.isnan(mine) or math.isnan(base) or math.isinf(mine):
             return math.nan
@@ -131,6 +180,7 @@ class SuiteReport:
 @dataclass(frozen=True, eq=False)
 class Report:
     out: Path
+    """The first store (the figure cache is kept there)."""
     baseline: str
     filters: Mapping[str, str]
     suites: list[SuiteReport]
@@ -143,23 +193,37 @@ class Report:
     """Numerical-experiment runs (task "experiment:<name>"): not optimizer comparisons; their claims are listed."""
     notes: list[str] = field(default_factory=list)
     generated: datetime = field(default_factory=lambda: datetime.now(UTC))
+    stores: tuple[Path, ...] = ()
+    """Every store read, in the order given."""
+    left_out: tuple[str, ...] = ()
+    """Suites left out of the cross-suite aggregates (smoke suites)."""
 
     @property
     def optims(self) -> list[str]:
         return sorted({o for s in self.suites for o in s.selected})
 
+    @property
+    def aggregated(self) -> list[SuiteReport]:
+        """The suites the profiles and ranks are over."""
+        return [s for s in self.suites if s.name not in self.left_out]
+
+    def _env_columns(self) -> list[str]:
+        several = "store" in self.runs.columns and (self.runs["store"] != "").any()
+        return (["store"] if several else []) + list(ENV_COLUMNS)
+
     def environments(self) -> pd.DataFrame:
-        """Distinct environments (E1, E2, ...) with the number of runs in each."""
-        env = self.runs[list(ENV_COLUMNS)].fillna("-").astype(str)
+        """Distinct environments (E1, E2, ...) with the number of runs in each (and their store, over several)."""
+        env = self.runs[self._env_columns()].fillna("-").astype(str)
         table = env.value_counts(sort=False).reset_index(name="runs")
         table.insert(0, "env", [f"E{i + 1}" for i in range(len(table))])
         return table
 
     def environment_of_runs(self) -> dict[str, str]:
         """run_id -> environment id."""
+        columns = self._env_columns()
         env = self.environments()
-        keys = self.runs[list(ENV_COLUMNS)].fillna("-").astype(str)
-        merged = keys.merge(env, on=list(ENV_COLUMNS), how="left")
+        keys = self.runs[columns].fillna("-").astype(str)
+        merged = keys.merge(env, on=columns, how="left")
         return dict(zip(self.runs["run_id"], merged["env"], strict=True))
 
 
@@ -194,13 +258,64 @@ def _first_line(text: object) -> str:
     return lines[-1].strip() if text.lstrip().startswith("Traceback") else lines[0].strip()
 
 
-def build_suite(name: str, runs: pd.DataFrame, curves: pd.DataFrame, baseline_name: str, plotted: bool) -> SuiteReport:
+def _split_note(suite: SuiteReport) -> str:
+    """Which split the suite's numbers come from, in words."""
+    evaluation = "the exact objective" if suite.eval_split == "exact" else "the test split"
+    if suite.validated:
+        return (
+            f"splits: settings are selected, targets set and timed on the validation split; final numbers are also "
+            f"given on {evaluation}, for the selected setting only."
+        )
+    return (
+        f"splits: these runs hold out no validation split, so time to target is measured on {evaluation} (the "
+        "numbers compared) and settings are selected on training loss."
+    )
+
+
+def _interval_text(seed: int, crossing: Crossing) -> str:
+    low, high = crossing.interval or (math.nan, math.nan)
+    return f"seed {seed}: between the evaluations at steps {low:g} and {high:g}"
+
+
+def _budget_notes(variants: Sequence[VariantSummary]) -> list[str]:
+    notes = []
+    few = {v.label: v.few_evaluations for v in variants if v.few_evaluations}
+    if few:
+        listed = "; ".join(
+            f"{label} ({', '.join(f'seed {s}: {n}' for s, n in counts.items())})" for label, counts in few.items()
+        )
+        notes.append(
+            f"too few evaluations: {listed}. With fewer than 3 evaluations a curve is a straight line between its "
+            "ends, and time to target an interpolation over the whole run: lower budget.eval_every."
+        )
+    wide = {v.label: v.wide_crossings for v in variants if v.wide_crossings}
+    if wide:
+        listed = "; ".join(
+            f"{label} ({', '.join(_interval_text(s, c) for s, c in crossings.items())})"
+            for label, crossings in wide.items()
+        )
+        notes.append(
+            f"time to target interpolated over more than a quarter of the run: {listed}; the crossing may lie "
+            "anywhere in that interval."
+        )
+    untuned_rows = [v.label for v in variants if untuned(v.hparams_source)]
+    if untuned_rows:
+        notes.append(
+            f"untuned here: {', '.join(untuned_rows)} ran at the registry's default hyperparameters (the suite does "
+            "not name them); their numbers say little about the optimizers."
+        )
+    return notes
+
+
+def build_suite(
+    name: str, runs: pd.DataFrame, curves: pd.DataFrame, baseline_name: str, plotted: bool, smoke: bool = False
+) -> SuiteReport:
     metric_name = (
         str(runs["eval_metric_name"].dropna().mode().iloc[0]) if runs["eval_metric_name"].notna().any() else "-"
     )
     modes = runs["eval_metric_mode"].dropna()
     metric_mode = str(modes.mode().iloc[0]) if len(modes) else "min"
-    evals = CurveIndex(curves, "eval")
+    evals = Evaluations(CurveIndex(curves, "val"), CurveIndex(curves, "eval"))
     grouped = group_variants(runs)
     variants = [
         summarize_variant(v, evals, target) for v, target in zip(grouped, targets_of(grouped, metric_mode), strict=True)
@@ -210,12 +325,12 @@ def build_suite(name: str, runs: pd.DataFrame, curves: pd.DataFrame, baseline_na
         by_optim.setdefault(v.optim, []).append(v)
     selections = {optim: choose([v.variant for v in vs], metric_name, metric_mode) for optim, vs in by_optim.items()}
     selected = {optim: by_optim[optim][s.chosen] for optim, s in selections.items()}
-    baseline = selected.get(baseline_name)
-    comparisons = (
-        [_compare(v, baseline, metric_mode) for o, v in selected.items() if o != baseline_name]
-        if baseline is not None
-        else []
-    )
+    baselines = {v.variant.store: v for v in selected.values() if v.variant.optim_name == baseline_name}
+    comparisons = [
+        _compare(v, baselines[v.variant.store], metric_mode)
+        for v in selected.values()
+        if v.variant.optim_name != baseline_name and v.variant.store in baselines
+    ]
     notes: list[str] = []
     for optim, vs in by_optim.items():
         if len(vs) > 1:
@@ -255,7 +370,7 @@ def build_suite(name: str, runs: pd.DataFrame, curves: pd.DataFrame, baseline_na
         columns=["run_id", "variant", "seed", "status", "steps", "message"],
     )
     plotted_ids = {r for v in selected.values() for r in v.variant.run_ids}
-    return SuiteReport(
+    report = SuiteReport(
         name=name,
         task=str(runs["task"].dropna().iloc[0]) if runs["task"].notna().any() else "-",
         metric_name=metric_name,
@@ -264,14 +379,18 @@ def build_suite(name: str, runs: pd.DataFrame, curves: pd.DataFrame, baseline_na
         selected=dict(sorted(selected.items())),
         selections=dict(sorted(selections.items())),
         sweeps=sweeps_of(by_optim, selections),
-        baseline=baseline,
+        baselines=dict(sorted(baselines.items())),
         comparisons=comparisons,
         failures=failures,
         superseded=superseded,
         notes=notes,
         curves=curves[curves["run_id"].isin(plotted_ids)] if plotted else curves.iloc[0:0],
         digest=digest(runs, curves) if plotted else "",
+        smoke=smoke,
     )
+    notes[:0] = [_split_note(report)]
+    notes += _budget_notes(list(report.selected.values()))
+    return report
 
 
 def digest(*frames: pd.DataFrame) -> str:
@@ -299,26 +418,71 @@ def _needs_curves(runs: pd.DataFrame, plotted: bool) -> list[str]:
     return runs.loc[runs["spec"].map(_has_target).astype(bool), "run_id"].tolist()
 
 
+def _read_stores(stores: Sequence[Path]) -> tuple[pd.DataFrame, list[Problem]]:
+    """Every store's runs; over several stores each row carries its store's label (the path as given) and its run
+    id is prefixed by it, so that the same run copied into two stores stays two rows."""
+    frames, problems = [], []
+    several = len(stores) > 1
+    for out in stores:
+        runs, found = load.load_runs(out)
+        label = str(out) if several else ""
+        runs = runs.assign(store=label, stored_id=runs["run_id"])
+        if several:
+            runs["run_id"] = label + "/" + runs["run_id"]
+        frames.append(runs)
+        problems += found
+    return pd.concat(frames, ignore_index=True) if len(frames) > 1 else frames[0], problems
+
+
+def _read_curves(stores: Sequence[Path], runs: pd.DataFrame, plotted: bool) -> tuple[pd.DataFrame, list[Problem]]:
+    frames, problems = [], []
+    wanted = set(_needs_curves(runs, plotted))
+    for out in stores:
+        mine = runs[(runs["store"] == (str(out) if len(stores) > 1 else "")) & runs["run_id"].isin(wanted)]
+        curves, found = load.load_curves(out, mine["stored_id"].tolist())
+        if len(stores) > 1:
+            curves = curves.assign(run_id=str(out) + "/" + curves["run_id"])
+        frames.append(curves)
+        problems += found
+    return pd.concat(frames, ignore_index=True) if len(frames) > 1 else frames[0], problems
+
+
 def build_report(
-    out: Path,
-    suites: Collection[str] = (),
+    out: Path | Sequence[Path],
+    suites: Collection[str] | Mapping[str, Sequence[str]] = (),
     optims: Collection[str] = (),
     baseline: str = "adamw",
     since: pd.Timestamp | None = None,
     plotted: bool = False,
+    baseline_given: bool = False,
+    include_smoke: bool = False,
 ) -> Report:
-    """Read the store and assemble every table's numbers; `plotted` also keeps the curves the plots draw."""
-    everything, problems = load.load_runs(out, suites, set(optims) | {baseline} if optims else (), since)
+    """Read the stores and assemble every table's numbers; `plotted` also keeps the curves the plots draw. The
+    filters are filters.apply's (a filter that matches nothing is a UsageError)."""
+    stores = [out] if isinstance(out, Path) else list(out)
+    everything, problems = _read_stores(stores)
+    where = ", ".join(str(s) for s in stores)
+    groups = dict(suites) if isinstance(suites, Mapping) else {name: [name] for name in suites}
+    everything = filters.apply(everything, where, groups, optims, baseline, baseline_given, since)
     is_experiment = everything["task"].fillna("").str.startswith(EXPERIMENT_PREFIX).to_numpy(bool)
     runs, experiments = everything[~is_experiment], everything[is_experiment]
-    curves, curve_problems = load.load_curves(out, _needs_curves(runs, plotted))
+    curves, curve_problems = _read_curves(stores, runs, plotted)
     problems = problems + curve_problems
     reports = [
-        build_suite(name, group, curves[curves["run_id"].isin(group["run_id"])], baseline, plotted)
+        build_suite(
+            name,
+            group,
+            curves[curves["run_id"].isin(group["run_id"])],
+            baseline,
+            plotted,
+            suite_files.is_smoke(str(name)),
+        )
         for name, group in runs.groupby("suite", sort=True)
     ]
-    optim_names = sorted({o for s in reports for o in s.selected})
-    timed = [s for s in reports if s.timed]
+    left_out = tuple(s.name for s in reports if s.smoke and not include_smoke)
+    aggregated = [s for s in reports if s.name not in left_out]
+    optim_names = sorted({o for s in aggregated for o in s.selected})
+    timed = [s for s in aggregated if s.timed]
     profile_seconds = profile_steps = None
     if timed:
         profile_seconds = performance_profile(
@@ -329,29 +493,40 @@ def build_report(
         )
     ranks = (
         rank_table(
-            {s.name: {o: v.final_metric.median for o, v in s.selected.items()} for s in reports},
-            {s.name: s.metric_mode for s in reports},
+            {s.name: {o: v.final_metric.median for o, v in s.selected.items()} for s in aggregated},
+            {s.name: s.metric_mode for s in aggregated},
             optim_names,
         )
-        if reports
+        if aggregated
         else None
     )
-    filters = {
-        "suites": ", ".join(suites) or "all",
+    filters_text = {
+        "suites": ", ".join(groups) or "all",
         "optimizers": ", ".join(sorted(set(optims) | {baseline})) if optims else "all",
         "since": since.isoformat() if since is not None else "-",
     }
     notes = []
-    if reports and not any(s.baseline is not None for s in reports):
+    if left_out:
+        notes.append(
+            f"smoke suite(s) {', '.join(left_out)} are left out of the cross-suite profiles and ranks (a few dozen "
+            "steps at default hyperparameters; --include-smoke counts them)."
+        )
+    if reports and not any(s.baselines for s in reports):
         notes.append(f"the baseline {baseline!r} has no runs in this report: no speed-ups or paired comparisons.")
     else:
         for suite in reports:
-            if suite.baseline is None:
-                suite.notes.insert(0, f"the baseline {baseline!r} did not run this suite: no speed-ups or comparisons.")
+            missing = [store or "this store" for store in suite.stores if store not in suite.baselines]
+            if missing:
+                suite.notes.insert(
+                    0,
+                    f"the baseline {baseline!r} did not run this suite"
+                    + (f" in {', '.join(missing)}" if len(suite.stores) > 1 else "")
+                    + ": no speed-ups or comparisons there.",
+                )
     return Report(
-        out=out,
+        out=stores[0],
         baseline=baseline,
-        filters=filters,
+        filters=filters_text,
         suites=reports,
         profile_seconds=profile_seconds,
         profile_steps=profile_steps,
@@ -360,4 +535,6 @@ def build_report(
         problems=problems,
         experiments=experiments.reset_index(drop=True),
         notes=notes,
+        stores=tuple(stores),
+        left_out=left_out,
     )

@@ -3,9 +3,9 @@
     <out>/.report-cache/figures/<suite>-<key>/manifest.json + one PNG per figure
 
 The key is a SHA-256 over everything a suite's figures depend on: the suite's data digest (every run row
-and curve point it reads, build.digest), the colours assigned to its optimizers, the source of every module of
-the report package (plotting, targets, profiles, statistics: a change to any of them may change a figure) and
-the matplotlib version. The cross-suite figures are kept the same way under the name ACROSS, with
+and curve point it reads, build.digest), the looks (colour, line style, fill) assigned to its optimizers, the source
+of every module of the report package (plotting, targets, profiles, statistics: a change to any of them may change
+a figure) and the matplotlib version. The cross-suite figures are kept the same way under the name ACROSS, with
 the digest of every suite's digest. Entries hold plain JSON and PNG bytes, nothing executable. Only the
 newest `KEEP` entries of a name are kept. As with the read cache, an unreadable entry is ignored and an
 unwritable directory only means nothing is kept. Reading an entry loads neither the plotting module nor
@@ -24,7 +24,7 @@ import matplotlib
 
 from structbench.report.atomic import replacing
 from structbench.report.cached_read import CACHE_DIR
-from structbench.report.figure_file import FigureFile
+from structbench.report.figure_file import FigureFile, Look
 
 KEEP = 3
 ACROSS = "across suites"
@@ -51,20 +51,21 @@ def _slug(name: str) -> str:
     return "".join(c if c.isalnum() or c in "-_" else "-" for c in name)
 
 
-def key(name: str, digest: str, colors: Mapping[str, tuple[float, ...]]) -> str:
-    """The entry key of figures called `name` drawn from data with `digest` in `colors` (only the ones drawn)."""
-    mine = {o: list(colors[o]) for o in sorted(colors)}
+def key(name: str, digest: str, looks: Mapping[str, Look]) -> str:
+    """The entry key of figures called `name` drawn from data with `digest` in `looks`, the looks of the optimizers
+    drawn."""
+    mine = {o: list(looks[o]) for o in sorted(looks)}
     text = json.dumps([name, digest, mine, _CODE, matplotlib.__version__])
     return hashlib.sha256(text.encode()).hexdigest()[:32]
 
 
-def _entry(out: Path, name: str, digest: str, colors: Mapping[str, tuple[float, ...]]) -> Path:
-    return _root(out) / f"{_slug(name)}-{key(name, digest, colors)}"
+def _entry(out: Path, name: str, digest: str, looks: Mapping[str, Look]) -> Path:
+    return _root(out) / f"{_slug(name)}-{key(name, digest, looks)}"
 
 
-def load(out: Path, name: str, digest: str, colors: Mapping[str, tuple[float, ...]]) -> list[FigureFile] | None:
+def load(out: Path, name: str, digest: str, looks: Mapping[str, Look]) -> list[FigureFile] | None:
     """The kept figures of `name` for this digest and these colours, or None."""
-    entry = _entry(out, name, digest, colors)
+    entry = _entry(out, name, digest, looks)
     try:
         manifest = json.loads((entry / "manifest.json").read_text(encoding="utf-8"))
         return [
@@ -84,13 +85,11 @@ def load(out: Path, name: str, digest: str, colors: Mapping[str, tuple[float, ..
         return None
 
 
-def store(
-    out: Path, name: str, digest: str, colors: Mapping[str, tuple[float, ...]], figures: Sequence[FigureFile]
-) -> None:
+def store(out: Path, name: str, digest: str, looks: Mapping[str, Look], figures: Sequence[FigureFile]) -> None:
     """Keep the figures as a new entry: a directory written under a temporary name and renamed into place
     (atomic.replacing), so a reader finds a whole entry or none."""
     root = _root(out)
-    entry = _entry(out, name, digest, colors)
+    entry = _entry(out, name, digest, looks)
     fields = ("name", "title", "caption", "run_ids", "suite", "width", "height")
     manifest = [{k: getattr(f, k) for k in fields} for f in figures]
     try:

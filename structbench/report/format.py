@@ -1,4 +1,4 @@
-"""Number formatting shared by every output: significant digits, seconds, bytes, estimates with CIs."""
+"""Number formatting shared by every output: significant digits, seconds, bytes, medians with their intervals."""
 
 from __future__ import annotations
 
@@ -76,21 +76,24 @@ def fmt_percent(value: float) -> str:
     return "-" if _missing(value) else f"{100 * value:.0f}%"
 
 
+def interval_text(estimate: Estimate, fmt: Callable[[Any], str], signed: bool = False) -> str:
+    """What is shown below a median: "n=1", "min–max [lo, hi] n=3" below 5 seeds, "95% CI [lo, hi] n=7" from 5."""
+    if estimate.kind == "":
+        return f"n={estimate.n}"
+    shown = (lambda v: fmt_signed(v, fmt)) if signed else fmt
+    label = "min–max" if estimate.kind == "range" else "95% CI"
+    return f"{label} [{shown(estimate.lo)}, {shown(estimate.hi)}] n={estimate.n}"
+
+
 def estimate_text(estimate: Estimate, fmt: Callable[[Any], str], infinite: str = NOT_REACHED) -> tuple[str, str]:
-    """(median, "[lo, hi]" or "n=1") for a cell; an infinite median reads `infinite`."""
+    """(median, its interval as interval_text says) for a cell; an infinite median reads `infinite`."""
     if estimate.n == 0:
         return "-", ""
     median = infinite if math.isinf(estimate.median) and estimate.median > 0 else fmt(estimate.median)
-    if not estimate.has_ci:
-        return median, "n=1"
-    return median, f"[{fmt(estimate.lo)}, {fmt(estimate.hi)}]"
+    return median, interval_text(estimate, fmt)
 
 
 def signed_estimate_text(estimate: Estimate, fmt: Callable[[Any], str]) -> tuple[str, str]:
     if estimate.n == 0:
         return "-", ""
-    median = fmt_signed(estimate.median, fmt)
-    if not estimate.has_ci:
-        return median, "n=1"
-    lo, hi = fmt_signed(estimate.lo or 0.0, fmt), fmt_signed(estimate.hi or 0.0, fmt)
-    return median, f"[{lo}, {hi}] n={estimate.n}"
+    return fmt_signed(estimate.median, fmt), interval_text(estimate, fmt, signed=True)

@@ -1,9 +1,12 @@
 """The HTML report: one self-contained file (figures embedded as data: URIs, no external resources).
 
 Readable offline, in light and dark colour schemes (it follows the reader's preference; figures are
-inverted in dark mode so their white backgrounds do not glare). Runs, their specs and environments are
-listed at the end, collapsed. A small inline script checks on load that every figure decoded: it records
-"decoded/total" in the root element's `data-figures` attribute and shows a warning if any failed.
+inverted in dark mode so their white backgrounds do not glare). Every table sits in its own horizontally scrolling
+container with its first column (the optimizer) kept in view, so a table wider than the page scrolls instead of
+widening it, and long prose columns (messages, claims, evidence) wrap to a readable width: every column stays
+reachable at any window width. Runs, their specs and environments are listed at the end, collapsed. A small
+inline script checks on load that every figure decoded: it records "decoded/total" in the root element's
+`data-figures` attribute and shows a warning if any failed.
 """
 
 from __future__ import annotations
@@ -16,7 +19,7 @@ from structbench.report import tables
 from structbench.report.anchors import anchor
 from structbench.report.atomic import write_text_atomic
 from structbench.report.build import Report, SuiteReport
-from structbench.report.figure_file import FigureFile, figure_links
+from structbench.report.figure_file import PIXEL_RATIO, FigureFile, figure_links
 from structbench.report.glossary import DEFINITIONS
 
 STYLE = """
@@ -29,29 +32,36 @@ STYLE = """
 }
 * { box-sizing: border-box; }
 body { margin: 0 auto; max-width: 1400px; padding: 1.5rem 2rem 4rem; background: var(--bg); color: var(--fg);
-  font: 14px/1.5 -apple-system, "Segoe UI", Helvetica, Arial, sans-serif; }
+  font: 14px/1.5 -apple-system, "Segoe UI", Helvetica, Arial, sans-serif; overflow-wrap: anywhere; }
 h1 { font-size: 1.6rem; margin: 0 0 .3rem; }
 h4 { margin: 1.2rem 0 .4rem; font-size: .95rem; } h2 { border-bottom: 1px solid var(--line); padding-bottom: .3rem;
   margin-top: 2.5rem; } h3 { margin: 1.5rem 0 .5rem; font-size: 1.05rem; }
 a { color: var(--link); text-decoration: none; } a:hover { text-decoration: underline; }
 .meta, .caption, figcaption { color: var(--muted); font-size: .85rem; }
-.scroll { overflow-x: auto; }
-table { border-collapse: collapse; margin: .4rem 0; font-variant-numeric: tabular-nums; }
-th, td { border: 1px solid var(--line); padding: .25rem .55rem; text-align: right; vertical-align: top;
-  white-space: nowrap; }
+.scroll { overflow-x: auto; max-width: 100%; margin: .4rem 0; }
+table { border-collapse: separate; border-spacing: 0; font-variant-numeric: tabular-nums; overflow-wrap: normal; }
+th, td { border: 1px solid var(--line); border-width: 0 1px 1px 0; padding: .25rem .55rem; text-align: right;
+  vertical-align: top; white-space: nowrap; background: var(--bg); }
+tr > :first-child { position: sticky; left: 0; z-index: 1; border-left-width: 1px; }
+thead th { border-top-width: 1px; }
 th { background: var(--card); font-weight: 600; } th.l, td.l { text-align: left; }
+th.p, td.p { white-space: normal; min-width: 16em; max-width: 32em; overflow-wrap: anywhere; }
 td small { display: block; color: var(--muted); font-size: .78rem; }
 td.best span { color: var(--best); font-weight: 700; } td.good span { color: var(--good); }
 td.bad span { color: var(--bad); } td.muted span { color: var(--muted); }
 .note, .warning { border-left: 3px solid var(--muted); background: var(--card); padding: .4rem .8rem;
   margin: .5rem 0; } .warning { border-color: var(--bad); }
-.figures { display: grid; grid-template-columns: repeat(auto-fill, minmax(560px, 1fr)); gap: 1rem; }
+figure.wide { grid-column: 1 / -1; }
+.figures { display: grid; grid-template-columns: repeat(auto-fill, minmax(min(100%, 640px), 1fr)); gap: 1rem; }
 figure { margin: 0; background: var(--card); border: 1px solid var(--line); border-radius: 6px; padding: .6rem; }
-figure img { width: 100%; height: auto; background: #fff; border-radius: 3px; }
+figure img { display: block; max-width: 100%; height: auto; margin: 0 auto; background: #fff; border-radius: 3px; }
 details { margin: .3rem 0; } summary { cursor: pointer; } pre { background: var(--card); padding: .5rem;
   overflow-x: auto; font-size: .8rem; } dt { font-weight: 600; } dd { margin: 0 0 .6rem 1rem; }
 nav ul { columns: 3; } #figure-warning { display: none; }
 """
+
+WIDE_FIGURE = 700
+"""CSS pixels above which a figure spans the whole row of the figure grid."""
 
 SCRIPT = """
 window.addEventListener("load", function () {
@@ -67,8 +77,12 @@ window.addEventListener("load", function () {
 """
 
 
-def _cell(cell: tables.Cell, left: bool) -> str:
-    classes = " ".join(c for c in ("l" if left else "", cell.tone) if c)
+def _classes(column: tables.Column) -> str:
+    return " ".join(c for c in ("l" if column.left else "", "p" if column.prose else "") if c)
+
+
+def _cell(cell: tables.Cell, column: tables.Column) -> str:
+    classes = " ".join(c for c in (_classes(column), cell.tone) if c)
     text = escape(cell.text)
     if cell.link:
         text = f'<a href="#{escape(cell.link)}">{text}</a>'
@@ -78,10 +92,9 @@ def _cell(cell: tables.Cell, left: bool) -> str:
 
 
 def table(t: tables.Table, heading: str = "h3") -> str:
-    head = "".join(f'<th class="{"l" if c.left else ""}">{escape(c.name)}</th>' for c in t.columns)
+    head = "".join(f'<th class="{_classes(c)}">{escape(c.name)}</th>' for c in t.columns)
     body = "".join(
-        "<tr>" + "".join(_cell(cell, c.left) for cell, c in zip(row, t.columns, strict=True)) + "</tr>"
-        for row in t.rows
+        "<tr>" + "".join(_cell(cell, c) for cell, c in zip(row, t.columns, strict=True)) + "</tr>" for row in t.rows
     )
     title = f'<{heading} id="{escape(t.key)}">{escape(t.title)}</{heading}>' if heading and t.key else ""
     if heading and not t.key:
@@ -93,11 +106,14 @@ def table(t: tables.Table, heading: str = "h3") -> str:
 
 
 def _figure(figure: FigureFile, report: Report) -> str:
+    """A figure at its CSS size; one wider than WIDE_FIGURE takes a whole row of the grid."""
     data = base64.b64encode(figure.png).decode("ascii")
+    wide = ' class="wide"' if figure.width // PIXEL_RATIO > WIDE_FIGURE else ""
     links = ", ".join(f'<a href="#{escape(a)}">{escape(label)}</a>' for label, a in figure_links(figure, report))
+    size = f'width="{figure.width // PIXEL_RATIO}" height="{figure.height // PIXEL_RATIO}"'
     return (
-        f'<figure id="fig-{escape(figure.name)}"><img src="data:image/png;base64,{data}" alt="{escape(figure.title)}" '
-        f'width="{figure.width}" height="{figure.height}"><figcaption><b>{escape(figure.title)}.</b> '
+        f'<figure id="fig-{escape(figure.name)}"{wide}><img src="data:image/png;base64,{data}" '
+        f'alt="{escape(figure.title)}" {size}><figcaption><b>{escape(figure.title)}.</b> '
         f"{escape(figure.caption)} Runs ({len(figure.run_ids)}): {links or 'see the run list'}.</figcaption></figure>"
     )
 

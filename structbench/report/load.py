@@ -63,8 +63,6 @@ REQUIRED_CURVE_COLUMNS = ("step", "split", "loss")
 OPTIONAL_TYPES = {
     "analytic_state_bytes": pa.int64(),
     "claims": pa.string(),
-    "final_val_loss": pa.float64(),
-    "final_val_metric": pa.float64(),
 }
 
 
@@ -82,13 +80,8 @@ def _plain(frame: pd.DataFrame) -> pd.DataFrame:
     return frame.astype(dict.fromkeys(text, object))
 
 
-def load_runs(
-    out: Path,
-    suites: Collection[str] = (),
-    optims: Collection[str] = (),
-    since: pd.Timestamp | None = None,
-) -> tuple[pd.DataFrame, list[Problem]]:
-    """The readable run rows, filtered to `suites` / `optims` (empty: all) and runs started at or after `since`.
+def load_runs(out: Path) -> tuple[pd.DataFrame, list[Problem]]:
+    """Every readable run row of the store (the report's filters are filters.py's).
 
     Files of a schema version this structbench does not read are reported as problems and skipped
     (store.unsupported_version)."""
@@ -96,12 +89,6 @@ def load_runs(
         store.runs_dir(out), RUN_READ_SCHEMA, REQUIRED_RUN_COLUMNS, "runs", validate=store.unsupported_version
     )
     runs = _plain(table.to_pandas())
-    if suites:
-        runs = runs[runs["suite"].isin(list(suites))]
-    if optims:
-        runs = runs[runs["optim"].isin(list(optims))]
-    if since is not None:
-        runs = runs[runs["started_at"] >= since]
     return runs.sort_values(["suite", "optim", "seed", "started_at", "run_id"]).reset_index(drop=True), problems
 
 

@@ -1,10 +1,6 @@
-"""The `report` command's options that need parsing: output formats, --suite names and the --since cut-off."""
+"""The `report` command's options that need parsing: output formats and the --since cut-off."""
 
 from __future__ import annotations
-
-import tomllib
-from importlib import resources
-from pathlib import Path
 
 import pandas as pd
 
@@ -31,17 +27,3 @@ def since(text: str | None) -> pd.Timestamp | None:
     if pd.isna(stamp):
         raise UsageError(f"--since expects a date or date-time such as 2025-01-31 or 2025-01-31T12:00, got {text!r}.")
     return stamp.tz_localize("UTC") if stamp.tzinfo is None else stamp.tz_convert("UTC")
-
-
-def expand_suite(name: str) -> list[str]:
-    """A --suite name as the suite names runs are stored under: a built-in suite that includes others stands for
-    them (recursively); any other name stands for itself. Reads the suite files directly, without the spec module
-    (which loads torch)."""
-    path = Path(str(resources.files("structbench") / "suites")) / f"{name}.toml"
-    if not path.is_file():
-        return [name]
-    try:
-        raw = tomllib.loads(path.read_text())
-    except tomllib.TOMLDecodeError as exc:
-        raise UsageError(f"suite file {path} is not valid TOML: {exc}") from None
-    return [n for child in raw.get("include", []) for n in expand_suite(child)] or [name]

@@ -1,13 +1,21 @@
 """The report's figures (matplotlib, Agg backend, no global pyplot state), as PNG bytes with their run ids.
 
-Per suite: training loss against step and against wall-clock, eval metric against step (median over
-seeds, band from the smallest to the largest seed's value), peak memory and optimizer-state bytes, final
-metric against memory with the Pareto front marked, the step-time breakdown, and for each optimizer run under
+Per suite: training loss against step and against wall-clock, the evaluation metric against step (on the validation
+split where the runs hold one out; median over seeds, band from the smallest to the largest seed's value), peak
+memory and optimizer-state bytes, final metric against memory with the Pareto front marked (on CPU only against
+optimizer-state bytes: a resident set is approximate), the step-time breakdown, and for each optimizer run under
 several hyperparameter settings its sweep: the selection metric (never the test split) against each swept
 hyperparameter (sweeps.py). Across suites: the performance profiles.
 Curves show each optimizer's selected setting (build.py); a run that did not end ok is a marked point at
 the step where it stopped, never a missing line. Every PNG carries the ids of the runs it draws in its
 "Description" text chunk.
+
+Readability: figures are drawn at twice the screen resolution (DPI 200); each optimizer keeps one look (colour and
+line style, figure_file.optimizer_looks) in every figure; legends sit outside the axes, in as many columns as keep
+them at most LEGEND_ROWS tall, and the saved image is cut to the drawn extent (bbox "tight"), so a legend always lies
+inside it; a y axis is logarithmic when its values are positive and span more than a factor WIDE, and symmetric-log
+when they reach zero or below and span more than WIDE times their small magnitudes (so one noisy curve does not
+flatten the others).
 """
 
 from __future__ import annotations
@@ -27,16 +35,20 @@ from matplotlib.ticker import NullLocator
 
 from structbench.report.build import Report, SuiteReport
 from structbench.report.curve_index import CurveIndex
-from structbench.report.figure_file import FigureFile
+from structbench.report.figure_file import PIXEL_RATIO, FigureFile, Look
 from structbench.report.profiles import TAU_GRID, TAU_MAX, Profile
 from structbench.report.selection import Criterion
 from structbench.report.summary import VariantSummary
 from structbench.report.sweeps import Axis, Sweep, value_text
 
-DPI = 100
+DPI = 100 * PIXEL_RATIO
 SIZE = (6.4, 3.6)
 MAX_POINTS = 400
-LEGEND_CHARS = 26
+LEGEND_CHARS = 40
+LEGEND_ROWS = 14
+WIDE = 30.0
+"""A y axis whose values span more than this factor is logarithmic (symmetric-log when they reach zero)."""
+PAD_INCHES = 0.08
 FAILURE_MARKERS = {"diverged": "X", "oom": "s", "solver_error": "D", "error": "P", "interrupted": "v"}
 OPTIMIZER_FAILURES = ("diverged", "oom", "solver_error")
 STYLE = {
@@ -56,11 +68,23 @@ def _slug(text: str) -> str:
 
 
 def _png(fig: Figure, title: str, run_ids: Sequence[str]) -> bytes:
+    """The figure as PNG bytes, cut to everything drawn (the legends included) plus a small margin."""
     buffer = io.BytesIO()
-    FigureCanvasAgg(fig).print_png(
-        buffer, metadata={"Title": title, "Software": "structbench report", "Description": "runs: " + " ".join(run_ids)}
+    FigureCanvasAgg(fig)
+    fig.savefig(
+        buffer,
+        format="png",
+        dpi=DPI,
+        bbox_inches="tight",
+        pad_inches=PAD_INCHES,
+        metadata={"Title": title, "Software": "structbench report", "Description": "runs: " + " ".join(run_ids)},
     )
     return buffer.getvalue()
+
+
+def png_size(png: bytes) -> tuple[int, int]:
+    """(width, height) in pixels from the PNG's header chunk."""
+    return int.from_bytes(png[16:20], "big"), int.from_bytes(png[20:24], "big")
 
 
 def _figure(ncols: int = 1, size: tuple[float, float] = SIZE) -> tuple[Figure, list[Axes]]:
@@ -72,8 +96,9 @@ def _figure(ncols: int = 1, size: tuple[float, float] = SIZE) -> tuple[Figure, l
 
 def _finish(fig: Figure, title: str, name: str, caption: str, run_ids: Sequence[str], suite: str | None) -> FigureFile:
     fig.suptitle(title, fontsize=10, x=0.02, ha="left")
-    width, height = (round(float(v) * DPI) for v in fig.get_size_inches())
-    return FigureFile(name, title, caption, _png(fig, title, run_ids), tuple(run_ids), suite, width, height)
+    png = _png(fig, title, run_ids)
+    width, height = png_size(png)
+    return FigureFile(name, title, caption, png, tuple(run_ids), suite, width, height)
 
 
 def _thin(steps: np.ndarray) -> np.ndarray:
@@ -84,12 +109,29 @@ def _thin(steps: np.ndarray) -> np.ndarray:
     return steps[keep]
 
 
-def _log_if_wide(ax: Axes, values: np.ndarray) -> None:
-    """A log y axis when the values are positive and span more than a factor 30 (no minor ticks: faster)."""
+def y_scale(values: np.ndarray) -> tuple[str, float]:
+    """("log", 0), ("symlog", its linear threshold) or ("linear", 0) for values on a y axis (module docstring). The
+    symmetric-log threshold is the 10th percentile of the nonzero magnitudes: below it the axis is linear."""
     finite = values[np.isfinite(values)]
-    if len(finite) and (finite > 0).all() and finite.max() / finite.min() > 30:
+    if not len(finite):
+        return "linear", 0.0
+    if (finite > 0).all():
+        return ("log", 0.0) if finite.max() / finite.min() > WIDE else ("linear", 0.0)
+    magnitudes = np.abs(finite[finite != 0])
+    if not len(magnitudes):
+        return "linear", 0.0
+    threshold = float(np.quantile(magnitudes, 0.1))
+    return ("symlog", threshold) if magnitudes.max() / threshold > WIDE else ("linear", 0.0)
+
+
+def _log_if_wide(ax: Axes, values: np.ndarray) -> None:
+    """The y axis y_scale chooses (no minor ticks on a log axis: faster)."""
+    scale, threshold = y_scale(values)
+    if scale == "log":
         ax.set_yscale("log")
         ax.yaxis.set_minor_locator(NullLocator())
+    elif scale == "symlog":
+        ax.set_yscale("symlog", linthresh=threshold)
 
 
 @dataclass(frozen=True)
@@ -161,7 +203,8 @@ def _mark_failures(ax: Axes, points: list[tuple[str, float, float, bool]], color
 
 
 def _outside_legend(fig: Figure, ax: Axes, shown: set[str]) -> None:
-    """The axes' legend to the right of the plot (it never hides data), with a marker per failure status."""
+    """The axes' legend to the right of the plot (it never hides data), with a marker per failure status, in as
+    many columns as keep it at most LEGEND_ROWS entries tall; the saved image grows to hold it (_png)."""
     handles, labels = ax.get_legend_handles_labels()
     for status in sorted(shown):
         handles.append(
@@ -171,13 +214,14 @@ def _outside_legend(fig: Figure, ax: Axes, shown: set[str]) -> None:
     if handles:
         fig.subplots_adjust(right=0.74)
         short = [label if len(label) <= LEGEND_CHARS else label[: LEGEND_CHARS - 1] + "…" for label in labels]
-        ax.legend(handles, short, loc="upper left", bbox_to_anchor=(1.02, 1.0), borderaxespad=0)
+        columns = math.ceil(len(handles) / LEGEND_ROWS)
+        ax.legend(handles, short, loc="upper left", bbox_to_anchor=(1.02, 1.0), borderaxespad=0, ncols=columns)
 
 
 def _curve_figure(
     suite: SuiteReport,
     index: CurveIndex,
-    colors: dict[str, tuple[float, ...]],
+    looks: dict[str, Look],
     value: str,
     x: str,
     ylabel: str,
@@ -195,11 +239,14 @@ def _curve_figure(
         if curve is not None:
             xs = curve.steps if x == "step" else curve.wall_s
             single = len(xs) == 1
-            ax.plot(xs, curve.median, color=colors[optim], lw=1.4, label=v.label, marker="o" if single else None)
+            look = looks[optim]
+            ax.plot(
+                xs, curve.median, color=look.color, ls=look.dash, lw=1.4, label=v.label, marker="o" if single else None
+            )
             if (curve.hi > curve.lo).any():
-                ax.fill_between(xs, curve.lo, curve.hi, color=colors[optim], alpha=0.18, lw=0)
+                ax.fill_between(xs, curve.lo, curve.hi, color=look.color, alpha=0.18, lw=0)
             plotted += [curve.lo, curve.hi]
-        failures.append((_failure_points(v, index, value, x), colors[optim]))
+        failures.append((_failure_points(v, index, value, x), looks[optim].color))
     if not plotted and not any(points for points, _ in failures):
         return None
     lo, hi = ax.get_xlim()
@@ -230,6 +277,20 @@ def _bar_labels(suite: SuiteReport) -> tuple[list[VariantSummary], list[str]]:
     return chosen, [v.label for v in chosen]
 
 
+def _bars(
+    ax: Axes,
+    ys: np.ndarray,
+    widths: np.ndarray,
+    chosen: Sequence[VariantSummary],
+    looks: dict[str, Look],
+    left: np.ndarray | None = None,
+) -> None:
+    """Horizontal bars in each optimizer's colour and fill."""
+    for y, width, v, start in zip(ys, widths, chosen, left if left is not None else np.zeros(len(ys)), strict=True):
+        look = looks[v.optim]
+        ax.barh([y], [width], left=[start], height=0.6, color=look.color, hatch=look.hatch or None, edgecolor="white")
+
+
 def _bytes_axis(values: np.ndarray) -> tuple[float, str]:
     top = np.nanmax(values) if np.isfinite(values).any() else 1.0
     for scale, unit in ((1024.0**3, "GiB"), (1024.0**2, "MiB"), (1024.0, "KiB")):
@@ -238,14 +299,14 @@ def _bytes_axis(values: np.ndarray) -> tuple[float, str]:
     return 1.0, "B"
 
 
-def _memory_figure(suite: SuiteReport, colors: dict[str, tuple[float, ...]]) -> FigureFile:
+def _memory_figure(suite: SuiteReport, looks: dict[str, Look]) -> FigureFile:
     chosen, labels = _bar_labels(suite)
     fig, (left, right) = _figure(2, (SIZE[0], max(SIZE[1], 0.9 + 0.28 * len(chosen))))
     fig.subplots_adjust(left=0.17)
     ys = np.arange(len(chosen))
     peak = np.array([v.peak_mem_bytes for v in chosen], float)
     scale, unit = _bytes_axis(peak)
-    left.barh(ys, peak / scale, height=0.6, color=[colors[v.optim] for v in chosen])
+    _bars(left, ys, peak / scale, chosen, looks)
     for y, v, x in zip(ys, chosen, np.nan_to_num(peak / scale), strict=True):
         failed = {s: n for s, n in v.statuses.items() if s in OPTIMIZER_FAILURES and n}
         if failed:
@@ -258,7 +319,7 @@ def _memory_figure(suite: SuiteReport, colors: dict[str, tuple[float, ...]]) -> 
                 color="#b00020",
                 fontsize=7,
             )
-    if np.isfinite(peak).any():
+    if np.isfinite(peak).any() and np.nanmax(peak) > 0:
         left.set_xlim(0, np.nanmax(peak / scale) * 1.35)
     sources = sorted({v.mem_source for v in chosen})
     left.set_xlabel(f"peak memory ({unit}; source: {', '.join(sources)})")
@@ -267,7 +328,7 @@ def _memory_figure(suite: SuiteReport, colors: dict[str, tuple[float, ...]]) -> 
     state = np.array([v.state_bytes for v in chosen], float)
     analytic = np.array([v.analytic_state_bytes for v in chosen], float)
     sscale, sunit = _bytes_axis(np.concatenate([state, analytic]))
-    right.barh(ys, state / sscale, height=0.6, color=[colors[v.optim] for v in chosen])
+    _bars(right, ys, state / sscale, chosen, looks)
     has_analytic = bool(np.isfinite(analytic).any())
     if has_analytic:
         right.scatter(analytic / sscale, ys, marker="|", s=260, color="black", zorder=4)
@@ -293,23 +354,34 @@ def pareto_front(points: Sequence[tuple[float, float]], maximize: bool) -> list[
     return sorted(front, key=lambda i: points[i][0])
 
 
-def _quality_memory_figure(suite: SuiteReport, colors: dict[str, tuple[float, ...]]) -> FigureFile:
+def _quality_memory_figure(suite: SuiteReport, looks: dict[str, Look]) -> FigureFile:
     chosen, _ = _bar_labels(suite)
     fig, axes = _figure(2, (SIZE[0] * 1.25, SIZE[1]))
     fig.subplots_adjust(left=0.08, right=0.8, wspace=0.35)
     maximize = suite.metric_mode == "max"
-    panels: list[tuple[Axes, Callable[[VariantSummary], float], str]] = [
-        (axes[0], lambda v: v.peak_mem_bytes, "peak memory"),
-        (axes[1], lambda v: v.state_bytes, "optimizer state"),
+    resident = any("rss" in v.mem_source for v in chosen)
+    panels: list[tuple[Axes, Callable[[VariantSummary], float], str, bool]] = [
+        (
+            axes[0],
+            lambda v: v.peak_mem_bytes,
+            "peak memory" + (" (CPU resident set, approximate)" if resident else ""),
+            not resident,
+        ),
+        (axes[1], lambda v: v.state_bytes, "optimizer state", True),
     ]
-    for ax, memory, name in panels:
+    for ax, memory, name, with_front in panels:
         xs = np.array([memory(v) for v in chosen], float)
         scale, unit = _bytes_axis(xs)
         ok = [i for i, v in enumerate(chosen) if np.isfinite(xs[i]) and not math.isnan(v.final_metric.median)]
         points = [(xs[i] / scale, chosen[i].final_metric.median) for i in ok]
         for (x, y), i in zip(points, ok, strict=True):
-            ax.scatter([x], [y], color=colors[chosen[i].optim], s=30, zorder=3, label=chosen[i].optim)
-        front = pareto_front(points, maximize)
+            look = looks[chosen[i].optim]
+            ax.scatter([x], [y], color=look.color, s=30, zorder=3, label=chosen[i].optim, hatch=look.hatch or None)
+        front = pareto_front(points, maximize) if with_front else []
+        if not with_front:
+            for (x, y), i in zip(points, ok, strict=True):
+                ax.annotate(chosen[i].optim, (x, y), xytext=(5, 4), textcoords="offset points", fontsize=7)
+            ax.set_title("no front: a resident set depends on the process", fontsize=8, color="#6e6e6e")
         for i in front:
             ax.annotate(chosen[ok[i]].optim, points[i], xytext=(5, 4), textcoords="offset points", fontsize=7)
         if front:
@@ -325,7 +397,7 @@ def _quality_memory_figure(suite: SuiteReport, colors: dict[str, tuple[float, ..
                     transform=ax.get_xaxis_transform(),
                     marker=FAILURE_MARKERS.get(status, "P"),
                     s=60,
-                    color=colors[v.optim],
+                    color=looks[v.optim].color,
                     edgecolors="black",
                     lw=0.8,
                     clip_on=False,
@@ -341,20 +413,27 @@ def _quality_memory_figure(suite: SuiteReport, colors: dict[str, tuple[float, ..
                 )
         ax.margins(x=0.2, y=0.12)
         ax.set_xlabel(f"{name} ({unit})")
-        ax.set_ylabel(f"final {suite.metric_name} ({'higher' if maximize else 'lower'} is better)")
+        split = "exact" if suite.eval_split == "exact" else "test"
+        ax.set_ylabel(f"final {split} {suite.metric_name} ({'higher' if maximize else 'lower'} is better)")
     _outside_legend(fig, axes[1], set())
     fig.subplots_adjust(right=0.8)
     run_ids = [r for v in chosen for r in v.variant.run_ids]
     caption = (
-        "Median final eval metric against median memory of each optimizer's selected setting; ringed, named and "
+        "Median final test metric against median memory of each optimizer's selected setting; ringed, named and "
         "joined by the dotted line: the Pareto front (no other optimizer uses less memory and does at least as well)."
+        + (
+            " On CPU the peak is the process's resident set, which allocator caches and earlier runs make approximate:"
+            " the front is drawn against optimizer-state bytes only."
+            if resident
+            else ""
+        )
     )
     return _finish(
         fig, f"{suite.name}: quality vs memory", f"{_slug(suite.name)}-quality-vs-memory", caption, run_ids, suite.name
     )
 
 
-def _step_time_figure(suite: SuiteReport, colors: dict[str, tuple[float, ...]]) -> FigureFile | None:
+def _step_time_figure(suite: SuiteReport, looks: dict[str, Look]) -> FigureFile | None:
     chosen, labels = _bar_labels(suite)
     step = np.array([v.step_time_s for v in chosen], float) * 1e3
     if not np.isfinite(step).any():
@@ -365,7 +444,7 @@ def _step_time_figure(suite: SuiteReport, colors: dict[str, tuple[float, ...]]) 
     fig, (ax,) = _figure(1, (SIZE[0], max(SIZE[1], 0.9 + 0.28 * len(chosen))))
     fig.subplots_adjust(left=0.22)
     ys = np.arange(len(chosen))
-    ax.barh(ys, optim_ms, height=0.6, color=[colors[v.optim] for v in chosen])
+    _bars(ax, ys, optim_ms, chosen, looks)
     ax.barh(ys, rest, left=optim_ms, height=0.6, color="#b8b8b8")
     for y, v, total in zip(ys, chosen, step, strict=True):
         if np.isfinite(total) and not math.isnan(v.compile_s):
@@ -465,8 +544,8 @@ def sweep_figure(sweep: Sweep, color: tuple[float, ...]) -> Figure:
     return fig
 
 
-def _sweep_file(sweep: Sweep, colors: dict[str, tuple[float, ...]]) -> FigureFile:
-    fig = sweep_figure(sweep, colors[sweep.optim])
+def _sweep_file(sweep: Sweep, looks: dict[str, Look]) -> FigureFile:
+    fig = sweep_figure(sweep, looks[sweep.optim].color)
     run_ids = list(dict.fromkeys(r for axis in sweep.axes for p in axis.points for r in p.variant.variant.run_ids))
     caption = (
         f"{sweep.optim}: {sweep.criterion.describe()}. Median over the ok seeds of the final {sweep.criterion.name} "
@@ -479,7 +558,7 @@ def _sweep_file(sweep: Sweep, colors: dict[str, tuple[float, ...]]) -> FigureFil
     return _finish(fig, title, sweep.figure_name, caption, run_ids, sweep.suite)
 
 
-def _profile_figure(report: Report, colors: dict[str, tuple[float, ...]]) -> FigureFile | None:
+def _profile_figure(report: Report, looks: dict[str, Look]) -> FigureFile | None:
     panels = [(p, basis) for p, basis in ((report.profile_seconds, "time"), (report.profile_steps, "steps")) if p]
     if not panels:
         return None
@@ -487,40 +566,52 @@ def _profile_figure(report: Report, colors: dict[str, tuple[float, ...]]) -> Fig
     for ax, (profile, basis) in zip(axes, panels, strict=True):
         assert isinstance(profile, Profile)
         rho = profile.rho(TAU_GRID)
+        coverage = profile.coverage
         for optim in rho.columns:
-            ax.step(TAU_GRID, rho[optim], where="post", color=colors[optim], lw=1.4, label=optim)
+            if coverage[optim] == 0:
+                continue
+            look = looks[optim]
+            label = (
+                optim
+                if coverage[optim] == len(profile.suites)
+                else f"{optim} ({coverage[optim]} of {len(profile.suites)})"
+            )
+            ax.step(TAU_GRID, rho[optim], where="post", color=look.color, ls=look.dash, lw=1.4, label=label)
         ax.set_xlim(1, TAU_MAX)
         ax.set_ylim(-0.02, 1.02)
         ax.set_xlabel("τ (ratio to the fastest)")
-        ax.set_ylabel(f"fraction of suites within τ ({basis})")
+        ax.set_ylabel(f"fraction of the suites run within τ ({basis})")
     _outside_legend(fig, axes[-1], set())
     fig.subplots_adjust(left=0.08, right=0.8)
-    suites = [s for s in report.suites if s.timed]
+    suites = [s for s in report.aggregated if s.timed]
     run_ids = [r for s in suites for v in s.selected.values() for r in v.variant.run_ids]
     caption = (
-        "AlgoPerf-style performance profiles over the suites with a target: the fraction of suites on which an "
-        "optimizer reaches the target within a factor τ of the fastest optimizer's median time (steps)."
+        "AlgoPerf-style performance profiles over the suites with a target: the fraction of the suites an optimizer "
+        "ran on which it reaches the target within a factor τ of the fastest optimizer's median time (steps); in "
+        "brackets, how many of the suites it ran when not all."
     )
     return _finish(fig, "Performance profiles", "performance-profiles", caption, run_ids, None)
 
 
-def cross_suite_figures(report: Report, colors: dict[str, tuple[float, ...]]) -> list[FigureFile]:
+def cross_suite_figures(report: Report, looks: dict[str, Look]) -> list[FigureFile]:
     with matplotlib.rc_context(STYLE):
-        figure = _profile_figure(report, colors)
+        figure = _profile_figure(report, looks)
     return [figure] if figure is not None else []
 
 
-def suite_figures(suite: SuiteReport, colors: dict[str, tuple[float, ...]]) -> list[FigureFile]:
-    """The suite's figures, in reading order."""
-    train, evals = CurveIndex(suite.curves, "train"), CurveIndex(suite.curves, "eval")
+def suite_figures(suite: SuiteReport, looks: dict[str, Look]) -> list[FigureFile]:
+    """The suite's figures, in reading order; the metric is plotted on the validation split where there is one."""
+    train = CurveIndex(suite.curves, "train")
+    evals = CurveIndex(suite.curves, "val" if suite.validated else "eval")
+    split = "validation" if suite.validated else ("exact" if suite.eval_split == "exact" else "test")
     with matplotlib.rc_context(STYLE):
         figures = [
-            _curve_figure(suite, train, colors, "loss", "step", "training loss", "loss-vs-step"),
-            _curve_figure(suite, train, colors, "loss", "wall_s", "training loss", "loss-vs-time"),
-            _curve_figure(suite, evals, colors, "metric", "step", f"eval {suite.metric_name}", "metric-vs-step"),
-            _memory_figure(suite, colors),
-            _quality_memory_figure(suite, colors),
-            _step_time_figure(suite, colors),
-            *(_sweep_file(sweep, colors) for sweep in suite.sweeps),
+            _curve_figure(suite, train, looks, "loss", "step", "training loss", "loss-vs-step"),
+            _curve_figure(suite, train, looks, "loss", "wall_s", "training loss", "loss-vs-time"),
+            _curve_figure(suite, evals, looks, "metric", "step", f"{split} {suite.metric_name}", "metric-vs-step"),
+            _memory_figure(suite, looks),
+            _quality_memory_figure(suite, looks),
+            _step_time_figure(suite, looks),
+            *(_sweep_file(sweep, looks) for sweep in suite.sweeps),
         ]
     return [f for f in figures if f is not None]

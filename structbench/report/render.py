@@ -12,14 +12,14 @@ from collections.abc import Mapping
 
 from structbench.report import figure_cache
 from structbench.report.build import Report
-from structbench.report.figure_file import FigureFile, optimizer_colors
+from structbench.report.figure_file import FigureFile, Look, optimizer_looks
 from structbench.report.parallel import fork_map
 
 MIN_TASKS_FOR_WORKERS = 4
 ACROSS = -1
 """The task (and cache slot) of the cross-suite figures; task i >= 0 is suite i."""
 
-_shared: tuple[Report, dict[str, tuple[float, ...]]] | None = None
+_shared: tuple[Report, dict[str, Look]] | None = None
 
 
 def _draw(task: int) -> list[FigureFile]:
@@ -27,34 +27,33 @@ def _draw(task: int) -> list[FigureFile]:
     from structbench.report import plots
 
     assert _shared is not None
-    report, colors = _shared
+    report, looks = _shared
     if task == ACROSS:
-        return plots.cross_suite_figures(report, colors)
-    return plots.suite_figures(report.suites[task], colors)
+        return plots.cross_suite_figures(report, looks)
+    return plots.suite_figures(report.suites[task], looks)
 
 
-def _cache_slot(
-    report: Report, task: int, colors: Mapping[str, tuple[float, ...]]
-) -> tuple[str, str, dict[str, tuple[float, ...]]]:
-    """(name, digest, the colours drawn) under which the task's figures are cached."""
+def _cache_slot(report: Report, task: int, looks: Mapping[str, Look]) -> tuple[str, str, dict[str, Look]]:
+    """(name, digest, the looks drawn) under which the task's figures are cached; the cross-suite figures' digest
+    covers every suite's and which suites the aggregates leave out."""
     if task == ACROSS:
-        digests = hashlib.sha256("\n".join(f"{s.name}\t{s.digest}" for s in report.suites).encode()).hexdigest()
-        return figure_cache.ACROSS, digests, dict(colors)
+        lines = [f"{s.name}\t{s.digest}" for s in report.suites] + [f"left out\t{name}" for name in report.left_out]
+        return figure_cache.ACROSS, hashlib.sha256("\n".join(lines).encode()).hexdigest(), dict(looks)
     suite = report.suites[task]
-    return suite.name, suite.digest, {o: colors[o] for o in suite.selected}
+    return suite.name, suite.digest, {o: looks[o] for o in suite.selected}
 
 
 def render_figures(report: Report, workers: int | None = None, cache: bool = True) -> list[FigureFile]:
     """Every figure: cross-suite first, then suite by suite (`workers`: processes; default from the cores)."""
     global _shared
-    colors = optimizer_colors(report.optims)
+    looks = optimizer_looks(report.optims)
     tasks = [ACROSS, *range(len(report.suites))]
-    slots = {task: _cache_slot(report, task, colors) for task in tasks}
+    slots = {task: _cache_slot(report, task, looks) for task in tasks}
     found = {task: figure_cache.load(report.out, *slots[task]) if cache else None for task in tasks}
     missing = [task for task in tasks if found[task] is None]
     if missing:
         importlib.import_module("structbench.report.plots")  # once here, before forking, rather than in each worker
-        _shared = (report, colors)
+        _shared = (report, looks)
         try:
             drawn = fork_map(_draw, missing, MIN_TASKS_FOR_WORKERS, workers)
         finally:

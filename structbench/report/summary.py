@@ -1,7 +1,12 @@
 """Per-variant summary of one suite: outcomes, quality, time to target, cost — read from run rows and curves.
 
+Splits: the final loss and metric are summarised on the test split (`final_eval_*`: the run's evaluation, the
+exact objective on a quadratic) and, where the runs hold one out, on the validation split (`final_val_*`). Time to
+target is measured on each run's validation curve (curve points of split "val") where it has one, else on its
+evaluation curve (split "eval"); `timing_split` says which.
+
 Which runs feed which number:
-- final eval loss / metric, step time, optimizer share, compile time, peak memory, state bytes: the runs
+- final losses / metrics, step time, optimizer share, compile time, peak memory, state bytes: the runs
   that ended `ok` (one run counts per seed: variants.py);
 - steps / seconds to target: every run that produced a result (`ok`, `diverged`, `oom`, `solver_error`);
   one that never crossed the target counts as not reached (+inf), so a diverged seed weighs against its
@@ -9,6 +14,10 @@ Which runs feed which number:
   list only: they say nothing about the optimizer. A run without an evaluation curve falls back on the
   runner's stored first evaluation at the target; for a target from a baseline (`baseline_target`) the
   runner stored none, so such a run's time to target is unknown and left out.
+
+Budget warnings: an ok run with fewer than FEW_EVALUATIONS evaluations on its timing split (`few_evaluations`), and
+a crossing interpolated over one interval longer than a quarter of the run (targets.WIDE_SPAN: `wide_crossings`),
+are flagged beside the numbers they affect.
 """
 
 from __future__ import annotations
@@ -24,12 +33,32 @@ import numpy as np
 import pandas as pd
 
 from structbench.report.curve_index import CurveIndex
+from structbench.report.provenance import source_of
+from structbench.report.selection import column_values
 from structbench.report.stats import EMPTY, Estimate, median_ci
 from structbench.report.targets import Crossing, Target, interpolate
 from structbench.report.variants import Variant
 from structbench.store import STATUSES
 
 RESULT_STATUSES = ("ok", "diverged", "oom", "solver_error")
+FEW_EVALUATIONS = 3
+"""An ok run evaluated fewer times than this (the one before training and the final one included) is flagged."""
+
+
+@dataclass(frozen=True)
+class Evaluations:
+    """Each run's evaluation curves by split: the validation split's ("val") and the test split's ("eval")."""
+
+    val: CurveIndex
+    test: CurveIndex
+
+    def timing(self, run_id: str) -> tuple[CurveIndex, str] | None:
+        """The curve a run's time to target is measured on and its split's name; None without one."""
+        if run_id in self.val:
+            return self.val, "validation"
+        if run_id in self.test:
+            return self.test, "test"
+        return None
 
 
 @dataclass(frozen=True, eq=False)
@@ -38,7 +67,13 @@ class VariantSummary:
     statuses: Mapping[str, int]
     target: Target | None
     final_loss: Estimate
+    """On the test split (module docstring)."""
     final_metric: Estimate
+    final_val_loss: Estimate
+    """On the validation split; EMPTY without one."""
+    final_val_metric: Estimate
+    final_train_loss: Estimate
+    """The training loss of the last step (one minibatch's), over the ok runs."""
     steps_to_target: Estimate
     seconds_to_target: Estimate
     crossings: Mapping[int, Crossing]
@@ -60,6 +95,12 @@ class VariantSummary:
     routing_detail: str
     stored_target_used: int
     """Runs without an evaluation curve, whose stored first-evaluation time stands in for the interpolation."""
+    evaluations: Mapping[int, int]
+    """Per seed of an ok run with a curve: its evaluations on its timing split."""
+    timing_split: str
+    """Where time to target is measured: "validation", "test", "validation and test" (runs differ), "" (no curves)."""
+    hparams_source: str
+    """provenance.source_of the variant."""
 
     @property
     def label(self) -> str:
@@ -72,6 +113,20 @@ class VariantSummary:
     @property
     def has_ok(self) -> bool:
         return self.statuses.get("ok", 0) > 0
+
+    @property
+    def few_evaluations(self) -> dict[int, int]:
+        """Seeds of ok runs evaluated fewer than FEW_EVALUATIONS times, with their counts."""
+        return {s: n for s, n in self.evaluations.items() if n < FEW_EVALUATIONS}
+
+    @property
+    def wide_crossings(self) -> dict[int, Crossing]:
+        """Seeds whose crossing was interpolated over more than a quarter of the run (targets.WIDE_SPAN)."""
+        return {s: c for s, c in self.crossings.items() if c.wide}
+
+    @property
+    def validated(self) -> bool:
+        return self.final_val_metric.n > 0 or self.final_val_loss.n > 0
 
 
 def _median(values: np.ndarray) -> float:
@@ -98,15 +153,32 @@ def routing_summary(routing_json: str | None) -> tuple[str, str]:
     return text, detail
 
 
-def _interpolated(evals: CurveIndex, run_id: str, target: Target) -> Crossing | None:
-    """The run's interpolated crossing, or None when it has no evaluation points."""
-    if run_id not in evals:
+def _interpolated(evals: Evaluations, run_id: str, target: Target) -> Crossing | None:
+    """The run's crossing interpolated on its timing split, or None when it has no evaluation points."""
+    timing = evals.timing(run_id)
+    if timing is None:
         return None
-    values = evals.get(run_id, "loss" if target.metric == "loss" else "metric")
-    return interpolate(evals.get(run_id, "step"), evals.get(run_id, "wall_s"), values, target)
+    curve, _ = timing
+    values = curve.get(run_id, "loss" if target.metric == "loss" else "metric")
+    return interpolate(curve.get(run_id, "step"), curve.get(run_id, "wall_s"), values, target)
 
 
-def _crossings(variant: Variant, evals: CurveIndex, target: Target) -> tuple[dict[int, Crossing], int]:
+def _evaluation_counts(variant: Variant, evals: Evaluations) -> tuple[dict[int, int], str]:
+    """Per seed of an ok run with a curve, its finite evaluations on its timing split; and the splits used."""
+    counts: dict[int, int] = {}
+    splits: set[str] = set()
+    for run_id, seed, status in zip(*(variant.values(c) for c in ("run_id", "seed", "status")), strict=True):
+        timing = evals.timing(run_id)
+        if timing is None:
+            continue
+        curve, split = timing
+        splits.add(split)
+        if status == "ok":
+            counts[int(seed)] = int(np.isfinite(curve.get(run_id, "loss")).sum())
+    return counts, " and ".join(sorted(splits, reverse=True))
+
+
+def _crossings(variant: Variant, evals: Evaluations, target: Target) -> tuple[dict[int, Crossing], int]:
     """Per seed, the crossing of each run with a result; and how many used the runner's stored values."""
     crossings: dict[int, Crossing] = {}
     stored = 0
@@ -128,7 +200,12 @@ def _crossings(variant: Variant, evals: CurveIndex, target: Target) -> tuple[dic
     return crossings, stored
 
 
-def summarize_variant(variant: Variant, evals: CurveIndex, target: Target | None) -> VariantSummary:
+def _ok_estimate(variant: Variant, column: str, ok: np.ndarray) -> Estimate:
+    """Median and interval of a column over the ok runs (NaN when the store lacks the column)."""
+    return median_ci(column_values(variant, column)[ok])
+
+
+def summarize_variant(variant: Variant, evals: Evaluations, target: Target | None) -> VariantSummary:
     """Summary of one variant (module docstring says which runs feed which number)."""
     status = variant.values("status")
     ok = status == "ok"
@@ -144,12 +221,16 @@ def summarize_variant(variant: Variant, evals: CurveIndex, target: Target | None
     routings = variant.values("routing")
     routing = [r for r in [*routings[ok], *routings] if isinstance(r, str)]
     routing_text, routing_detail = routing_summary(routing[0] if routing else None)
+    evaluations, timing_split = _evaluation_counts(variant, evals)
     return VariantSummary(
         variant=variant,
         statuses={s: int(counts.get(s, 0)) for s in STATUSES},
         target=target,
         final_loss=median_ci(variant.values("final_eval_loss")[ok]),
         final_metric=median_ci(metric_by_seed.values()),
+        final_val_loss=_ok_estimate(variant, "final_val_loss", ok),
+        final_val_metric=_ok_estimate(variant, "final_val_metric", ok),
+        final_train_loss=_ok_estimate(variant, "final_train_loss", ok),
         steps_to_target=median_ci(c.steps for c in crossings.values()) if timed else EMPTY,
         seconds_to_target=median_ci(c.seconds for c in crossings.values()) if timed else EMPTY,
         crossings=crossings,
@@ -167,4 +248,7 @@ def summarize_variant(variant: Variant, evals: CurveIndex, target: Target | None
         routing=routing_text,
         routing_detail=routing_detail,
         stored_target_used=stored,
+        evaluations=evaluations,
+        timing_split=timing_split,
+        hparams_source=source_of(variant),
     )

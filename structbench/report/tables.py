@@ -1,4 +1,10 @@
-"""The report's tables as plain data (cells of text), rendered alike by the terminal, Markdown and HTML writers."""
+"""The report's tables as plain data (cells of text), rendered alike by the terminal, Markdown and HTML writers.
+
+Every quality column names its split ("val", "test"; "exact" for an exact objective), every median carries its
+interval's kind ("min–max" below 5 seeds, "95% CI" from 5), a number is marked best in its column only from 3 seeds,
+and a number a short budget makes unreliable (too few evaluations, a crossing interpolated over more than a quarter
+of the run) carries the warning beside it.
+"""
 
 from __future__ import annotations
 
@@ -23,9 +29,10 @@ from structbench.report.format import (
     fmt_steps,
     signed_estimate_text,
 )
-from structbench.report.profiles import TAU_COLUMNS, Profile
+from structbench.report.profiles import TAU_COLUMNS, Profile, Ranks
+from structbench.report.provenance import untuned, words
 from structbench.report.selection import Score
-from structbench.report.stats import Estimate, Paired
+from structbench.report.stats import MIN_BEST_SEEDS, MIN_SEEDS, Estimate, Paired
 from structbench.report.summary import VariantSummary
 from structbench.report.sweeps import Sweep
 from structbench.report.variants import Variant
@@ -51,7 +58,9 @@ class Column:
     """The terminal prints each group as its own table (the first column repeated) to fit its width."""
     left: bool = False
     wrap: bool = True
-    """Whether the terminal may wrap the column's text."""
+    """Whether the terminal may wrap the column's text at spaces (either way it folds what does not fit)."""
+    prose: bool = False
+    """Long text (messages, claims, evidence): wrapped to a readable width in HTML instead of widening the table."""
 
 
 @dataclass(frozen=True)
@@ -63,21 +72,18 @@ class Table:
     key: str = field(default="")
 
 
-TIME_COLUMNS = (
-    Column("steps to target", "results"),
-    Column("time to target", "results"),
-    Column("speed-up (steps)", "results"),
-    Column("speed-up (time)", "results"),
-)
-
-
 def status_text(statuses: dict[str, int] | Any) -> str:
     return " · ".join(f"{statuses[s]} {s}" for s in STATUSES if statuses.get(s)) or "-"
 
 
-def _best(values: Sequence[float], lower_is_better: bool = True) -> set[int]:
-    """Rows holding the column's best finite value; none when every finite value is the same."""
-    finite = {i: v if lower_is_better else -v for i, v in enumerate(values) if math.isfinite(v)}
+def _best(estimates: Sequence[Estimate], lower_is_better: bool = True) -> set[int]:
+    """Rows holding the column's best finite median over at least MIN_BEST_SEEDS seeds; none when every such value
+    is the same."""
+    finite = {
+        i: e.median if lower_is_better else -e.median
+        for i, e in enumerate(estimates)
+        if math.isfinite(e.median) and e.n >= MIN_BEST_SEEDS
+    }
     if len(set(finite.values())) < 2:
         return set()
     top = min(finite.values())
@@ -87,7 +93,7 @@ def _best(values: Sequence[float], lower_is_better: bool = True) -> set[int]:
 def _estimate_cells(
     estimates: Sequence[Estimate], fmt: Callable[[Any], str], lower_is_better: bool = True, infinite: str = NOT_REACHED
 ) -> list[Cell]:
-    best = _best([e.median for e in estimates], lower_is_better)
+    best = _best(estimates, lower_is_better)
     cells = []
     for i, e in enumerate(estimates):
         text, sub = estimate_text(e, fmt, infinite)
@@ -95,13 +101,33 @@ def _estimate_cells(
     return cells
 
 
+def _budget_flag(v: VariantSummary) -> str:
+    """The warning a short budget puts beside a row's time to target (and speed-up), or ""."""
+    parts = []
+    if v.few_evaluations:
+        fewest = min(v.few_evaluations.values())
+        parts.append(f"⚠ {fewest} evaluations")
+    if v.wide_crossings:
+        widest = max(c.span for c in v.wide_crossings.values())
+        parts.append(f"⚠ interpolated over {widest:.0%}")
+    return "; ".join(parts)
+
+
+def _flagged(cell: Cell, flag: str) -> Cell:
+    if not flag:
+        return cell
+    sub = f"{cell.sub} {flag}".strip() if cell.sub else flag
+    return Cell(cell.text, sub, "bad" if cell.tone in ("", "good", "best") else cell.tone, cell.title, cell.link)
+
+
 def _speedup_cell(suite: SuiteReport, v: VariantSummary, unit: str) -> Cell:
     if v.target is None or not v.target.available:
         return Cell("-")
     derived = v.target.reference is not None
-    if not derived and suite.baseline is None:
+    baseline = suite.baseline_of(v)
+    if not derived and baseline is None:
         return Cell("-")
-    if v is suite.baseline if not derived else _is_reference(v):
+    if v is baseline if not derived else _is_reference(v):
         return Cell("1x", "baseline", "muted")
     estimate = v.steps_to_target if unit == "steps" else v.seconds_to_target
     if math.isinf(estimate.median):
@@ -109,13 +135,16 @@ def _speedup_cell(suite: SuiteReport, v: VariantSummary, unit: str) -> Cell:
     ratio = suite.speedup(v, unit)
     if math.isinf(ratio):
         return Cell("∞", "reached before training" if derived else "baseline not reached", "good")
-    return Cell(fmt_ratio(ratio), tone="good" if ratio > 1 else "")
+    cell = Cell(fmt_ratio(ratio), tone="good" if ratio > 1 else "")
+    reference = baseline if not derived else None
+    flags = [f for f in (_budget_flag(v), _budget_flag(reference) if reference is not None else "") if f]
+    return _flagged(cell, "; ".join(dict.fromkeys(flags)))
 
 
 def _is_reference(v: VariantSummary) -> bool:
     """Whether this row is the baseline variant its target was derived from (its speed-up is 1 by definition)."""
     reference = v.target.reference if v.target is not None else None
-    return reference is not None and v.variant.label == reference.label and v.variant.optim == reference.optim
+    return reference is not None and v.variant.label == reference.label and v.variant.optim_name == reference.optim
 
 
 def _has_effective_throughput(variants: Sequence[VariantSummary]) -> bool:
@@ -138,7 +167,7 @@ def _effective_throughput_cell(v: VariantSummary) -> Cell:
         return Cell(NOT_REACHED, tone="bad")
     if math.isnan(seconds) or seconds == 0:
         return Cell("-")
-    return Cell(f"{reference.effective_throughput(seconds):,.0f}", reference.rate_unit)
+    return _flagged(Cell(f"{reference.effective_throughput(seconds):,.0f}", reference.rate_unit), _budget_flag(v))
 
 
 def _target_cell(estimate_cell: Cell, v: VariantSummary) -> Cell:
@@ -147,14 +176,16 @@ def _target_cell(estimate_cell: Cell, v: VariantSummary) -> Cell:
         return Cell("-", "no target", "muted")
     if not v.target.available:
         return Cell("-", "target unavailable", "muted")
-    return estimate_cell
+    return _flagged(estimate_cell, _budget_flag(v))
 
 
 def _target_caption(suite: SuiteReport, effective: bool) -> str:
     targets = "; ".join(t.describe() for t in suite.targets)
     caption = (
-        f" Target: {targets}; steps and time to target are interpolated between the two evaluations that bracket "
-        "the crossing."
+        f" Target: {targets}; steps and time to target are measured on the {suite.timing_split or 'evaluation'} "
+        "split, interpolated between the two evaluations that bracket the crossing (⚠: a run with fewer than 3 "
+        "evaluations, or a crossing interpolated over one interval longer than a quarter of the run: that "
+        "percentage of the run)."
     )
     references = sorted({t.reference.optim for t in suite.targets if t.reference is not None})
     if references:
@@ -168,6 +199,159 @@ def _target_caption(suite: SuiteReport, effective: bool) -> str:
     return caption + " Speed-up: the baseline's median over this row's (>1: faster than the baseline)."
 
 
+def _split_word(suite: SuiteReport) -> str:
+    """The evaluation's split as the headers name it."""
+    return "exact" if suite.eval_split == "exact" else "test"
+
+
+def _memory_cell(v: VariantSummary) -> Cell:
+    """Peak memory with its source; CPU resident-set figures carry their caveat."""
+    cell = Cell(fmt_bytes(v.peak_mem_bytes), v.mem_source)
+    if "rss" in v.mem_source:
+        title = (
+            "CPU resident set: the process's peak during the run above its size before the run (rss-delta), or "
+            "the whole process's peak (rss, older stores); allocator caches, and in a process's first run the "
+            "one-time allocations torch makes on first use, make it approximate (run --executor local gives each run "
+            "its own process), so the Pareto front uses optimizer-state bytes on CPU."
+        )
+        return Cell(cell.text, f"{v.mem_source} (approximate)", "muted", title)
+    return cell
+
+
+def _quality_columns(suite: SuiteReport, every_setting: bool) -> list[tuple[Column, str, bool]]:
+    """(column, VariantSummary attribute, lower is better) of the quality columns (module docstring: the test split
+    only for selected settings; a suite without validation shows the training loss per setting)."""
+    arrow = "↓" if suite.metric_mode == "min" else "↑"
+    lower = suite.metric_mode == "min"
+    split = _split_word(suite)
+    columns = []
+    if suite.validated:
+        columns += [
+            (Column("final val loss ↓", "results"), "final_val_loss", True),
+            (Column(f"final val {suite.metric_name} {arrow}", "results"), "final_val_metric", lower),
+        ]
+    elif every_setting:
+        columns.append((Column("final training loss ↓", "results"), "final_train_loss", True))
+    if not every_setting:
+        columns += [
+            (Column(f"final {split} loss ↓", "results"), "final_loss", True),
+            (Column(f"final {split} {suite.metric_name} {arrow}", "results"), "final_metric", lower),
+        ]
+    return columns
+
+
+def suite_table(suite: SuiteReport, every_setting: bool = False) -> Table:
+    """One row per optimizer (its selected setting), or per setting: outcomes, quality, time to target, cost.
+
+    A suite without a target has no time-to-target or speed-up columns; the every-setting table has no test-split
+    numbers (the test split is reported for the selected setting only)."""
+    variants = suite.variants if every_setting else list(suite.selected.values())
+    timed = bool(suite.targets)
+    effective = timed and _has_effective_throughput(variants)
+    throughput = any(not math.isnan(v.throughput_per_s) for v in variants)
+    stores = len(suite.stores) > 1
+    quality = _quality_columns(suite, every_setting)
+    timing = f" ({suite.timing_split})" if suite.timing_split else ""
+    columns = [
+        Column("optimizer", "all", left=True),
+        *([Column("store", "results", left=True)] if stores else []),
+        Column("runs", "results", left=True, wrap=False),
+        Column("hyperparameters", "results", left=True),
+        *(column for column, _, _ in quality),
+        *(
+            [
+                Column(f"steps to target{timing}", "time to target"),
+                Column(f"time to target{timing}", "time to target"),
+                Column("speed-up (steps)", "time to target"),
+                Column("speed-up (time)", "time to target"),
+            ]
+            if timed
+            else []
+        ),
+        *([Column("effective throughput", "time to target")] if effective else []),
+        Column("step time", "cost"),
+        Column("optimizer share", "cost"),
+        Column("compile", "cost"),
+        *([Column("throughput", "cost")] if throughput else []),
+        Column("peak memory", "cost"),
+        Column("state (measured)", "cost"),
+        Column("state (analytic)", "cost"),
+        Column("routing", "cost", left=True),
+    ]
+    quality_cells = [
+        _estimate_cells([getattr(v, attribute) for v in variants], fmt_num, lower) for _, attribute, lower in quality
+    ]
+    steps = _estimate_cells([v.steps_to_target for v in variants], fmt_steps)
+    seconds = _estimate_cells([v.seconds_to_target for v in variants], fmt_seconds)
+    settings = {o: sum(1 for v in suite.variants if v.optim == o) for o in suite.selected}
+    rows = []
+    for i, v in enumerate(variants):
+        failed = any(v.statuses.get(s) for s in STATUSES if s != "ok")
+        reached = f"{v.reached}/{len(v.crossings)} reached" if v.target is not None else ""
+        if v.target is not None and v.target.available:
+            steps[i] = Cell(steps[i].text, f"{steps[i].sub} {reached}".strip(), steps[i].tone)
+        steps_cell, seconds_cell = _target_cell(steps[i], v), _target_cell(seconds[i], v)
+        measured, analytic = _state_cells(v)
+        source = words(v.hparams_source, 1 if every_setting else settings.get(v.optim, 1))
+        rows.append(
+            [
+                Cell(
+                    v.label,
+                    "baseline" if v is suite.baseline_of(v) else "",
+                    "muted" if not v.has_ok else "",
+                    link=v.variant.anchor,
+                ),
+                *([Cell(v.variant.store)] if stores else []),
+                Cell(status_text(v.statuses), tone="bad" if failed else ""),
+                Cell(source, tone="bad" if untuned(v.hparams_source) else ""),
+                *(cells[i] for cells in quality_cells),
+                *(
+                    [steps_cell, seconds_cell, _speedup_cell(suite, v, "steps"), _speedup_cell(suite, v, "seconds")]
+                    if timed
+                    else []
+                ),
+                *([_effective_throughput_cell(v)] if effective else []),
+                Cell(fmt_seconds(v.step_time_s)),
+                Cell(fmt_percent(v.optim_share)),
+                Cell(fmt_seconds(v.compile_s)),
+                *([_throughput_cell(v)] if throughput else []),
+                _memory_cell(v),
+                measured,
+                analytic,
+                Cell(v.routing, title=v.routing_detail),
+            ]
+        )
+    caption = (
+        f"Medians over seeds; below each, the smallest and largest seed's value (min–max) with fewer than {MIN_SEEDS} "
+        f"seeds, else the 95% bootstrap CI; best in a column (bold) from {MIN_BEST_SEEDS} seeds."
+    )
+    if suite.validated:
+        caption += (
+            f" val: the validation split (selection, targets); {_split_word(suite)}: "
+            + ("the exact objective" if suite.eval_split == "exact" else "the test split")
+            + (", not shown per setting." if every_setting else ", for the selected setting only.")
+        )
+    else:
+        caption += " These runs hold out no validation split."
+    caption += " Hyperparameters: the suite's, or untuned here (the registry's defaults: not a finding)."
+    if timed:
+        caption += _target_caption(suite, effective)
+    if any("rss" in v.mem_source for v in variants):
+        caption += (
+            " Peak memory on CPU is the process's resident set (approximate: allocator caches, and a process's "
+            "first run counts torch's one-time allocations); optimizer-state bytes are exact."
+        )
+    if every_setting:
+        return Table(f"{suite.name}: every setting", columns, rows, caption, key=anchor("settings", suite.name))
+    if len(suite.variants) > len(suite.selected):
+        caption += (
+            " Optimizers run under several settings show their selected one (chosen on a validation metric, else on "
+            "the training loss, never on the test split; the notes say which); the Markdown and HTML reports also "
+            "list every setting."
+        )
+    return Table(f"{suite.name}: results per optimizer", columns, rows, caption, key=anchor("suite", suite.name))
+
+
 def _state_cells(v: VariantSummary) -> tuple[Cell, Cell]:
     measured = Cell(fmt_bytes(v.state_bytes))
     if math.isnan(v.analytic_state_bytes):
@@ -179,85 +363,6 @@ def _state_cells(v: VariantSummary) -> tuple[Cell, Cell]:
         f"≠ measured ({v.analytic_state_bytes - v.state_bytes:+.0f} B)",
         "bad",
     )
-
-
-def suite_table(suite: SuiteReport, every_setting: bool = False) -> Table:
-    """One row per optimizer (its selected setting), or per setting: outcomes, quality, time to target, cost.
-
-    A suite without a target has no time-to-target or speed-up columns.
-    """
-    variants = suite.variants if every_setting else list(suite.selected.values())
-    arrow = "↓" if suite.metric_mode == "min" else "↑"
-    timed = bool(suite.targets)
-    effective = timed and _has_effective_throughput(variants)
-    throughput = any(not math.isnan(v.throughput_per_s) for v in variants)
-    columns = [
-        Column("optimizer", "all", left=True),
-        Column("runs", "results", left=True, wrap=False),
-        Column("final eval loss ↓", "results"),
-        Column(f"final {suite.metric_name} {arrow}", "results"),
-        *TIME_COLUMNS[: 4 if timed else 0],
-        *([Column("effective throughput", "results")] if effective else []),
-        Column("step time", "cost"),
-        Column("optimizer share", "cost"),
-        Column("compile", "cost"),
-        *([Column("throughput", "cost")] if throughput else []),
-        Column("peak memory", "cost"),
-        Column("state (measured)", "cost"),
-        Column("state (analytic)", "cost"),
-        Column("routing", "cost", left=True),
-    ]
-    losses = _estimate_cells([v.final_loss for v in variants], fmt_num)
-    metrics = _estimate_cells([v.final_metric for v in variants], fmt_num, suite.metric_mode == "min")
-    steps = _estimate_cells([v.steps_to_target for v in variants], fmt_steps)
-    seconds = _estimate_cells([v.seconds_to_target for v in variants], fmt_seconds)
-    rows = []
-    for i, v in enumerate(variants):
-        failed = any(v.statuses.get(s) for s in STATUSES if s != "ok")
-        reached = f"{v.reached}/{len(v.crossings)} reached" if v.target is not None else ""
-        steps_cell, seconds_cell = _target_cell(steps[i], v), _target_cell(seconds[i], v)
-        if v.target is not None and v.target.available:
-            steps_cell = Cell(steps_cell.text, f"{steps_cell.sub} {reached}".strip(), steps_cell.tone)
-        measured, analytic = _state_cells(v)
-        rows.append(
-            [
-                Cell(
-                    v.label,
-                    "baseline" if v is suite.baseline else "",
-                    "muted" if not v.has_ok else "",
-                    link=v.variant.anchor,
-                ),
-                Cell(status_text(v.statuses), tone="bad" if failed else ""),
-                losses[i],
-                metrics[i],
-                *(
-                    [steps_cell, seconds_cell, _speedup_cell(suite, v, "steps"), _speedup_cell(suite, v, "seconds")]
-                    if timed
-                    else []
-                ),
-                *([_effective_throughput_cell(v)] if effective else []),
-                Cell(fmt_seconds(v.step_time_s)),
-                Cell(fmt_percent(v.optim_share)),
-                Cell(fmt_seconds(v.compile_s)),
-                *([_throughput_cell(v)] if throughput else []),
-                Cell(fmt_bytes(v.peak_mem_bytes), v.mem_source),
-                measured,
-                analytic,
-                Cell(v.routing, title=v.routing_detail),
-            ]
-        )
-    caption = "Medians over seeds with 95% bootstrap CIs in brackets."
-    if timed:
-        caption += _target_caption(suite, effective)
-    if every_setting:
-        return Table(f"{suite.name}: every setting", columns, rows, caption, key=anchor("settings", suite.name))
-    if len(suite.variants) > len(suite.selected):
-        caption += (
-            " Optimizers run under several settings show their selected one (chosen on a validation metric, else on "
-            "the training loss, never on this evaluation; the notes say which); the Markdown and HTML reports also "
-            "list every setting."
-        )
-    return Table(f"{suite.name}: results per optimizer", columns, rows, caption, key=anchor("suite", suite.name))
 
 
 def _seeds_cell(score: Score) -> Cell:
@@ -322,41 +427,50 @@ def _paired_cells(paired: Paired | None, fmt: Callable[[Any], str]) -> tuple[Cel
     if paired is None:
         return Cell("-"), Cell("-")
     text, sub = signed_estimate_text(paired.difference, fmt)
-    directional = not paired.verdict.startswith("no detectable")
     good = paired.verdict in ("faster", "fewer steps", "better")
-    return Cell(text, sub), Cell(paired.verdict, tone=("good" if good else "bad") if directional else "muted")
+    tone = ("good" if good else "bad") if paired.directional else "muted"
+    test = f"Wilcoxon p={paired.p_value:.2g}" if paired.p_value is not None else ""
+    return Cell(text, sub), Cell(paired.verdict, test, tone)
 
 
 def comparison_table(suite: SuiteReport) -> Table | None:
-    """Each optimizer's selected setting against the baseline's, paired by seed."""
+    """Each optimizer's selected setting against the baseline of its store, paired by seed."""
     if not suite.comparisons:
         return None
-    assert suite.baseline is not None
     timed = bool(suite.targets)
-    columns = [Column("optimizer", left=True), Column("paired seeds")]
+    timing = f" ({suite.timing_split})" if suite.timing_split else ""
+    split = _split_word(suite)
+    stores = len(suite.stores) > 1
+    columns = [Column("optimizer", left=True), *([Column("store", left=True)] if stores else [])]
+    columns.append(Column("paired seeds"))
     if timed:
         columns += [
-            Column("Δ time to target"),
-            Column("verdict", left=True),
-            Column("Δ steps to target"),
-            Column("verdict", left=True),
+            Column(f"Δ time to target{timing}"),
+            Column("verdict (time)", left=True, wrap=False),
+            Column(f"Δ steps to target{timing}"),
+            Column("verdict (steps)", left=True, wrap=False),
         ]
-    columns += [Column(f"Δ final {suite.metric_name}"), Column("verdict", left=True)]
+    columns += [Column(f"Δ final {split} {suite.metric_name}"), Column(f"verdict ({split})", left=True, wrap=False)]
     rows = []
     for c in suite.comparisons:
-        timing = [*_paired_cells(c.seconds, fmt_seconds), *_paired_cells(c.steps, fmt_steps)] if timed else []
+        timing_cells = [*_paired_cells(c.seconds, fmt_seconds), *_paired_cells(c.steps, fmt_steps)] if timed else []
         rows.append(
             [
                 Cell(c.variant.label, link=c.variant.variant.anchor),
+                *([Cell(c.variant.variant.store)] if stores else []),
                 Cell(str(len(c.seeds))),
-                *timing,
+                *timing_cells,
                 *_paired_cells(c.metric, fmt_num),
             ]
         )
+    against = ", ".join(b.label for b in suite.baselines.values())
     caption = (
-        f"Against {suite.baseline.label} on the seeds both ran: median of the per-seed differences (row minus "
-        "baseline) with its 95% bootstrap CI. A verdict needs at least 3 paired seeds and a CI that excludes 0"
-        + ("; pairs where neither reached the target are left out." if timed else ".")
+        f"Against {against} on the seeds both ran: the median of the per-seed differences (row minus baseline) with "
+        f"its min–max below {MIN_SEEDS} pairs, else its 95% bootstrap CI. Below {MIN_SEEDS} pairs there is no "
+        f"verdict ('too few seeds'). From {MIN_SEEDS}: the exact two-sided Wilcoxon signed-rank test; a direction "
+        "needs p < 0.05 and a CI that excludes 0 (one that touches 0 gives 'no detectable difference'). With 5 "
+        "pairs the smallest p is 0.0625, so a direction needs at least 6."
+        + (" Pairs where neither reached the target are left out." if timed else "")
     )
     return Table(
         f"{suite.name}: paired comparison with the baseline", columns, rows, caption, key=anchor("paired", suite.name)
@@ -373,7 +487,7 @@ def failure_table(suite: SuiteReport) -> Table | None:
         Column("seed"),
         Column("status", left=True),
         Column("at step"),
-        Column("message", left=True),
+        Column("message", left=True, prose=True),
     ]
     rows = [
         [
@@ -390,22 +504,27 @@ def failure_table(suite: SuiteReport) -> Table | None:
 
 
 def profile_table(profile: Profile, basis: str) -> Table:
-    """rho(tau) at a few tau and the normalised area, per optimizer, best score first."""
+    """rho(tau) at a few tau and the normalised area, per optimizer over the suites it ran, best score first."""
+    suites = len(profile.suites)
     rho = profile.rho(list(TAU_COLUMNS))
     score = profile.score()
-    columns = [Column("optimizer", left=True)] + [Column(f"ρ({t:g})") for t in TAU_COLUMNS] + [Column("score")]
-    order = sorted(profile.ratios.columns, key=lambda o: (-score[o], o))
-    top = score.max()
+    coverage = profile.coverage
+    columns = [Column("optimizer", left=True), Column("suites run")]
+    columns += [Column(f"ρ({t:g})") for t in TAU_COLUMNS] + [Column("score")]
+    ran = [o for o in profile.ratios.columns if coverage[o] > 0]
+    order = sorted(ran, key=lambda o: (-score[o], o))
+    top = max((score[o] for o in ran), default=0.0)
     rows = [
-        [Cell(o)]
+        [Cell(o), Cell(f"{int(coverage[o])}/{suites}", tone="" if coverage[o] == suites else "muted")]
         + [Cell(f"{rho.loc[t, o]:.2f}") for t in TAU_COLUMNS]
         + [Cell(f"{score[o]:.3f}", tone="best" if score[o] == top and top > 0 else "")]
         for o in order
     ]
     caption = (
-        f"Over {len(profile.suites)} suite(s) with a target ({', '.join(profile.suites)}). ρ(τ): fraction of suites "
-        f"where the optimizer's median {basis} to target is within a factor τ of the fastest optimizer's. Score: the "
-        "area under ρ over τ in [1, 4], divided by 3 (1: fastest everywhere)."
+        f"Over {len(profile.suites)} suite(s) with a target ({', '.join(profile.suites)}), each optimizer over the "
+        f"suites it ran (suites run). ρ(τ): the fraction of those suites where its median {basis} to target (on the "
+        "validation split where the runs hold one out) is within a factor τ of the fastest optimizer's there. Score: "
+        "the area under ρ over τ in [1, 4], divided by 3 (1: fastest everywhere it ran)."
     )
     return Table(f"Performance profile: {basis} to target", columns, rows, caption, key=f"profile-{basis}")
 
@@ -416,29 +535,47 @@ def rank_table(report: Report) -> Table | None:
         return None
     suites = list(ranks.ranks.index)
     per_suite = len(suites) <= MAX_RANK_COLUMNS
-    columns = [Column("optimizer", left=True), Column("mean rank"), Column("suites with an ok run")]
+    columns = [Column("optimizer", left=True), Column("mean rank"), Column("suites run"), Column("with an ok run")]
     if per_suite:
         columns += [Column(s) for s in suites]
     mean = ranks.mean
-    best = mean.min()
+    ran = [o for o in mean.index if ranks.coverage[o] > 0]
+    best = min((mean[o] for o in ran), default=math.nan)
     rows = []
-    for optim in sorted(mean.index, key=lambda o: (mean[o], o)):
+    for optim in sorted(ran, key=lambda o: (mean[o], o)):
         row = [
             Cell(optim),
             Cell(f"{mean[optim]:.2f}", tone="best" if mean[optim] == best else ""),
-            Cell(f"{int(ranks.ranked[optim].sum())}/{len(suites)}"),
+            Cell(
+                f"{int(ranks.coverage[optim])}/{len(suites)}",
+                tone="" if ranks.coverage[optim] == len(suites) else "muted",
+            ),
+            Cell(str(int(ranks.ranked[optim].sum()))),
         ]
         if per_suite:
-            row += [
-                Cell(f"{ranks.ranks.loc[s, optim]:g}", tone="" if ranks.ranked.loc[s, optim] else "muted")
-                for s in suites
-            ]
+            row += [_rank_cell(ranks, s, optim) for s in suites]
         rows.append(row)
+    left_out = (
+        f" Left out: {', '.join(report.left_out)} (smoke suites; --include-smoke counts them)."
+        if report.left_out
+        else ""
+    )
     caption = (
-        "Rank by median final eval metric on each suite (1 = best; ties share the mean rank; an optimizer without "
-        "an ok run on a suite ties for last there)."
+        "Rank by median final metric (test split) on each suite among the optimizers that ran it (1 = best; ties "
+        "share the mean rank; one without an ok run there ties for last among them); not run: no rank. Mean rank "
+        f"over the suites each optimizer ran (suites run).{left_out}"
     )
     return Table("Rank across suites", columns, rows, caption, key="ranks")
+
+
+def _rank_cell(ranks: Ranks, suite: str, optim: str) -> Cell:
+    if not ranks.ran.loc[suite, optim]:
+        return Cell("-", "not run", "muted")
+    return Cell(
+        f"{ranks.ranks.loc[suite, optim]:g}",
+        "" if ranks.ranked.loc[suite, optim] else "no ok run",
+        "" if ranks.ranked.loc[suite, optim] else "muted",
+    )
 
 
 def runs_of_variant(variant: Variant, env_of: Mapping[str, str], superseded: bool = False) -> Table:
@@ -484,9 +621,9 @@ def experiment_table(report: Report) -> Table | None:
         Column("suite", left=True),
         Column("seed"),
         Column("status", left=True),
-        Column("claim", left=True),
+        Column("claim", left=True, prose=True),
         Column("holds", left=True),
-        Column("evidence", left=True),
+        Column("evidence", left=True, prose=True),
     ]
     rows = []
     for run in runs.itertuples():

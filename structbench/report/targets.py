@@ -16,7 +16,9 @@ interpolates:
       steps to target = s_{i-1} + f (s_i - s_{i-1}),  seconds to target = w_{i-1} + f (w_i - w_{i-1}).
 
 Linear in v between the two evaluations that bracket the crossing: the estimate assumes the quantity moves
-linearly between them.
+linearly between them. So the crossing records how much of the run that assumption covers, its span
+(s_i - s_{i-1}) / s_k (s_k: the run's last evaluation); a span over WIDE_SPAN (a quarter of the run) is flagged in the
+report. The evaluations are the validation split's where the run records one (build.py), else the run's evaluation.
 """
 
 from __future__ import annotations
@@ -27,6 +29,8 @@ from dataclasses import dataclass
 import numpy as np
 
 NOT_REACHED = math.inf
+WIDE_SPAN = 0.25
+"""A crossing interpolated over one interval longer than this fraction of the run is flagged."""
 
 
 @dataclass(frozen=True)
@@ -37,6 +41,8 @@ class Reference:
     label: str
     """The baseline variant's label (the one chosen among its settings)."""
     seeds: int
+    split: str
+    """Which final evaluation the target is: "validation" or "test" (runs without a validation split)."""
     steps: float
     """The step of its last evaluation."""
     seconds: float
@@ -47,7 +53,7 @@ class Reference:
     """The throughput's unit, e.g. "tokens/s"."""
 
     def describe(self) -> str:
-        return f"{self.optim}'s final, median of {self.seeds} seed{'' if self.seeds == 1 else 's'}"
+        return f"{self.optim}'s final {self.split} value, median of {self.seeds} seed{'' if self.seeds == 1 else 's'}"
 
     def effective_throughput(self, seconds_to_target: float) -> float:
         """The baseline's items over the seconds another run needs to reach the target (RACS/Alice §6.2)."""
@@ -81,10 +87,18 @@ class Target:
 class Crossing:
     steps: float
     seconds: float
+    interval: tuple[float, float] | None = None
+    """The steps of the two evaluations it was interpolated between; None when not interpolated."""
+    span: float = math.nan
+    """That interval as a fraction of the run (module docstring); NaN when not interpolated."""
 
     @property
     def reached(self) -> bool:
         return math.isfinite(self.steps)
+
+    @property
+    def wide(self) -> bool:
+        return self.span > WIDE_SPAN
 
 
 NEVER = Crossing(NOT_REACHED, NOT_REACHED)
@@ -102,7 +116,10 @@ def interpolate(steps: np.ndarray, seconds: np.ndarray, values: np.ndarray, targ
         return Crossing(float(steps[0]), float(seconds[0]))
     before, after = float(values[i - 1]), float(values[i])
     f = (before - target.value) / (before - after)
+    run = float(steps[-1])
     return Crossing(
         float(steps[i - 1] + f * (steps[i] - steps[i - 1])),
         float(seconds[i - 1] + f * (seconds[i] - seconds[i - 1])),
+        (float(steps[i - 1]), float(steps[i])),
+        float(steps[i] - steps[i - 1]) / run if run > 0 else math.nan,
     )

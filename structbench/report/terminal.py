@@ -15,6 +15,14 @@ from structbench.report.build import Report, SuiteReport
 from structbench.report.format import fmt_bytes, fmt_num, fmt_seconds
 
 STYLES = {"best": "bold green", "good": "green", "bad": "red", "muted": "dim"}
+HOW_TO_READ = (
+    "How to read: numbers are medians over seeds, with the min–max below 5 seeds and the 95% bootstrap CI from 5; "
+    "best (bold) from 3 seeds. val: the validation split, which selects settings and sets and times targets; test: "
+    "reported for the selected setting only. A paired verdict needs 5 seeds (exact Wilcoxon signed-rank p < 0.05 and "
+    "a CI that excludes 0); below that it says 'too few seeds'. ⚠: a run with fewer than 3 evaluations, or a time to "
+    "target interpolated over more than a quarter of the run. 'untuned here': registry defaults, not a finding. "
+    "Profiles and ranks count each optimizer over the suites it ran. --format md or html defines every number."
+)
 
 
 def _cell(cell: tables.Cell) -> Text:
@@ -24,22 +32,64 @@ def _cell(cell: tables.Cell) -> Text:
     return text
 
 
-def rich_tables(table: tables.Table) -> list[RichTable]:
-    """The table as one rich table per column group, each repeating the first column."""
+COLUMN_COST = 3
+"""Characters a rich table spends on each column besides its text: a border and a space either side."""
+
+
+def _natural_width(table: tables.Table, index: int) -> int:
+    """The column's width with no cell wrapped: its longest line (header, text or the line below it)."""
+    column = table.columns[index]
+    texts = [column.name] + [part for row in table.rows for part in (row[index].text, row[index].sub) if part]
+    return max((len(line) for text in texts for line in text.splitlines()), default=1)
+
+
+def _chunks(table: tables.Table, columns: list[int], width: int | None) -> list[list[int]]:
+    """The group's columns split into runs that fit `width` beside the first column with no cell wrapped (one run
+    when it fits, or without a width); a column wider than that on its own gets a run to itself and wraps at
+    spaces."""
+    if width is None:
+        return [columns]
+    room = width - 1 - (_natural_width(table, 0) + COLUMN_COST)
+    chunks: list[list[int]] = [[]]
+    used = 0
+    for i in columns:
+        need = _natural_width(table, i) + COLUMN_COST
+        if chunks[-1] and used + need > room:
+            chunks.append([])
+            used = 0
+        chunks[-1].append(i)
+        used += need
+    return chunks
+
+
+def rich_tables(table: tables.Table, width: int | None = None) -> list[RichTable]:
+    """The table as one rich table per column group, each repeating the first column. A group too wide for `width`
+    (the terminal's) is split further into tables that fit it unwrapped; only a column too wide on its own wraps (at
+    spaces, folding a longer token onto the next line), so a number is never cut short."""
     groups = list(dict.fromkeys(c.group for c in table.columns[1:]))
+    parts = [
+        (group, chunk)
+        for group in groups
+        for chunk in _chunks(table, [i for i, c in enumerate(table.columns) if i and c.group == group], width)
+    ]
     rendered = []
-    for group in groups:
-        keep = [0] + [i for i, c in enumerate(table.columns) if i and c.group == group]
-        title = table.title if len(groups) == 1 else f"{table.title} — {group}"
+    for number, (group, chunk) in enumerate(parts):
+        keep = [0, *chunk]
+        title = table.title if len(parts) == 1 else f"{table.title} — {group}"
+        if sum(1 for g, _ in parts if g == group) > 1:
+            title += f" ({[c for g, c in parts if g == group].index(chunk) + 1})"
         out = RichTable(title=escape(title), title_justify="left", show_lines=False)
         for i in keep:
             column = table.columns[i]
             out.add_column(
-                escape(column.name), justify="left" if column.left else "right", no_wrap=i == 0 or not column.wrap
+                escape(column.name),
+                justify="left" if column.left else "right",
+                no_wrap=i == 0 or not column.wrap,
+                overflow="fold",
             )
         for row in table.rows:
             out.add_row(*(_cell(row[i]) for i in keep))
-        if table.caption and group == groups[-1]:
+        if table.caption and number == len(parts) - 1:
             out.caption, out.caption_justify = escape(table.caption), "left"
         rendered.append(out)
     return rendered
@@ -51,7 +101,7 @@ def print_report(console: Console, report: Report) -> None:
         console.rule(f"[bold]{escape(suite.name)}[/bold]  {escape(f'({suite.task}, {suite.run_count} runs)')}")
         for table in (tables.suite_table(suite), tables.comparison_table(suite), tables.failure_table(suite)):
             if table is not None:
-                for rich_table in rich_tables(table):
+                for rich_table in rich_tables(table, console.width):
                     console.print(rich_table)
         for note in suite.notes:
             console.print(Text(f"note: {note}", style="yellow"))
@@ -64,10 +114,11 @@ def print_report(console: Console, report: Report) -> None:
     if across:
         console.rule("[bold]across suites[/bold]")
     for table in across:
-        for rich_table in rich_tables(table):
+        for rich_table in rich_tables(table, console.width):
             console.print(rich_table)
     for note in report.notes:
         console.print(Text(f"note: {note}", style="yellow"))
+    console.print(Text(HOW_TO_READ, style="dim"))
 
 
 def _print_sweeps(console: Console, suite: SuiteReport) -> None:
@@ -76,7 +127,7 @@ def _print_sweeps(console: Console, suite: SuiteReport) -> None:
         return
     console.print(Text(f"Sweeps — {suite.name}", style="bold"))
     for sweep in suite.sweeps:
-        for rich_table in rich_tables(tables.sweep_table(sweep, captioned=False)):
+        for rich_table in rich_tables(tables.sweep_table(sweep, captioned=False), console.width):
             console.print(rich_table)
         for warning in sweep.warnings:
             console.print(Text(f"warning: {warning}", style="bold red"))
@@ -90,9 +141,11 @@ def _print_sweeps(console: Console, suite: SuiteReport) -> None:
 
 
 def runs_table(rows: Iterable[Mapping[str, Any]]) -> RichTable:
-    """The runs a `run` command stored; a "setting" column (the swept hyperparameters) when a sweep ran."""
+    """The runs a `run` command stored; a "setting" column (the swept hyperparameters) when a sweep ran, and the
+    validation metric beside the evaluation's when the runs hold out a validation split."""
     rows = list(rows)
     swept = any(row.get("setting") for row in rows)
+    validated = any(row.get("final_val_metric") is not None for row in rows)
     table = RichTable(title="runs")
     for name in (
         "suite",
@@ -103,6 +156,7 @@ def runs_table(rows: Iterable[Mapping[str, Any]]) -> RichTable:
         "steps",
         "final eval loss",
         "metric",
+        *(("val metric",) if validated else ()),
         "wall",
         "step time",
         "peak mem",
@@ -120,6 +174,7 @@ def runs_table(rows: Iterable[Mapping[str, Any]]) -> RichTable:
             str(row["steps"]),
             fmt_num(row["final_eval_loss"]),
             escape(f"{fmt_num(row['final_eval_metric'])} {row['eval_metric_name']}"),
+            *((fmt_num(row.get("final_val_metric")),) if validated else ()),
             fmt_seconds(row["wall_s"]),
             fmt_seconds(row["step_time_median_s"]),
             fmt_bytes(row["peak_mem_bytes"]),

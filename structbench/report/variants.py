@@ -7,6 +7,10 @@ optimizer's name plus the settings that tell it apart: the spec fields that diff
 optimizer's variants in the suite, and any field outside the hyperparameters that differs between the
 suite's variants at all (a different budget or target).
 
+A report over several stores (`report --out A --out B`) keeps each store's runs apart: the runs carry their store's
+label, and a variant is one optimizer in one store, named "adamw [A]" (its entry), so the same optimizer from two
+machines or commits appears as two rows side by side.
+
 When one seed of a variant ran more than once, one run counts: the latest run with a final status
 (`store.FINAL_STATUSES`: ok, diverged, oom, solver_error, timeout) if the seed has one, else the latest run. So a
 rerun that was interrupted or hit an error never hides an earlier result, and a seed with no result still shows
@@ -27,7 +31,7 @@ import pandas as pd
 from structbench.report.anchors import anchor
 from structbench.store import FINAL_STATUSES
 
-IGNORED_SPEC_KEYS = frozenset({"seed", "source", "suite", "optim", "task"})
+IGNORED_SPEC_KEYS = frozenset({"seed", "source", "suite", "optim", "task", "hparams_source"})
 
 
 class Columns:
@@ -45,10 +49,16 @@ class Columns:
         return self._arrays[column]
 
 
+def entry_name(optim: str, store: str) -> str:
+    """The optimizer as the report names it: "adamw", or "adamw [A]" in a report over several stores."""
+    return f"{optim} [{store}]" if store else optim
+
+
 @dataclass(frozen=True, eq=False)
 class Variant:
     suite: str
     optim: str
+    """The entry name (entry_name): the optimizer, with its store in a report over several stores."""
     label: str
     config: Mapping[str, Any]
     latest: Columns
@@ -57,6 +67,10 @@ class Variant:
     `latest.frame`."""
     older: Columns
     older_rows: np.ndarray
+    optim_name: str = ""
+    """The registry name of the optimizer."""
+    store: str = ""
+    """The store's label in a report over several stores, else ""."""
 
     def values(self, column: str) -> np.ndarray:
         """One column over the runs that count (numbers as floats with NaN for missing)."""
@@ -130,18 +144,20 @@ def _label(optim: str, config: Mapping[str, Any], keys: list[str]) -> str:
 
 
 def group_variants(runs: pd.DataFrame) -> list[Variant]:
-    """One suite's runs as variants, in optimizer order and then by the settings that tell them apart."""
+    """One suite's runs as variants, in optimizer (and store) order and then by the settings that tell them apart."""
+    if "store" not in runs.columns:
+        runs = runs.assign(store="")
     keys = [json.dumps(config_of(spec), sort_keys=True, default=str) for spec in runs["spec"]]
     config_of_key = {key: json.loads(key) for key in set(keys)}
     final = runs["status"].isin(list(FINAL_STATUSES)).to_numpy(bool)
     # Within a seed, the run that sorts last counts: runs with a final status sort after the others, then by time.
     ordered = runs.assign(_config=keys, _final=final).sort_values(["_final", "started_at", "run_id"], kind="stable")
-    counts = ~ordered.duplicated(["optim", "_config", "seed"], keep="last").to_numpy()
+    counts = ~ordered.duplicated(["optim", "store", "_config", "seed"], keep="last").to_numpy()
     ordered = ordered.drop(columns="_final")
-    latest = ordered[counts].sort_values(["optim", "_config", "seed"], kind="stable").reset_index(drop=True)
+    latest = ordered[counts].sort_values(["optim", "store", "_config", "seed"], kind="stable").reset_index(drop=True)
     older = ordered[~counts].sort_values(["started_at", "run_id"], kind="stable").reset_index(drop=True)
-    rows_of = latest.groupby(["optim", "_config"], sort=False).indices
-    older_rows_of = older.groupby(["optim", "_config"], sort=False).indices if len(older) else {}
+    rows_of = latest.groupby(["optim", "store", "_config"], sort=False).indices
+    older_rows_of = older.groupby(["optim", "store", "_config"], sort=False).indices if len(older) else {}
     latest_columns = Columns(latest.drop(columns="_config"))
     older_columns = Columns(older.drop(columns="_config"))
     all_configs = list(config_of_key.values())
@@ -150,22 +166,25 @@ def group_variants(runs: pd.DataFrame) -> list[Variant]:
     }
     suite = str(runs["suite"].iloc[0])
     variants: list[Variant] = []
-    for optim in sorted({optim for optim, _ in rows_of}):
-        mine = [key for o, key in rows_of if o == optim]
+    for optim, store in sorted({(optim, store) for optim, store, _ in rows_of}):
+        mine = [key for o, s, key in rows_of if (o, s) == (optim, store)]
         own = [config_of_key[key] for key in mine]
         label_keys = sorted(varying_keys(own, {k for c in own for k in c}) | suite_wide)
         mine.sort(key=lambda k: [sort_key(config_of_key[k].get(name)) for name in label_keys])
+        entry = entry_name(optim, store)
         for key in mine:
             variants.append(
                 Variant(
                     suite=suite,
-                    optim=optim,
-                    label=_label(optim, config_of_key[key], label_keys),
+                    optim=entry,
+                    label=_label(entry, config_of_key[key], label_keys),
                     config=config_of_key[key],
                     latest=latest_columns,
-                    rows=rows_of[(optim, key)],
+                    rows=rows_of[(optim, store, key)],
                     older=older_columns,
-                    older_rows=older_rows_of.get((optim, key), np.array([], dtype=int)),
+                    older_rows=older_rows_of.get((optim, store, key), np.array([], dtype=int)),
+                    optim_name=optim,
+                    store=store,
                 )
             )
     return variants

@@ -16,8 +16,29 @@ from structbench.errors import UsageError
 
 @dataclass(frozen=True)
 class EvalResult:
+    """One evaluation. `loss` and `metric` are the test split's (the held-out evaluation the report compares on, or a
+    quadratic's exact objective); `val_loss` and `val_metric` the validation split's, where the task holds one out
+    (None where it does not). Targets are checked on the validation split when there is one."""
+
     loss: float
     metric: float
+    val_loss: float | None = None
+    val_metric: float | None = None
+
+    @property
+    def validated(self) -> bool:
+        """Whether the task evaluated a validation split."""
+        return self.val_loss is not None
+
+    @property
+    def selection_loss(self) -> float:
+        """The loss targets are checked on: the validation split's where there is one."""
+        return self.loss if self.val_loss is None else self.val_loss
+
+    @property
+    def selection_metric(self) -> float:
+        """The metric targets are checked on: the validation split's where there is one."""
+        return self.metric if self.val_metric is None else self.val_metric
 
 
 @dataclass(frozen=True)
@@ -41,7 +62,8 @@ class Task(Protocol):
         ...
 
     def evaluate(self) -> EvalResult:
-        """Loss and metric on the held-out data (or the exact objective); called under no_grad."""
+        """Loss and metric on the test split (or the exact objective), and on the validation split where the task
+        holds one out; called under no_grad."""
         ...
 
     def stream_state(self) -> dict[str, Any]:

@@ -1,10 +1,11 @@
 """Next-token language modelling on a real corpus: a decoder model, random training windows, held-out perplexity.
 
 The corpus is read and tokenized through :func:`structbench.data.token_cache.prepare_tokens` (cached on disk,
-memory-mapped; the split into training and validation documents is recorded) and held on the device. Each
+memory-mapped; the split into training, validation and test documents is recorded) and held on the device. Each
 training call draws `batch_size` windows of `seq_len + 1` tokens at seeded random offsets of the training split;
 evaluation is the mean next-token cross entropy (nats per token) over the first `eval_tokens` tokens of the
-validation split, cut into consecutive windows, and its metric is the perplexity exp(loss).
+validation split and, apart, of the test split, each cut into consecutive windows; its metric is the perplexity
+exp(loss). `val_fraction` is the fraction of documents held out, divided into the two (`split_corpus`).
 """
 
 from __future__ import annotations
@@ -115,6 +116,7 @@ class LanguageModelTask:
         self.data_source = tokens.source
         self.train_tokens = torch.from_numpy(np.asarray(tokens.train, dtype=np.int32)).to(ctx.device)
         self.val_tokens = torch.from_numpy(np.asarray(tokens.val, dtype=np.int32)).to(ctx.device)
+        self.test_tokens = torch.from_numpy(np.asarray(tokens.test, dtype=np.int32)).to(ctx.device)
         torch.manual_seed(ctx.seed)
         self.model = build_model(
             args["model"], vocab_size=tokens.vocab_size, seq_len=self.seq_len, **model_overrides(args)
@@ -127,6 +129,7 @@ class LanguageModelTask:
         self.items_per_call = ctx.batch_size * self.seq_len
         self.steps_per_epoch = max(1, len(self.train_tokens) // self.items_per_call)
         self.eval_tokens = min(int(args["eval_tokens"]), len(self.val_tokens) - 1)
+        self.test_eval_tokens = min(int(args["eval_tokens"]), len(self.test_tokens) - 1)
         self.eval_batch_size = int(args["eval_batch_size"])
         self.batch_gen = torch.Generator().manual_seed(ctx.seed + 1)
         self.resolved_args = {
@@ -136,6 +139,7 @@ class LanguageModelTask:
             "vocab_size": tokens.vocab_size,
             "model_config": dataclasses.asdict(self.model.config),
             "eval_tokens": self.eval_tokens,
+            "test_eval_tokens": self.test_eval_tokens,
             "data": tokens.record,
         }
 
@@ -164,33 +168,42 @@ class LanguageModelTask:
     def load_stream_state(self, state: dict[str, Any]) -> None:
         self.batch_gen.set_state(state["batch_gen"])
 
-    def _eval_windows(self) -> Iterator[torch.Tensor]:
-        """Consecutive windows covering the first `eval_tokens` predictions of the validation split."""
-        starts = list(range(0, self.eval_tokens, self.seq_len))
+    def _eval_windows(self, tokens: torch.Tensor, count: int) -> Iterator[torch.Tensor]:
+        """Consecutive windows covering the first `count` predictions of an evaluation split's `tokens`."""
+        starts = list(range(0, count, self.seq_len))
         for first in range(0, len(starts), self.eval_batch_size):
             batch = starts[first : first + self.eval_batch_size]
-            lengths = [min(self.seq_len, self.eval_tokens - s) for s in batch]
+            lengths = [min(self.seq_len, count - s) for s in batch]
             if len(set(lengths)) == 1:
-                yield torch.stack([self.val_tokens[s : s + lengths[0] + 1] for s in batch])
+                yield torch.stack([tokens[s : s + lengths[0] + 1] for s in batch])
             else:
-                yield from (self.val_tokens[s : s + n + 1][None] for s, n in zip(batch, lengths, strict=True))
+                yield from (tokens[s : s + n + 1][None] for s, n in zip(batch, lengths, strict=True))
+
+    def _mean_loss(self, tokens: torch.Tensor, count: int) -> float:
+        total = 0.0
+        for windows in self._eval_windows(tokens, count):
+            total += float(self._loss(windows, self.model, reduction="sum"))
+        return total / count
 
     def evaluate(self) -> EvalResult:
         """Runs the eager model even when training is compiled: the compiled graph is only ever called at the training
         shape, so evaluation batches of other shapes do not recompile it (nor make `compile_s` depend on order)."""
-        total = 0.0
-        for windows in self._eval_windows():
-            total += float(self._loss(windows, self.model, reduction="sum"))
-        loss = total / self.eval_tokens
-        return EvalResult(loss=loss, metric=math.exp(min(loss, 700.0)))
+        loss = self._mean_loss(self.test_tokens, self.test_eval_tokens)
+        val_loss = self._mean_loss(self.val_tokens, self.eval_tokens)
+        return EvalResult(
+            loss=loss,
+            metric=math.exp(min(loss, 700.0)),
+            val_loss=val_loss,
+            val_metric=math.exp(min(val_loss, 700.0)),
+        )
 
 
 def _check_corpus_length(args: dict[str, Any], tokens: TokenData) -> None:
     seq_len = int(args["seq_len"])
-    if len(tokens.train) <= seq_len + 1 or len(tokens.val) <= seq_len + 1:
+    if min(len(tokens.train), len(tokens.val), len(tokens.test)) <= seq_len + 1:
         raise UsageError(
-            f"corpus {args['corpus']!r} is too short for seq_len {seq_len}: "
-            f"{len(tokens.train)} training and {len(tokens.val)} validation tokens."
+            f"corpus {args['corpus']!r} is too short for seq_len {seq_len}: {len(tokens.train)} training, "
+            f"{len(tokens.val)} validation and {len(tokens.test)} test tokens."
         )
 
 

@@ -16,9 +16,13 @@ Data pipeline (everything after loading runs on the task's device, with no host 
 - `channels_last` lays batches and the model out channels-last; `autocast` runs the forward pass under bfloat16
   autocast; both are `"auto"` (on for CUDA, off for CPU), `"on"` or `"off"`, and the decision is in `resolved_args`.
 
+Validation: `val_fraction` (default 0.1) of the training split is held out before anything else is computed from
+it (`structbench.data.holdout`: the same examples for every run, chosen by `split_seed`); the task trains, and takes
+its normalisation statistics, on the rest. 0 holds out nothing (then there is no validation split).
+
 The training loss is cross-entropy with `label_smoothing` (Szegedy et al., CVPR 2016, Sec. 7: the target is
-(1 - eps) one-hot + eps / K uniform). Evaluation runs the whole test split in `eval_batch_size` chunks and reports the
-plain (unsmoothed) mean cross-entropy and top-1 accuracy.
+(1 - eps) one-hot + eps / K uniform). Evaluation runs the whole test split, and the validation subset, in
+`eval_batch_size` chunks and reports each one's plain (unsmoothed) mean cross-entropy and top-1 accuracy.
 """
 
 from __future__ import annotations
@@ -32,6 +36,7 @@ import torch
 import torch.nn.functional as F
 
 from structbench.data import dataset_info, load, require
+from structbench.data.holdout import hold_out, validation_count
 from structbench.errors import UsageError
 from structbench.tasks.base import EvalResult, TaskContext, TaskDef, check_memory
 from structbench.tasks.vision.augment import CropFlip, crop_flip, draw_crop_flip, zero_pad
@@ -54,8 +59,11 @@ DEFAULTS: dict[str, Any] = {
     "channels_last": "auto",
     "autocast": "auto",
     "eval_batch_size": 1024,
+    "val_fraction": 0.1,
+    "split_seed": 0,
 }
-"""`model_options`: None (the model's own defaults) or a table of its options, e.g. `{hidden = 256}` for `mlp`."""
+"""`model_options`: None (the model's own defaults) or a table of its options, e.g. `{hidden = 256}` for `mlp`;
+`val_fraction` of the training split is held out for validation, chosen by `split_seed` (module docstring)."""
 
 
 def validate_args(args: dict[str, Any]) -> None:
@@ -71,6 +79,8 @@ def validate_args(args: dict[str, Any]) -> None:
         raise UsageError("task_args.crop_padding must be >= 0 and task_args.eval_batch_size >= 1.")
     if not 0.0 <= args["label_smoothing"] < 1.0:
         raise UsageError(f"task_args.label_smoothing must be in [0, 1), got {args['label_smoothing']}.")
+    if not 0.0 <= args["val_fraction"] < 1.0:
+        raise UsageError(f"task_args.val_fraction must be in [0, 1), got {args['val_fraction']}.")
 
 
 def resolve_switch(value: str, device: torch.device) -> bool:
@@ -99,7 +109,8 @@ class ImageClassificationTask:
 
     def __init__(self, args: dict[str, Any], ctx: TaskContext) -> None:
         validate_args(args)
-        train, test, meta = load(args["dataset"], ctx.data_root)
+        full_train, test, meta = load(args["dataset"], ctx.data_root)
+        train, val = hold_out(full_train, float(args["val_fraction"]), int(args["split_seed"]))
         self.data_source = f"{meta.name} from {meta.source}"
         self.device = ctx.device
         self.channels_last = resolve_switch(args["channels_last"], ctx.device)
@@ -135,6 +146,10 @@ class ImageClassificationTask:
         self.train_labels = train.labels.to(ctx.device)
         self.test_images = test.inputs.to(ctx.device).contiguous(memory_format=self.memory_format)
         self.test_labels = test.labels.to(ctx.device)
+        self.val_images = self.val_labels = None
+        if val is not None:
+            self.val_images = val.inputs.to(ctx.device).contiguous(memory_format=self.memory_format)
+            self.val_labels = val.labels.to(ctx.device)
 
         self.generator = torch.Generator().manual_seed(ctx.seed + 1)
         self.order = torch.empty(0, dtype=torch.int64, device=ctx.device)
@@ -166,6 +181,7 @@ class ImageClassificationTask:
             ),
             "whitening_images": whitening_images,
             "train_size": self.train_size,
+            "val_size": len(val) if val is not None else 0,
             "test_size": len(test),
             "steps_per_epoch": self.steps_per_epoch,
             "normalisation_mean": mean.tolist(),
@@ -222,18 +238,25 @@ class ImageClassificationTask:
             logits = self.model(inputs)
         return F.cross_entropy(logits.float(), labels, label_smoothing=self.label_smoothing)
 
-    def evaluate(self) -> EvalResult:
+    def _loss_and_accuracy(self, images: torch.Tensor, labels: torch.Tensor) -> tuple[float, float]:
+        """Mean cross-entropy and top-1 accuracy over one evaluation split, in `eval_batch_size` chunks."""
         total_loss = torch.zeros((), dtype=torch.float64, device=self.device)
         correct = torch.zeros((), dtype=torch.int64, device=self.device)
-        for start in range(0, len(self.test_labels), self.eval_batch_size):
-            inputs = self.normalise(self.test_images[start : start + self.eval_batch_size])
-            labels = self.test_labels[start : start + self.eval_batch_size]
+        for start in range(0, len(labels), self.eval_batch_size):
+            inputs = self.normalise(images[start : start + self.eval_batch_size])
+            chunk = labels[start : start + self.eval_batch_size]
             with self._autocast():
                 logits = self.model(inputs).float()
-            total_loss += F.cross_entropy(logits, labels, reduction="sum").double()
-            correct += (logits.argmax(dim=1) == labels).sum()
-        count = len(self.test_labels)
-        return EvalResult(loss=float(total_loss) / count, metric=int(correct) / count)
+            total_loss += F.cross_entropy(logits, chunk, reduction="sum").double()
+            correct += (logits.argmax(dim=1) == chunk).sum()
+        return float(total_loss) / len(labels), int(correct) / len(labels)
+
+    def evaluate(self) -> EvalResult:
+        loss, accuracy = self._loss_and_accuracy(self.test_images, self.test_labels)
+        if self.val_images is None or self.val_labels is None:
+            return EvalResult(loss=loss, metric=accuracy)
+        val_loss, val_accuracy = self._loss_and_accuracy(self.val_images, self.val_labels)
+        return EvalResult(loss=loss, metric=accuracy, val_loss=val_loss, val_metric=val_accuracy)
 
 
 def preflight(args: dict[str, Any], data_root: Path, batch_size: int) -> None:
@@ -242,7 +265,7 @@ def preflight(args: dict[str, Any], data_root: Path, batch_size: int) -> None:
     check_model_size(args)
     if args["drop_last"]:
         train, _, _ = load(args["dataset"], data_root)
-        check_drop_last(batch_size, len(train))
+        check_drop_last(batch_size, len(train) - validation_count(len(train), float(args["val_fraction"])))
 
 
 def check_drop_last(batch_size: int, train_size: int) -> None:
