@@ -113,6 +113,8 @@ class Finished:
     failure: str | None = None
     fatal: bool = False
     """The failure was the store's (StoreWriteError): the runs after it would fail to store too."""
+    worker_died: bool = False
+    """The pool broke (a worker was killed or crashed) before this run finished: it may start again."""
 
 
 def start_worker_server() -> multiprocessing.context.BaseContext:
@@ -147,7 +149,7 @@ def run_local(jobs: Sequence[Job], workers: int) -> Iterator[Finished]:
     while remaining:
         broken: list[Job] = []
         for finished in _run_pool(remaining, workers):
-            if finished.failure is not None and finished.failure.startswith(BrokenProcessPool.__name__):
+            if finished.worker_died:
                 attempts[finished.job.cell.key] += 1
                 if attempts[finished.job.cell.key] < WORKER_ATTEMPTS:
                     broken.append(finished.job)
@@ -172,6 +174,8 @@ def _run_pool(jobs: Sequence[Job], workers: int) -> Iterator[Finished]:
                 yield Finished(job, future.result())
             elif isinstance(error, StoreWriteError):
                 yield Finished(job, None, str(error), fatal=True)
+            elif isinstance(error, BrokenProcessPool):
+                yield Finished(job, None, one_line(error), worker_died=True)
             else:
                 yield Finished(job, None, one_line(error))
     finally:
