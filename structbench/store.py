@@ -274,35 +274,29 @@ def _read_run_file(path: Path, columns: Sequence[str] | None) -> pa.Table:
     return parquet.read(columns=list(columns) if columns else None)
 
 
-def _read_dir(directory: Path, columns: Sequence[str] | None, runs: bool = False) -> tuple[pd.DataFrame, list[Problem]]:
-    """Every readable file's rows and the files that could not be read; `runs`: files of run rows, whose schema
-    version must be SCHEMA_VERSION (unsupported_version)."""
+def _problem(path: Path, exc: Exception) -> Problem:
+    return Problem(path, str(exc).splitlines()[0] if str(exc) else type(exc).__name__)
+
+
+def _read_dir(directory: Path, columns: Sequence[str] | None) -> tuple[pd.DataFrame, list[Problem]]:
+    """Every readable file's rows and the files that could not be read."""
     tables: list[pa.Table] = []
     problems: list[Problem] = []
     for path in _store_files(directory):
         try:
-            if runs:
-                tables.append(_read_run_file(path, columns))
-            else:
-                tables.append(pq.read_table(path, columns=list(columns) if columns else None))
+            tables.append(pq.read_table(path, columns=list(columns) if columns else None))
         except (pa.ArrowException, OSError, KeyError, ValueError) as exc:
-            problems.append(Problem(path, str(exc).splitlines()[0] if str(exc) else type(exc).__name__))
+            problems.append(_problem(path, exc))
     if not tables:
         return pd.DataFrame(columns=list(columns or [])), problems
     return pa.concat_tables(tables, promote_options="default").to_pandas(), problems
-
-
-def load_runs(out: Path, columns: Sequence[str] | None = None) -> tuple[pd.DataFrame, list[Problem]]:
-    """Every readable run row (only `columns`, if given) and the files that could not be read, among them files of
-    a schema version this structbench does not read."""
-    return _read_dir(runs_dir(out), columns, runs=True)
 
 
 def run_keys(out: Path) -> pd.DataFrame:
     """run_id, run_key, status, suite, optim and seed of every readable run with a key, read in one projected scan.
 
     Unreadable files are skipped here (the report lists them), and so are rows of another schema version than
-    SCHEMA_VERSION (as load_runs skips them); a file from before run keys has none and is dropped.
+    SCHEMA_VERSION (as the report skips them); a file from before run keys has none and is dropped.
     """
     schema = pa.schema([RUN_SCHEMA.field(name) for name in (*KEY_COLUMNS, "schema_version")])
     files = [str(p) for p in _store_files(runs_dir(out))]
@@ -432,13 +426,19 @@ QUARANTINE = ".quarantine"
 
 
 def unreadable_files(out: Path) -> list[Problem]:
-    """Run and curve files that do not read as Parquet (or that the store's reader rejects)."""
-    _, problems = load_runs(out, ["run_id"])
+    """Run files that do not read as Parquet or hold another schema version than SCHEMA_VERSION, and curve files
+    that do not read as Parquet."""
+    problems: list[Problem] = []
+    for path in _store_files(runs_dir(out)):
+        try:
+            _read_run_file(path, ["run_id"])
+        except (pa.ArrowException, OSError, KeyError, ValueError) as exc:
+            problems.append(_problem(path, exc))
     for path in _store_files(curves_dir(out)):
         try:
             pq.read_metadata(path)
         except (pa.ArrowException, OSError) as exc:
-            problems.append(Problem(path, str(exc).splitlines()[0] if str(exc) else type(exc).__name__))
+            problems.append(_problem(path, exc))
     return problems
 
 

@@ -220,7 +220,6 @@ def test_prop1_with_rank_deficient_gradient_uses_the_compact_svd():
 
 
 def _registry_pair(shape: tuple[int, int], asgo_hp: dict, muon_hp: dict, steps: int = 4) -> tuple[Tensor, Tensor]:
-    pytest.importorskip("structbench.optim.muon")
     results = []
     for name, hp in (("asgo", asgo_hp), ("muon", muon_hp)):
         w = nn.Parameter(torch.zeros(shape))

@@ -12,6 +12,7 @@ import pytest
 
 from structbench import store
 from structbench.errors import StoreWriteError
+from structbench.report import load
 
 
 def make_row(run_id: str, **changes):
@@ -103,14 +104,20 @@ def test_rows_missing_contract_columns_or_with_bad_status_are_refused(tmp_path):
     assert not list(tmp_path.rglob("*.parquet"))
 
 
-def test_load_runs_skips_corrupt_files_and_reports_them(tmp_path):
+def test_corrupt_files_are_reported_by_doctor_and_the_report_and_skipped(tmp_path):
+    """A run file that is not Parquet: `unreadable_files` (what `doctor` lists) names it and the report's loader reads
+    the good rows without it; a hidden temporary file is neither a run nor a problem."""
     store.prepare(tmp_path)
     store.write_run(tmp_path, make_row("good"), CURVE)
     (tmp_path / "runs" / "bad.parquet").write_bytes(b"garbage")
     (tmp_path / "runs" / ".hidden.parquet.tmp").write_bytes(b"garbage")
-    runs, problems = store.load_runs(tmp_path, ["run_id", "status"])
+    (tmp_path / "curves" / "bad.parquet").write_bytes(b"garbage")
+    assert [(p.path.parent.name, p.path.name) for p in store.unreadable_files(tmp_path)] == [
+        ("runs", "bad.parquet"),
+        ("curves", "bad.parquet"),
+    ]
+    runs, problems = load.load_runs(tmp_path)
     assert runs.run_id.tolist() == ["good"]
-    assert list(runs.columns) == ["run_id", "status"]
     assert [p.path.name for p in problems] == ["bad.parquet"]
 
 
@@ -139,10 +146,10 @@ def test_run_files_of_another_schema_version_are_reported_and_skipped(tmp_path, 
     store.write_run(tmp_path, make_row("good", run_key="key-good"), CURVE)
     store.write_run(tmp_path, make_row("other", run_key="key-other"), CURVE)
     set_schema_version(tmp_path / "runs" / "other.parquet", version)
-    for columns in (None, ["run_id", "status"]):
-        runs, problems = store.load_runs(tmp_path, columns)
-        assert runs.run_id.tolist() == ["good"]
-        assert [(p.path.name, p.reason) for p in problems] == [("other.parquet", reason)]
+    runs, problems = load.load_runs(tmp_path)
+    assert runs.run_id.tolist() == ["good"]
+    assert [(p.path.name, p.reason) for p in problems] == [("other.parquet", reason)]
+    assert [(p.path.name, p.reason) for p in store.unreadable_files(tmp_path)] == [("other.parquet", reason)]
     assert store.run_keys(tmp_path).run_id.tolist() == ["good"]
     assert store.final_run_keys(tmp_path) == {"key-good": "good"}
 
