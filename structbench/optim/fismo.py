@@ -1,8 +1,8 @@
 """FISMO: Fisher-Structured Momentum-Orthogonalized optimizer.
 
 Paper: Xu, Yan, Zhang, "FISMO: Fisher-Structured Momentum-Orthogonalized Optimizer" (ICML 2026 submission,
-arXiv 2601.21750), Algorithm 1 (read with §5.1, Theorems 4.1 and 4.2; spec: fismo.md §2.3). No public code
-exists (reference-implementations.md §14). For each matrix W (m x n; a conv filter as (out, in*kh*kw)) with
+arXiv 2601.21750), Algorithm 1 (read with §5.1, Theorems 4.1 and 4.2). No public code
+exists (the paper links none). For each matrix W (m x n; a conv filter as (out, in*kh*kw)) with
 mini-batch-mean gradient G_t, starting from P_0 = I_m, Q_0 = I_n, M_0 = 0:
 
     4: L_t = (1/n) G_t Q_{t-1}^{-1} G_t^T + mu tr(P_{t-1})/m I_m     P~_t = gamma P_{t-1} + (1 - gamma) L_t
@@ -14,26 +14,27 @@ mini-batch-mean gradient G_t, starting from P_0 = I_m, Q_0 = I_n, M_0 = 0:
     8: D_t = P_t^{-1/2} Polar(M_t) Q_t^{-1/2}                        Theorem 4.2's step
     9: W_t = W_{t-1} - lr D_t
 
-No bias correction, no Nesterov, no update scaling and no weight decay in the paper (fismo.md §2.4). The paper
-gives no hyperparameter values: the defaults lr 0.002, beta 0.95, gamma 0.99, mu 1e-3 are structbench's, chosen
+No bias correction, no Nesterov, no update scaling and no weight decay in the paper (Algorithm 1 lines 7-9). The
+paper gives no hyperparameter values: the defaults lr 0.002, beta 0.95, gamma 0.99, mu 1e-3 are structbench's, chosen
 by the small sweep recorded in the registry entry's notes (grid, criterion, results).
 Implementation (each choice exact in exact arithmetic, or a switch):
 - Inverse square roots by one symmetric eigendecomposition per factor (linalg.eigh_with_retry: float32, float64
   retry; `root_dtype="float64"` solves in float64). Only P^{-1/2} and Q^{-1/2} are kept: G Q^{-1} G^T is formed
   as (G Q^{-1/2})(G Q^{-1/2})^T and G^T P^{-1} G as (P^{-1/2} G)^T (P^{-1/2} G), PSD by construction, and
   P_t^{-1/2} G_t is reused for the whitening. Eigenvalues are clamped at the floor (1 - gamma) d m / tr P~_t
-  that damping d = mu tr(P_{t-1})/m guarantees (fismo.md §7.9), which only removes rounding below it.
+  that damping d = mu tr(P_{t-1})/m guarantees (proof of Lemma D.2, Eq. 28), which only removes rounding below it.
 - Polar: `polar="ns"` (default; the paper follows Muon but gives no steps or coefficients: Muon's quintic,
   `ns_steps` 5, X0 = M/(||M||_F + ns_eps)) or `"svd"` (exact U V^T; zero singular values map to zero).
-- Switches for ablations (fismo.md §6): `order="jacobi"` (R_t from P_{t-1}); `damping="theorem"` (Theorem
-  4.1's mu tr(Q^{-1})/n I_m and mu tr(P^{-1})/m I_n, erratum E1); `whiten_momentum=False` (M on the raw
+- Switches for ablations (structbench's; the paper runs none): `order="jacobi"` (R_t from P_{t-1});
+  `damping="theorem"` (Theorem 4.1's mu tr(Q^{-1})/n I_m and mu tr(P^{-1})/m I_n, which differs from Algorithm 1's);
+  `whiten_momentum=False` (M on the raw
   gradient, whitened before the polar step). Not in the paper, off by default: `precond_every` k > 1 (P, Q
   and their roots refreshed every k-th step), `nesterov` (direction (1 - beta) G~_t + beta M_t),
   `weight_decay` (decoupled, W <- (1 - lr wd) W before the step), and `max_factor_dim` d > 0: a matrix with a
   side above d gets no factors (`oversize="muon"`: P = Q = I, i.e. the paper's Muon M = beta M + (1 - beta) G,
   W -= lr Polar(M)) or goes to the AdamW fallback (`oversize="adamw"`).
 
-FISMO is not invariant to the gradient scale (fismo.md §2.5): with tr P_{t-1} = m, step 4 is
+FISMO is not invariant to the gradient scale (derived here from Algorithm 1 line 4): with tr P_{t-1} = m, step 4 is
 P_t = (1 - a) P_{t-1} + a (m / tr L_t) L_t with a = (1 - gamma) tr L_t / (gamma m + (1 - gamma) tr L_t), so
 small gradients (tr L_t << m) leave P, Q near I (FISMO ~ Muon) and large ones make them anisotropic.
 
@@ -308,7 +309,8 @@ def _apply(param: Tensor, delta: Tensor, lr: float, decay: float) -> None:
 
 
 def _route(model: nn.Module | None, named: NamedParams, hp: Mapping[str, Any]) -> Routing:
-    """Muon's convention (fismo.md §2.4): hidden matrices and conv filters to FISMO; 1-D params, embeddings and
+    """Muon's convention (KellerJordan/Muon muon.py; the paper names no routing: structbench's choice): hidden
+    matrices and conv filters to FISMO; 1-D params, embeddings and
     the head to AdamW; with `oversize="adamw"`, also matrices with a side above `max_factor_dim`."""
     routing = split(model, named, fallback_name="adamw", head_to_fallback=True)
     if hp["oversize"] != "adamw":
@@ -344,7 +346,7 @@ _NOTES = (
     "log10(loss / task best); the lr is the MLP's best (neural networks are the paper's setting). Results: "
     "lr optima differ by task (MLP 0.002: 0.324 eval loss, 0.001: 0.435, 0.005: 0.329, 0.01: 0.41; "
     "quadratic 0.05: 6.4e-3, 0.1: 1.2e-2), so suites must set lr (a Muon lr does not carry over either: no "
-    "shape scale, fismo.md §2.4). gamma 0.99 won on the quadratic at lr 0.05 (6.4e-3 vs 1.0e-2 at 0.95 and "
+    "shape scale in Algorithm 1). gamma 0.99 won on the quadratic at lr 0.05 (6.4e-3 vs 1.0e-2 at 0.95 and "
     "5.4e-2-6.6e-2 at 0.9) and tied on the MLP (0.3238 for every gamma, mu); mu changed no result by more "
     "than 0.3%, so the middle value 1e-3 (more damping, a higher eigenvalue floor than 1e-4). On the MLP, P "
     "and Q stayed within eigenvalue ratio 1.09 of isotropic and FISMO matched paper-form Muon (0.3239) to "
@@ -352,7 +354,7 @@ _NOTES = (
     "FISMO is not invariant to the gradient scale (loss reduction, batch size, clipping, loss scaling all "
     "change it; tests/test_fismo.py quantifies it). Polar: Muon's quintic NS from X0 = M/(||M||_F + ns_eps) "
     "(the paper says only 'following Muon'); polar='svd' is the exact U V^T. Switches: damping 'theorem' (mu "
-    "tr(Q^{-1})/n, erratum E1); flagged not in paper: precond_every > 1, nesterov, weight_decay (decoupled), "
+    "tr(Q^{-1})/n, Theorem 4.1's form); flagged not in paper: precond_every > 1, nesterov, weight_decay (decoupled), "
     "max_factor_dim > 0 with oversize 'muon' (identity factors) | 'adamw' (routed to the fallback). Routing: "
     "hidden matrices and conv filters (out, in*kh*kw) to FISMO; 1-D params, embeddings and the head to torch "
     "AdamW with Muon's aux-Adam settings. State float32 for any parameter dtype: P, Q, P^{-1/2}, Q^{-1/2}, M "
