@@ -2,8 +2,8 @@
 
 Paper: Y. Refael, G. Smorodinsky, T. Tirer, O. Lindenbaum, "SUMO: Subspace-Aware Moment-Orthogonalization
 for Accelerating Memory-Efficient LLM Training" (NeurIPS 2025, arXiv 2505.24749), Algorithm 1 (Blocks 1-4),
-read with the body text of §3.2 and App. C. No official code was identified (reference-implementations.md
-§13). For each matrix W (m x n; a conv filter as (out, in*kh*kw)) with gradient G_t, t = 0, 1, 2, ...:
+read with the body text of §3.2 and App. C. No official code was identified (the paper links
+none). For each matrix W (m x n; a conv filter as (out, in*kh*kw)) with gradient G_t, t = 0, 1, 2, ...:
 
     Block 1    if t mod K == 0:  Q_t = top-r left singular vectors of G_t     (randomized or exact truncated SVD)
     Block 1.1                    M <- (Q_t^T Q_{t-1}) M          (t >= 1; M = 0 at t = 0)   moment into the new basis
@@ -19,7 +19,7 @@ Choices where the paper is ambiguous or silent (each is a hyperparameter, declar
   GaLore's opposite choice; "left"/"right" force a side. Internally every matrix is handled in its oriented
   frame G_o = G (left) or G^T (right), so the basis always spans the top-r left singular space of G_o and the
   stored moment is r x (other side) — for the right side the transpose of the paper's m x r moment, the
-  rotation M <- M (Q_{t-1}^T Q_t) of sumo.md §2.3 becoming R M.
+  rotation M <- M (Q_{t-1}^T Q_t), derived here from Block 1.1, becoming R M.
 - Shape scale s (`shape_scale`): the Block 4 text scales updates by sqrt(max(m, n)) (after Moonlight) while the
   algorithm box has only alpha; "sqrt_max" (default, the text) or "none" (the box as printed).
 - The limiter uses Frobenius norms (the paper names no norm), compares with the previous step's *limited*
@@ -32,7 +32,7 @@ Choices where the paper is ambiguous or silent (each is a hyperparameter, declar
   is exactly U V^T.
 - `moment_transform`: "rotate" (Block 1.1), "reset" (M <- 0 at each refresh) or "keep" (no rotation, GaLore's
   behaviour) for ablations; `orth`: "svd" (SUMO), "ns_quintic" (Muon's Newton-Schulz5 coefficients, the
-  paper's "SUMO (Newton-Schulz5)" ablation, sumo.md §2.4 (b)) or "ns_cubic" (the classic iteration Lemma 3.2
+  paper's "SUMO (Newton-Schulz5)" ablation, Tables 2 and 6) or "ns_cubic" (the classic iteration Lemma 3.2
   analyses), both run for `ns_steps` steps from X0 = M / ||M|| (`ns_normalize`: "frobenius" as Muon,
   "spectral" as the lemma's proof).
 - The randomized SVD (Halko, Martinsson & Tropp 2011, Alg. 4.4 + 5.1; oversampling and power iterations
@@ -362,7 +362,7 @@ _NOTES = (
     "(Lemma 3.2's iteration), ns_normalize 'spectral' (the lemma's); NS runs in the state dtype. Singular "
     "values <= max(r, n) eps s_1 of the moment count as zero (matrix_rank's tolerance): no update along "
     "them. Not implemented: the adaptive switch ||G^|| <= varsigma, per-layer updates in backward (AdaLomo), "
-    "the README's 'original space update'. Routing (sumo.md §2.6, GaLore's): SUMO on hidden matrices and conv "
+    "the README's 'original space update'. Routing (unstated in the paper: GaLore's): SUMO on hidden matrices and conv "
     "filters (out, in*kh*kw); 1-D params, embeddings and the head (head_to_fallback) to torch AdamW with "
     "GaLore's settings. State: float32 basis and moment for any parameter dtype."
 )
@@ -416,7 +416,8 @@ SUMO_NS5 = register(
         route=route_with_head_switch,
         notes=(
             "As 'sumo' with orth 'ns_quintic': the paper does not print its NS5 polynomial; it cites Muon, so "
-            "Muon's quintic (3.4445, -4.7750, 2.0315) from X0 = M/(||M||_F + 1e-7), 5 steps (sumo.md §2.4 (b)); "
+            "Muon's quintic (3.4445, -4.7750, 2.0315) from X0 = M/(||M||_F + 1e-7), 5 steps "
+            "(KellerJordan/Muon muon.py); "
             "it does not converge to U V^T (singular values end in about [0.68, 1.13]). orth 'ns_cubic' with "
             "ns_normalize 'spectral' is the iteration Lemma 3.2 analyses. " + _NOTES
         ),
