@@ -16,7 +16,7 @@ proj_type "std"):
         W  <- W - lr * wd * W                                            (decoupled, after the update)
 
 back(N) = N V_r^T (m >= n) or U_r N (m < n). Adam is the reference's HF-style AdamW: eps added to sqrt(v)
-and the bias corrections folded into the step size (reference-implementations.md §0); the Adam step counter
+and the bias corrections folded into the step size (`galore_torch/adamw.py`); the Adam step counter
 is per parameter, as in the reference. Weight decay uses the raw lr and is applied after the update (the
 reference's order), only to parameters that received a gradient.
 

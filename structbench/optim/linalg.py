@@ -4,13 +4,13 @@ Every function takes a single matrix or a batch of matrices over leading dimensi
 (..., m, n), and runs on any device. Decompositions (SVD, eigh) run in float32 and are retried in
 float64 when they raise or return non-finite values; if both fail they raise
 `structbench.errors.SolverError`, so an optimizer can keep its previous state and count the event
-(DESIGN.md §2). Iterative routines never modify their inputs.
+(structbench's rule for every solver). Iterative routines never modify their inputs.
 
 References:
     Higham, "Functions of Matrices" (2008): Newton–Schulz iteration for the polar factor.
     Jordan et al. (2024), Muon: quintic Newton–Schulz coefficients.
     Guo & Higham (2006), Eq. 3.2: coupled (Schur–)Newton iteration for A^{-1/p}, as in google-research
-        scalable_shampoo and 4-bit Shampoo's 32-bit baseline (reference-implementations.md §4).
+        scalable_shampoo and 4-bit Shampoo's 32-bit baseline (Sike-Wang/low-bit-Shampoo optimizers/matrix_functions.py).
     Wang et al. (2024), 4-bit Shampoo: Eq. 2 (Björck rectification), App. B (subspace iteration).
     Halko, Martinsson & Tropp (2011): randomized range finder (Alg. 4.1 / 4.4) and direct SVD (Alg. 5.1).
 """
@@ -166,7 +166,7 @@ def newton_schulz(
 
 
 def eigh_with_retry(a: Tensor) -> tuple[Tensor, Tensor]:
-    """Symmetric eigendecomposition of (A + A^T)/2: float32, retried in float64 (DESIGN.md §2 numerics).
+    """Symmetric eigendecomposition of (A + A^T)/2: float32, retried in float64 (see the module doc).
 
     Returns (eigenvalues ascending, eigenvectors as columns), both float32. Raises SolverError when the
     float64 retry also raises or returns non-finite values.

@@ -3,7 +3,7 @@
 Paper: K. Jordan, Y. Jin, V. Boza, J. You, F. Cesista, L. Newhouse, J. Bernstein, "Muon: An optimizer for
 hidden layers in neural networks" (2024, kellerjordan.github.io/posts/muon), Algorithm 1; reference code
 KellerJordan/Muon `muon.py` (`muon_update`, `SingleDeviceMuon`) and `torch.optim.Muon`
-(reference-implementations.md §7). For each matrix W (a conv filter viewed as (out, in*kh*kw)) with
+(both read for their semantics). For each matrix W (a conv filter viewed as (out, in*kh*kw)) with
 gradient G_t, this module implements the reference code's form of Algorithm 1:
 
     B_t = B_{t-1}.lerp(G_t, 1 - mu)             EMA momentum (`momentum_form="sum"`: B_t = mu B_{t-1} + G_t)
@@ -16,7 +16,7 @@ AdamW RMS matching, torch's adjust_lr_fn="match_rms_adamw") or 1 (`"none"`, Algo
 Because NS and the SVD polar factor are invariant to the scale of U_t (up to the normalisation eps), the
 "ema" and "sum" momentum forms give the same update; they differ only in the stored buffer.
 m and n are the rows and columns of the matrix view. The reference code instead takes the ratio from the
-original tensor's last two dims, which for a 4-D conv filter is kh/kw (reference-implementations.md §7);
+original tensor's last two dims, which for a 4-D conv filter is kh/kw (`muon_update`'s grad.size(-2) / grad.size(-1));
 here a conv filter is scaled like the (out, in*kh*kw) matrix it is orthogonalized as.
 
 `batch_matrices` picks how matrices are orthogonalized. "off": each on its own with 2-D matmuls, op for op

@@ -15,7 +15,7 @@ Line 9's roots come from 10 power iterations and 10 coupled Schur-Newton iterati
 `root_method="eigh"` computes (L + eps lambda_max I)^{-1/4} exactly by eigendecomposition instead.
 
 Details the paper leaves open follow the authors' code (Sike-Wang/low-bit-Shampoo `optimizers/shampoo1.py`
-at 32 bits; specs/4bit-shampoo.md §2.9, §3.1, §7):
+at 32 bits, with `optimizers/matrix_functions.py`):
 - shapes: size-1 dims are squeezed and the rest viewed as (shape[0], -1), so a conv filter is
   (out, in*kh*kw); a dim larger than `max_order` is cut into blocks of `max_order` plus a remainder, and
   every block has its own L and R. Parameters with fewer than two non-unit dims get no preconditioner

@@ -23,7 +23,7 @@ authors' `shampoo1.py`, the diagonal of each matrix stays fp32 and only the off-
 and the result re-quantized; every T2 the root is computed by Schur-Newton from the dequantized statistic.
 
 Details the paper leaves open follow the authors' code (Sike-Wang/low-bit-Shampoo `optimizers/shampoo2.py`
-and `shampoo1.py`; specs/4bit-shampoo.md §2.7-2.10, §7):
+and `shampoo1.py`, with `qtensor/utils.py`):
 - eigenvector matrices are quantized transposed, one eigenvector per row, so every block of 64 lies inside
   one eigenvector (Section 3.3); the quantizer is `structbench.optim.quant` (absmax per row block,
   round-to-nearest, two 4-bit codes per byte);

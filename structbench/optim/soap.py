@@ -2,8 +2,8 @@
 
 SOAP — Vyas et al. (2024), "SOAP: Improving and Stabilizing Shampoo using Adam" (arXiv 2409.11321),
 Algorithm 3, as coded in the reference implementation nikhilvyas/SOAP `soap.py` (a1e5535), which
-reference-implementations.md §6 makes the authority. For a matrix G (conv filters viewed as
-(out, in*kh*kw); the reference instead keeps one factor per tensor dimension):
+structbench follows where Algorithm 3 is silent (the first step's skip, the eigenvalue sort). For a
+matrix G (conv filters viewed as (out, in*kh*kw); the reference instead keeps one factor per tensor dimension):
 
     L <- b3 L + (1-b3) G G^T,   R <- b3 R + (1-b3) G^T G        (b3 = shampoo_beta, -1 means b2)
     G' = Q_L^T G Q_R                                             (rotate into the eigenbasis)
