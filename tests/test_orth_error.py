@@ -5,7 +5,7 @@
   over spectra written out by hand.
 - The bound column is sqrt(r) (1 - 1/cond(A)^2)^(2^i) with r counted by hand (m - 1 for distinct values, m/4
   above a plateau, 0 for equal values); exact orthogonal input (cond 1) gives cubic error 0.
-- sumo.md §3.2's independent numpy check (16 x 256, float64, 5 steps) is reproduced to its printed digits.
+- An independent numpy computation (16 x 256, float64, 5 steps, SPEC_CHECK) is reproduced to its printed digits.
 """
 
 from __future__ import annotations

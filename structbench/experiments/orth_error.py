@@ -1,4 +1,4 @@
-"""orth-error: Newton–Schulz vs the exact SVD polar factor against SUMO's Lemma 3.2 bound (sumo.md §3.3 E1).
+"""orth-error: Newton–Schulz vs the exact SVD polar factor against SUMO's Lemma 3.2 bound (SUMO §3.1).
 
 SUMO (Refael et al. 2025, arXiv 2505.24749) Lemma 3.2: for A (m x n, m <= n), after i Newton–Schulz iterations
 ||E_i||_F <= sqrt(r) (1 - 1/kappa)^(2^i), with kappa = cond(A A^T) = cond(A)^2 and r the largest index with
@@ -20,7 +20,7 @@ below sigma_1 counted: per direction, d = 1 - (sigma_j / sigma_1)^2 obeys d_{k+1
 under the cubic step and bounds that direction's error 1 - x_k, so this corrected bound always holds for the
 cubic iteration, while the lemma's sqrt(r) undercounts a bottom plateau. within_* allow 100 sqrt(m) eps of the
 dtype for rounding. sv_min / sv_max: extreme singular values of X. paper: Remark 3.7's 0.725 (a relative
-error) on the kappa = 100 (cond(A) = 10), 5-step rows. spec_check: sumo.md §3.2's independent numpy check
+error) on the kappa = 100 (cond(A) = 10), 5-step rows. spec_check: an independent numpy computation of the same error
 (16 x 256, geometric, float64, 5 steps), where it has a value.
 """
 
@@ -51,7 +51,8 @@ SPEC_CHECK: dict[str, dict[float, float]] = {
     "ns_quintic": {1.0: 1.142, 2.0: 0.823, 5.0: 0.841, 10.0: 0.805, 100.0: 0.724, 1e4: 1.936, 1e6: 2.750},
     "svd": {1.0: 0.0, 2.0: 0.0, 5.0: 0.0, 10.0: 0.0, 100.0: 0.0, 1e4: 0.0, 1e6: 0.0},
 }
-"""sumo.md §3.2 [check]: ||NS_5(A) - U V^T||_F for A 16 x 256 with geometric singular values (numpy, float64)."""
+"""An independent numpy computation (made outside structbench), to 3 decimals: ||NS_5(A) - U V^T||_F for A
+16 x 256 with geometric singular values (numpy, float64)."""
 
 DEFAULTS: dict[str, Any] = {
     "rows": 16,
@@ -253,7 +254,7 @@ def _lemma_claims(cubic: pd.DataFrame, m: int) -> list[Claim]:
         ]
         claims.append(
             Claim(
-                "sumo.md §3.2 / §7.11",
+                "SUMO Lemma 3.2 (kappa is the condition number of A A^T)",
                 "Lemma 3.2's kappa must be cond(A A^T) = cond(A)^2: read as cond(A), the bound fails for the cubic",
                 any(misread),
                 f"{sum(misread)}/{len(misread)} geometric rows with cond(A) > 1 exceed sqrt(r) (1 - 1/cond(A))^(2^i); "
@@ -303,7 +304,7 @@ def _quintic_claims(quintic: pd.DataFrame) -> list[Claim]:
             f"quintic, {steps[0]} steps, by increasing cond(A): {_fmt(first)}",
         ),
         Claim(
-            "sumo.md §2.4 / §3.2",
+            "SUMO §2 (Newton-Schulz5, after Muon); KellerJordan/Muon muon.py coefficients",
             "Muon's quintic does not converge to the exact polar factor: its singular values end in about [0.68, 1.13]",
             bool((banded["error"] > 0.1).all() and banded["sv_min"].min() > 0.6 and banded["sv_max"].max() < 1.25),
             f"cond(A) <= 100: singular values in [{banded['sv_min'].min():.3f}, {banded['sv_max'].max():.3f}]; "
@@ -328,7 +329,7 @@ def _svd_claims(table: pd.DataFrame) -> list[Claim]:
     first = svd[svd["spectrum"] == svd["spectrum"].iloc[0]].sort_values("kappa_a")
     return [
         Claim(
-            "SUMO §3.2 (Orthogonalization_SVD is exact); sumo.md §3.3 E1 pass criterion",
+            "SUMO §3.2 (Orthogonalization_SVD is exact); 1e-5 is structbench's float32 tolerance",
             "The SVD polar factor's error is <= 1e-5 in float32",
             len(within) == len(svd),
             f"{len(within)}/{len(svd)} float32 rows within, up to cond(A) = "

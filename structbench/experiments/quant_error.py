@@ -1,10 +1,10 @@
-"""quant-error: static quantization errors in A^{-1/4} (4-bit Shampoo, Tables 1, 5, 6; spec 4bit-shampoo.md §6.2).
+"""quant-error: static quantization errors in A^{-1/4} (4-bit Shampoo, Tables 1, 5, 6).
 
 Wang, Zhou, Li, Huang, "4-bit Shampoo for Memory-Efficient Network Training" (NeurIPS 2024), Section 3.1 and
 Appendix D.1. The synthetic PD matrix A2 = U Diag(lambda) U^T has a random orthogonal U (the Q factor, with a
 positive-diagonal R, of a seeded Gaussian matrix) and "only two distinct diagonal values". The paper gives
 neither the two values nor their multiplicities: here half the eigenvalues are `lam_large` (1000) and half are 1
-(`split` = 0.5), the setting of the spec's numpy check. The paper uses order 1200; the default here is 512 for
+(`split` = 0.5), structbench's choice. The paper uses order 1200; the default here is 512 for
 speed (`order=1200` reproduces the paper's size). The real-statistics matrix A1 (a left preconditioner of 32-bit
 Shampoo + AdamW on Swin-Tiny, CIFAR-100) cannot be rebuilt from the description (it needs that training run's
 exact state at an unstated step), so the A1 columns are not reproduced.
@@ -13,7 +13,7 @@ Schemes (QM), with g the block-wise quantizer of `structbench.optim.quant` (absm
 nearest, `codebook` linear-2 or dt, `bits` 4 or 8) and f(X) = X^{-1/4}:
 - "A": f(D(Q(A))) — the naive method. As the 32-bit baseline (Alg. 4), f is power iteration + coupled
   Schur-Newton (10 iterations each, ridge 1e-6 lambda_max), applied to both A and D(Q(A)) for these rows: an
-  exact eigen-root of the quantized, indefinite A is meaningless (spec §6.2: "must not use an exact eigen-root");
+  exact eigen-root of the quantized, indefinite A is meaningless;
 - "A-offdiag": the same with A's diagonal kept fp32 (the naive optimizer's storage; not in the paper's tables);
 - "U": V = D(Q(U^T))^T, one eigenvector per row block (Section 3.3), then the exact f(V Diag(lambda) V^T);
 - "U+OR": the same after `t2` = 1 Björck step V <- 1.5 V - 0.5 V V^T V (Eq. 2): Section 3.2, "only one iteration
@@ -22,8 +22,8 @@ nearest, `codebook` linear-2 or dt, `bits` 4 or 8) and f(X) = X^{-1/4}:
 - "B": the root stored as in PIRU, fp32 diagonal + quantized off-diagonal, of the exact f(A);
 - "(A,B)", "(U,B)", "(U,B)+OR": the two-stage schemes of Table 5, g2 = the PIRU storage of the root.
 The reference f(A) is exact (float64, from the known eigenpairs) except for the A / A-offdiag / (A,B) rows.
-The "U" roots are taken exactly in float64 (eigh of the symmetric PSD reconstruction), as the spec's check
-that reproduced the paper's U rows. Errors (Section 3.1): NRE = ||f(A) - f(g(A))||_F / ||f(A)||_F and
+The "U" roots are taken exactly in float64 (eigh of the symmetric PSD reconstruction), structbench's choice
+so that only the quantization of U is measured. Errors (Section 3.1): NRE = ||f(A) - f(g(A))||_F / ||f(A)||_F and
 AE = arccos of their cosine similarity, in degrees; `part` "full" is f itself, "offdiag" is
 f - Diag(diag(f)) (Table 6). `paper` / `paper_ae`: the A2 column of Tables 1, 5 and 6 where the row exists.
 

@@ -3,7 +3,7 @@
 FISMO (Xu, Yan & Zhang 2026, arXiv 2601.21750) §7 / Fig. 3 track the average condition number kappa = s_max / s_min
 of the update matrices during training and report kappa_Adam > 1e8 >> kappa_FISMO ~ 1e2-1e3 (stable) >
 kappa_Muon(NS=5) > kappa_Muon(NS=7) -> kappa_Muon-ideal = 1. The task, the averaging and the treatment of zero
-singular values are unstated (fismo.md §3.3); this experiment fixes them as follows (fismo.md §3.4 Q7).
+singular values are unstated (§7, Fig. 3); this experiment fixes them as follows (structbench's choices).
 
 Gradient trace: one real training run records the gradient of every hidden matrix at every step, and every method
 then sees exactly that sequence. `trace="mlp"` (default): the synthetic-classification task (an MLP on a seeded
@@ -16,7 +16,7 @@ Methods, each built by `structbench.optim.make_optimizer` and fed the trace with
 `adamw` with weight decay 0: Adam, as Fig. 3 names it), "muon-ns5", "muon-ns7", "muon-svd" (registry `muon` in the
 paper's form: EMA momentum, no Nesterov, no shape scale; Newton–Schulz in float32 with Muon's quintic, or the exact
 polar factor U V^T), "fismo" (registry defaults, Newton–Schulz 5) and "fismo-svd" (exact polar: the
-preconditioner's own contribution). FISMO is not invariant to the gradient scale (fismo.md §2.5), so it is also run
+preconditioner's own contribution). FISMO is not invariant to the gradient scale (Algorithm 1 line 4), so it is also run
 on the trace multiplied by each of `fismo_grad_scales`. The update D_t of a step is read exactly: lr = 1 and the
 weights are reset to zero before each step (none of the methods' updates depends on W with weight decay 0), so
 W_t = -D_t.
@@ -340,7 +340,7 @@ def _claims(table: pd.DataFrame, trace: str) -> list[Claim]:
                     f"{row.shape} {row.cond_nonzero:.4g} vs {ns7.loc[layer, 'cond_nonzero']:.4g}"
                     for layer, row in zip(ns5.index, ns5.itertuples(), strict=True)
                 )
-                + "; Muon's quintic settles singular values in about [0.7, 1.2] rather than at 1 (fismo.md §3.3)",
+                + "; Muon's quintic settles singular values in about [0.7, 1.2] rather than at 1 (see orth-error)",
             )
         )
     scales = sorted(float(s) for s in table.loc[table["method"] == "fismo", "grad_scale"].unique())
@@ -356,7 +356,7 @@ def _claims(table: pd.DataFrame, trace: str) -> list[Claim]:
         )
         claims.append(
             Claim(
-                "fismo.md §2.5 (scale sensitivity)",
+                "FISMO Algorithm 1 line 4 (scale sensitivity, derived in structbench/optim/fismo.py)",
                 "FISMO's kappa is not invariant to the gradient scale (it changes by more than 10%; Muon's cannot)",
                 bool(change > 0.1),
                 f"median cond_nonzero by gradient scale: {evidence}; largest relative change {change:.3g}",
