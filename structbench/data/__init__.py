@@ -1,4 +1,4 @@
-"""Readers for on-disk dataset formats and the data-root lookup (DESIGN.md §3).
+"""Readers for on-disk dataset formats and the data-root lookup (docs/suites-reference.md).
 
 Every reader returns uint8 images laid out N,C,H,W (single-channel images keep C = 1) and int64
 labels. Data never download; see :mod:`structbench.data.registry` for names, layouts and how to

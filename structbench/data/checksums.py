@@ -1,6 +1,6 @@
 """Published checksums of the upstream dataset files, and the verdict on a file against them.
 
-Policy (offline-data.md §6): a mismatch warns, it never refuses. Files are re-packed in the
+Policy (structbench's, for the reason below): a mismatch warns, it never refuses. Files are re-packed in the
 wild (Debian re-gzips Fashion-MNIST, so its ``.gz`` md5s differ from upstream's while the decoded
 arrays are identical); only a file that cannot be parsed is an error, raised by the readers.
 Where the outer file differs, the verdict falls back to the digest of its content (the
@@ -53,7 +53,7 @@ PUBLISHED_MD5: dict[str, dict[str, str]] = {
 
 CONTENT_MD5: dict[str, dict[str, str]] = {
     # Decompressed IDX files of Debian's dataset-fashion-mnist 0.0~git20200523.55506a9-1
-    # (offline-data.md §1.1); upstream publishes no digest of the decompressed files.
+    # (hashed from that package's files); upstream publishes no digest of the decompressed files.
     "fashion-mnist": {
         "train-images-idx3-ubyte": "f4a8712d7a061bf5bd6d2ca38dc4d50a",
         "train-labels-idx1-ubyte": "9018921c3c673c538a1fc5bad174d6f9",

@@ -1,6 +1,6 @@
 """The dataset registry: what each dataset needs on disk, how to get it, and loading by name.
 
-Data never download (DESIGN.md §3). A dataset that is not on disk raises
+Data never download (docs/suites-reference.md). A dataset that is not on disk raises
 :class:`~structbench.errors.MissingDataError` naming every path looked at and how to get the
 files; it is never replaced by synthetic data.
 """

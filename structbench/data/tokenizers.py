@@ -8,7 +8,7 @@
            (``vocab_size``, default 4096), saved under ``<cache>/tokenizers/`` keyed by a hash of
            the training text, the vocabulary size and the library version
     gpt2   GPT-2's exact BPE (50,257 ids) from OpenAI's ``encoder.json`` + ``vocab.bpe``, checked
-           against the sha256 that tiktoken pins (offline-data.md §3), found under
+           against the sha256 that tiktoken pins (tiktoken_ext/openai_public.py), found under
            ``<data root>/gpt2/`` (or its ``package/``, as ``npm pack`` unpacks), a directory given
            as the option ``dir``, or tiktoken's cache directory
 
