@@ -476,7 +476,7 @@ def test_routing_and_state_bytes_match_the_formula(name, hp, fallback):
 
 
 def test_asgo_state_bytes_for_gpt2_c_attn_are_the_papers_two_768_squared_matrices():
-    """Sec. 7.2 / spec §6.2: for a 768 x 2304 weight ASGO keeps two 768 x 768 matrices plus the momentum."""
+    """Sec. 7.2: for a 768 x 2304 weight ASGO keeps two 768 x 768 matrices plus the momentum."""
     shape = (2304, 768)
     asgo_bytes = asgo_module.asgo_state_bytes([shape], [], registry.get("asgo").defaults)
     assert asgo_bytes == 4 * (2304 * 768 + 2 * 768**2 + 1)

@@ -1,6 +1,7 @@
 """Each variant's target: a fixed value, or a baseline's final value (`target.from_baseline`, RACS/Alice's definition).
 
-RACS/Alice (racs-alice.md §6.2): the target is Adam's final eval perplexity under the same budget; the speed-up is
+RACS/Alice (arXiv 2502.07752, Sec. 7.1, Table 2's caption): the target is Adam's final eval perplexity under the
+same budget; the speed-up is
 Adam's total steps over the candidate's steps to first reach it; the effective throughput is the tokens the Adam run
 consumed over the wall time the candidate needs to reach it. Here, for the variants of one suite that share a setup
 (every stored spec field but the hyperparameters: same task, budget, schedule and target) and name baseline B:

@@ -14,7 +14,8 @@ Sources of the named shapes:
   Table 10 of the RACS/Alice paper prints hidden/intermediate/heads/layers 512/1376/8/8, 768/2048/12/12 and
   1024/2736/16/24; its 1.3B row (4096/5461/24/32) contradicts the paper's own 1273M + 65M parameter split (App. F.4),
   which GaLore's 1B shape (2048/5461/32 heads/24 layers) reproduces, so `llama-1b` uses GaLore's shape.
-- `gpt-tiny`, `llama-tiny`: CPU-sized models in the spirit of the specs' CPU tiers (2 layers, 4 heads, width 128; the
+- `gpt-tiny`, `llama-tiny`: CPU-sized models, structbench's choice for minutes on a CPU (2 layers, 4 heads,
+  width 128; the
   LLaMA intermediate width 344 keeps the 60M model's ratio 1376/512).
 """
 
