@@ -5,9 +5,9 @@ gradients, and pickles the final parameters with each entry's registry fields; `
 optimizer and configuration, whether two such records hold bit-identical parameters and equal hyperparameters.
 Run `record` once per checkout (PYTHONPATH pointing at it), then `compare`:
 
-    PYTHONPATH=/path/to/old python benchmarks/hparams_identity.py record /tmp/old.pkl
-    PYTHONPATH=$PWD python benchmarks/hparams_identity.py record /tmp/new.pkl
-    python benchmarks/hparams_identity.py compare /tmp/old.pkl /tmp/new.pkl
+    PYTHONPATH=/path/to/old python benchmarks/hparams_identity.py record old.pkl
+    PYTHONPATH=$PWD python benchmarks/hparams_identity.py record new.pkl
+    python benchmarks/hparams_identity.py compare old.pkl new.pkl
 
 Configurations per optimizer: the registry defaults; the conformance kit's `check_hparams` (refreshes and root
 updates within the run); and, on top of `check_hparams`, every bool hyperparameter flipped, every alternative of a

@@ -16,8 +16,8 @@ Three parts, each selected by its flag (none given: all three):
   peak memory and its source (CUDA: max allocated; CPU: the process's peak RSS, indicative only), optimizer state
   bytes as held (measured) and from the registry's formula (analytic), median step time, tokens/s, status.
 
-The reference figure. /work/shared/specs/racs-alice.md §6.3: "At the paper's Adam 60M throughput (97,748 tokens/s
-on A100)". Its source is the RACS/Alice paper (Gong, Scetbon, Ma, Meeds, "Towards Efficient Optimizer Design for
+The reference figure: Adam's LLaMA-60M throughput, 97,748 tokens/s on A100 GPUs, from the RACS/Alice paper
+(arXiv 2502.07752; Gong, Scetbon, Ma, Meeds, "Towards Efficient Optimizer Design for
 LLM via Structured Fisher Approximation with a Low-Rank Extension"), Table 2, 60M column: "Throughput(TP)/Effect TP
 (Adam) 97748/97748", whose caption says "The TP is the number of training tokens processed per second". Its setup
 (§7.1 and App. F.2, digits as printed once): LLaMA pre-training on C4; the 60M model is hidden 512, intermediate

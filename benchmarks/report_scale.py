@@ -9,8 +9,8 @@ CPU time (CPU time, the command's and its worker processes', is the better guide
 with --repeat N each figure is the median of N cold-then-warm pairs):
 
     python benchmarks/report_scale.py                       # 5,000 runs in a temporary directory
-    python benchmarks/report_scale.py --keep /tmp/big       # keep (and reuse) the store there
-    python benchmarks/report_scale.py --keep /tmp/big --repeat 3 --format term --format md
+    python benchmarks/report_scale.py --keep big-store       # keep (and reuse) the store there
+    python benchmarks/report_scale.py --keep big-store --repeat 3 --format term --format md
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """Tests for structbench.optim.fira against independent facts.
 
-- Hand-derived updates (float64, from the reference code's equations as transcribed in racs-alice.md §2.11):
+- Hand-derived updates (float64, from the reference code's equations, xichen-fy/Fira optimizer_torch/fira_adamw.py):
   GaLore's low-rank HF-style Adam step plus the compensation R Diag(phi), phi_c = ||N_c|| / (||sigma_c|| +
   1e-8) along the r dimension, R = G - alpha U U^T G, and the norm-growth limiter with gamma = 1.01. The basis
   is the float64 SVD of a gradient with well-separated singular values.

@@ -5,11 +5,11 @@
 - A float64 transcription of Algorithm 1 with explicit inverses (torch.linalg.inv), eigh square roots and the
   SVD polar factor, run beside the optimizer over several steps (tall, wide, conv, batched same-shape
   matrices; every switch: order, damping, whiten_momentum).
-- Invariants (fismo.md §2.5): gamma = 1 with the exact polar factor and full-rank gradients gives an exactly
+- Invariants (derived from Algorithm 1): gamma = 1 with the exact polar factor and full-rank gradients gives an exactly
   orthogonal update (P = Q = I, so D = Polar(M): every singular value 1), not with Newton–Schulz or gamma < 1;
   a constant gradient G = U S V^T keeps P, Q diagonal in U, V and the update's singular values are 1/sqrt(p_i
   q_i) from a scalar recursion; Gauss–Seidel order (R_t from the new P_t) differs measurably from Jacobi;
-  tr P = m and tr Q = n after every step; step 4 equals the spec's rewrite P_t = (1 - a) P_{t-1} + a (m/tr L) L.
+  tr P = m and tr Q = n after every step; step 4 equals its rewrite P_t = (1 - a) P_{t-1} + a (m/tr L) L.
 - Gradient-scale non-invariance, quantified: Muon's update is unchanged under G -> c G, FISMO's is not.
 - State bytes counted by hand: P, Q, their inverse roots and M in float32 plus two int64 counters.
 """
@@ -298,7 +298,7 @@ def test_trace_normalisation_symmetry_and_positive_definiteness() -> None:
 
 
 def test_step_four_is_an_ema_with_the_rewritten_rate() -> None:
-    """fismo.md §2.5: with tr P_{t-1} = m, P_t = (1 - a) P_{t-1} + a (m / tr L_t) L_t, where
+    """Algorithm 1 line 4 rewritten: with tr P_{t-1} = m, P_t = (1 - a) P_{t-1} + a (m / tr L_t) L_t, where
     a = (1 - gamma) tr L_t / (gamma m + (1 - gamma) tr L_t)."""
     gamma, mu, steps = 0.9, 1e-3, 3
     grads = _random_grads((6, 5), steps + 1, seed=7, scale=2.0)
@@ -325,7 +325,8 @@ def test_fismo_is_not_invariant_to_gradient_scale_while_muon_is() -> None:
     Measured: cond(D) = 1.0000035 / 1.0047 / 15.9, ||D||_F = 5.657 / 5.656 / 10.45 and ||D_c - D_1||_F / ||D_1||_F
     = 9.5e-4 / 0 / 1.03 for c = 0.01 / 1 / 100; Muon: cond 1.000002, ||D||_F = sqrt(32) and a relative change of
     1.7e-5 (rounding) at every c. Small gradients leave P, Q ~ I (FISMO ~
-    Muon); large ones make them anisotropic (fismo.md §2.5's check: 1.0 -> 2.9 -> 140 -> 7.9e3 at gamma 0.95)."""
+    Muon); large ones make them anisotropic (a numpy check outside structbench: 1.0 -> 2.9 -> 140 -> 7.9e3 at
+    gamma 0.95)."""
     m, n, steps = 64, 32, 20
     gen = torch.Generator().manual_seed(0)
     u, _ = torch.linalg.qr(torch.randn(m, n, generator=gen, dtype=F64))

@@ -257,7 +257,8 @@ def test_ns_cubic_obeys_sumo_lemma_3_2_random_spectra(
 
 
 def test_sumo_lemma_3_2_kappa_is_the_gram_condition_number() -> None:
-    """sumo.md §3.2: with one singular value 0.1 the cubic iteration leaves error ~0.34 after 5 steps.
+    """A numpy check outside structbench: with one singular value 0.1 the cubic iteration leaves error ~0.34
+    after 5 steps.
 
     That violates the bound if kappa is misread as cond(A) = 10 ((1 - 0.1)^32 = 0.034) and satisfies it
     with kappa = cond(A A^T) = 100 ((1 - 0.01)^32 = 0.725).
@@ -289,7 +290,8 @@ def test_ns_quintic_singular_values_in_band(
 
     Precondition: cond(A) <= 100 and min(m, n) <= 16, so after Frobenius normalization every singular
     value is >= 1/(100 * 4) = 2.5e-3. Five steps of the scalar quintic map [2.5e-3, 1] into about
-    [0.68, 1.21] (and only inputs below ~1.1e-3 end below 0.5; sumo.md §3.2 reports [0.68, 1.13] for its
+    [0.68, 1.21] (and only inputs below ~1.1e-3 end below 0.5; a numpy check outside structbench found [0.68, 1.13]
+    for its
     spectra), so [0.5, 1.5] leaves room for bfloat16 rounding. In float32 the singular vectors are also
     preserved: polar(NS5(A)) = U V^T.
     """
@@ -306,7 +308,7 @@ def test_ns_quintic_singular_values_in_band(
 
 
 def test_ns_quintic_does_not_converge_to_polar_factor() -> None:
-    """sumo.md §2.4: the quintic does not reach U V^T even for a perfectly conditioned input."""
+    """Muon's quintic (the NS5 SUMO cites) does not reach U V^T even for a perfectly conditioned input."""
     q = _orthonormal((), 16, 16, _gen(7))
     sv = torch.linalg.svdvals(newton_schulz(q.to(torch.float32), coefficients=NS_QUINTIC).to(F64))
     assert float((sv - 1).abs().max()) > 0.02

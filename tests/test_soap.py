@@ -1,7 +1,7 @@
 """SOAP and Eigen-Adam (structbench.optim.soap) against hand-derived formulas, invariants and an oracle.
 
 Expected values are computed here from the algorithms' equations with plain torch in float64:
-SOAP as described in reference-implementations.md §6 (nikhilvyas/SOAP soap.py), Eigen-Adam as printed in
+SOAP as coded in nikhilvyas/SOAP soap.py, Eigen-Adam as printed in
 Gong et al., Algorithm 7. The parity oracle is pytorch_optimizer.SOAP 4.1.0 (test-only dependency).
 """
 

@@ -305,7 +305,7 @@ def _first_step_update(shape: tuple[int, int], g: Tensor, **overrides: object) -
 def test_ns5_differs_from_svd_by_the_scalar_newton_schulz_error(cond: float) -> None:
     """M = Q^T G has G's top-4 singular values s; Muon's NS5 from X0 = M / ||M||_F maps each s_i / ||s|| through
     five steps of x -> 3.4445 x - 4.7750 x^3 + 2.0315 x^5 and keeps the singular vectors, so
-    ||Q NS5(M) - Q U V^T||_F = sqrt(sum_i (f^5(s_i / ||s||) - 1)^2) — nonzero even at cond 1 (sumo.md §2.4)."""
+    ||Q NS5(M) - Q U V^T||_F = sqrt(sum_i (f^5(s_i / ||s||) - 1)^2) — nonzero even at cond 1."""
     shape = (32, 20)
     s = [float(v) for v in torch.logspace(0, -math.log10(cond), 4, dtype=F64)] + [0.01] * 16
     g = _with_spectrum(*shape, s, seed=60)

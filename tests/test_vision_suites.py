@@ -155,7 +155,7 @@ def test_short_fashion_mnist_run_through_the_cli_ends_far_above_chance(cli, tmp_
     ("name", "writer", "params"),
     [
         # Published parameter counts: kuangliu ResNet-18, 10 classes; ResNet-34 with a 100-way head
-        # (21,282,122 for 10 classes + 90 x 513); SimpleDLA about 15.1M (fismo.md §4); ViT-S about 21.3M.
+        # (21,282,122 for 10 classes + 90 x 513); SimpleDLA about 15.1M (kuangliu/pytorch-cifar); ViT-S about 21.3M.
         ("cifar10", write_cifar10, (11_173_962, 11_173_962)),
         ("cifar100", write_cifar100, (21_328_292, 21_328_292)),
         ("cifar10-dla", write_cifar10, (15.0e6, 15.2e6)),

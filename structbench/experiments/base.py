@@ -17,7 +17,7 @@ import torch
 
 @dataclass(frozen=True)
 class Claim:
-    """One statement from a paper (or spec), whether our numbers support it, and the numbers."""
+    """One statement from a paper (or a check of structbench's own), whether our numbers support it, and the numbers."""
 
     source: str
     statement: str
