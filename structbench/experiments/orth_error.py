@@ -210,7 +210,7 @@ def _errors_by_kappa(rows: pd.DataFrame, steps: int) -> list[float]:
 
 
 def _claims(table: pd.DataFrame, m: int) -> list[Claim]:
-    """Verdicts on the paper's (and the spec's) statements; NS claims use the float64 rows when present."""
+    """Verdicts on the paper's statements (and structbench's own); NS claims use the float64 rows when present."""
     exact = table[table["dtype"] == "float64"] if (table["dtype"] == "float64").any() else table
     cubic = exact[exact["method"] == "ns_cubic"]
     quintic = exact[(exact["method"] == "ns_quintic") & (exact["spectrum"] == "geometric")]

@@ -150,7 +150,7 @@ MODEL_CONFIGS: dict[str, ModelConfig] = {
         bias=True,
         max_seq_len=128,
         reference_vocab_size=256,
-        source="CPU tier (ASGO spec 6.4: 2 layers, n_embd 64-128), byte vocabulary",
+        source="structbench's CPU size (2 layers, width 128), byte vocabulary",
     ),
     "llama-60m": _llama(8, 8, 512, 1376, "60m"),
     "llama-130m": _llama(12, 12, 768, 2048, "130m"),

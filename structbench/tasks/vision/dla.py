@@ -10,7 +10,7 @@ paper's CIFAR-10 experiment names, keeps only the hierarchical tree aggregation:
 - global average pooling (kuangliu's `avg_pool2d(4)` on the final 4x4 map) and a linear head.
 
 All convs are bias-free. About 15.1M parameters at full width; `width_div` divides every channel count for CPU
-runs (the FISMO spec suggests widths / 8-16 there).
+runs (structbench's option, not in kuangliu's code).
 """
 
 from __future__ import annotations
