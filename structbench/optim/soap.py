@@ -430,7 +430,7 @@ EIGEN_ADAM_ENTRY = register(
     OptimizerEntry(
         name="eigen-adam",
         summary="Eigen-Adam / AdaDiag / one-sided SOAP: Adam in the eigenbasis of EMA(G G^T) on the smaller side",
-        reference="Gong, Scetbon, Ma, Meeds, Structured Fisher Approximation (racs-alice), Sec. 3.4, Eq. 13, Alg. 7",
+        reference="Gong, Scetbon, Ma & Meeds (arXiv 2502.07752), Sec. 3.4, Eq. 13, Alg. 7",
         hparams=EigenAdam.hparams + ADAMW_FALLBACK,
         build=hybrid_builder(EigenAdam),
         route=_route,
