@@ -26,8 +26,8 @@ phi = ||eta C||; Delta_c = eta C.
 
 Choices where the paper is silent (each marked in the registry notes or a hyperparameter's declared source):
 - Step 1: U_0 = 0 makes Alg. 10's product Q U_0 zero, so at the first refresh U' is the full EVD(Q_1, r)
-  (top-r eigenvectors) instead — never a QR of a zero matrix (spec pitfall 4).
-- No re-projection of m, v, Q~ when U changes (Alg. 4 as printed, spec pitfall 2). Eigenvector signs are
+  (top-r eigenvectors) instead — never a QR of a zero matrix (structbench's choice).
+- No re-projection of m, v, Q~ when U changes (Alg. 4 as printed). Eigenvector signs are
   arbitrary, so they are fixed: each Ritz vector is signed to overlap non-negatively with the same column of
   U_{t-1} (a flip would reverse the momentum carried in m for that direction); the step-1 eigenvectors have
   their largest-magnitude entry positive.
@@ -38,7 +38,7 @@ Choices where the paper is silent (each marked in the registry notes or a hyperp
   instead of 0/0.
 - Sampling is seeded from (`switch_seed`, the parameter's index in the optimizer, the step), so resume and
   reruns draw the same columns with no RNG state to store.
-Ablation switches (Table 5, Fig. 5, spec 6.1): tracking = beta3 > 0 (Alice-0 is beta3 = 0);
+Ablation switches (Table 5, Fig. 5): tracking = beta3 > 0 (Alice-0 is beta3 = 0);
 `switching` in {"proposed", "none" (pure subspace iteration, top r), "gaussian" (r unit-norm Gaussian
 columns), "gaussian-mix" (top l + unit-norm Gaussian columns), "full-basis" (r - l columns sampled from all
 eigen-directions except the top l: U'_{l:} and the complement)}; `compensation` in {"optimal" (Alg. 3),
