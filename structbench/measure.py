@@ -1,6 +1,6 @@
 """Measurements: step clocks, peak-memory probes, optimizer-state bytes and environment metadata.
 
-Rules (DESIGN §5): training time excludes evaluation and includes the optimizer step; on CUDA, steps are
+Rules (docs/measurement.md): training time excludes evaluation and includes the optimizer step; on CUDA, steps are
 timed with events that are read only when the runner synchronises anyway (at log points), never by a
 host sync every step; peak GPU memory is `torch.cuda.max_memory_allocated` after a reset, with NVML's
 device-level reading beside it when available; on CPU it is the process's peak resident set size during the run minus

@@ -1,4 +1,4 @@
-"""The training loop and its measurements (DESIGN §5).
+"""The training loop and its measurements (docs/measurement.md).
 
 One call of `execute` trains one (suite, optimizer, seed) and returns the run's row and curve points;
 it never raises for what happens inside the run: a non-finite loss ends it `diverged`, an out-of-memory

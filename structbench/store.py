@@ -1,4 +1,4 @@
-"""The Parquet results store (DESIGN §4): the only code that writes results.
+"""The Parquet results store (docs/results-schema.md): the only code that writes results.
 
     <out>/runs/<run_id>.parquet     one row per run
     <out>/curves/<run_id>.parquet   one row per logged point

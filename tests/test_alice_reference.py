@@ -18,7 +18,7 @@ to overlap non-negatively with the previous U's column; at t = 1 the largest-mag
 random sample of complement columns. The sample is read from the optimizer's basis after each refresh and checked
 for what Algorithm 2 requires (orthonormal columns orthogonal to span(U')); everything else is recomputed here.
 
-Tolerance: eigendecompositions run in float32 (DESIGN numerics: float32 with a float64 retry), so the optimizer's
+Tolerance: eigendecompositions run in float32 (linalg: float32 with a float64 retry), so the optimizer's
 basis carries ~1e-7 relative error, which omega = m / sqrt(v) and the compensation pass on; 1e-5 relative per step
 (and for the basis) is a hundred times that, while the refresh, tracking and compensation changes checked below move
 a step by more than 1e-2 (asserted on the reference itself).

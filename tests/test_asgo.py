@@ -102,7 +102,7 @@ def test_asgo_first_step_is_the_hand_derived_closed_form(shape):
 
 
 def test_no_bias_correction_early_step_is_045_of_the_polar_factor():
-    """Spec pitfall 5: beta1 0.9, beta2 0.95, eps 0 -> the first update is 0.1 / sqrt(0.05) U V^T."""
+    """No bias correction (Algorithm 2): beta1 0.9, beta2 0.95, eps 0 -> the first update is 0.1 / sqrt(0.05) U V^T."""
     g, u, v = _with_singular_values(4, 7, [2.0, 1.0, 0.5, 0.25])
     (w1,), _ = _run(ASGO, torch.zeros(4, 7, dtype=F64), [g], lr=1.0, beta1=0.9, beta2=0.95, eps=0.0)
     torch.testing.assert_close(-w1, 0.1 / math.sqrt(0.05) * u @ v.T, rtol=1e-5, atol=1e-6)

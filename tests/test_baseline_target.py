@@ -1,4 +1,4 @@
-"""Targets from a baseline's final value (`target.from_baseline`, RACS/Alice §6.2): spec, report, CLI.
+"""Targets from a baseline's final value (`target.from_baseline`, RACS/Alice Table 2): spec, report, CLI.
 
 Expected numbers are computed here by hand from the values written into the store.
 """

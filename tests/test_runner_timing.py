@@ -1,4 +1,4 @@
-"""Evaluation is timed apart from training (DESIGN §5: wall-clock excludes evaluation, timed separately).
+"""Evaluation is timed apart from training (docs/measurement.md: wall-clock excludes evaluation, timed separately).
 
 A task whose evaluation sleeps a known time and whose training step costs well under a millisecond makes the split
 checkable: each evaluation adds at least its sleep to `eval_s`, and none of it may reach `train_s`, `wall_s` or the

@@ -45,7 +45,7 @@ def _preconditioner_bytes(name: str, shapes: list[tuple[int, ...]], **overrides)
 
 
 def _hand_bytes_4bit(k: int) -> int:
-    """Spec §5: eigenvectors ceil(k^2/2) + 4 k ceil(k/64) + 4k eigenvalues; root the same with a 4k diagonal."""
+    """Storage: eigenvectors ceil(k^2/2) + 4 k ceil(k/64) + 4k eigenvalues; root the same with a 4k diagonal."""
     return 2 * (math.ceil(k * k / 2) + 4 * k * math.ceil(k / 64) + 4 * k)
 
 

@@ -1,4 +1,5 @@
-"""What the report reads from the results store (DESIGN §4): only the columns it needs, through the cache."""
+"""What the report reads from the results store (docs/results-schema.md): only the
+columns it needs, through the cache."""
 
 from __future__ import annotations
 

@@ -56,7 +56,7 @@ class Reference:
         return f"{self.optim}'s final {self.split} value, median of {self.seeds} seed{'' if self.seeds == 1 else 's'}"
 
     def effective_throughput(self, seconds_to_target: float) -> float:
-        """The baseline's items over the seconds another run needs to reach the target (RACS/Alice §6.2)."""
+        """The baseline's items over the seconds another run needs to reach the target (RACS/Alice Table 2)."""
         return self.items / seconds_to_target
 
 
