@@ -305,7 +305,7 @@ def _distribute(task: Task, device: torch.device) -> Callable[[], contextlib.Abs
     if not hasattr(task, "distribute"):
         raise TypeError(f"task {type(task).__name__} cannot train under torch.distributed")
     ddp = DistributedDataParallel(
-        task.model, device_ids=[device.index] if device.type == "cuda" else None, broadcast_buffers=False
+        task.model, device_ids=[device.index] if device.type == "cuda" else None, forward_sync_buffers=False
     )
     task.distribute(ddp)
     return ddp.no_sync
