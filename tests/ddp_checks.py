@@ -118,6 +118,18 @@ def structured_bytes(optimizer: torch.optim.Optimizer) -> int:
     return sum(measure.state_bytes(part) for name, part in parts.items() if name != "fallback")
 
 
+def largest_param_state(optimizer: torch.optim.Optimizer) -> int:
+    """The state bytes of the parameter whose state is largest, over the structured part."""
+    parts = getattr(optimizer, "parts", {"all": optimizer})
+    sizes = [
+        sum(t.numel() * t.element_size() for t in state.values() if isinstance(t, torch.Tensor))
+        for name, part in parts.items()
+        if name != "fallback"
+        for state in part.state.values()
+    ]
+    return max(sizes)
+
+
 def check_sharding(rank: int) -> dict[str, Any]:
     found = {}
     for name in optim.names():
@@ -136,6 +148,7 @@ def check_sharding(rank: int) -> dict[str, Any]:
             "ranks_identical": same_on_all_ranks(runs["shard"][0]),
             "state_bytes": {mode: runs[mode][1] for mode in runs},
             "param_scale": float(runs["replicate"][0].abs().max()),
+            "largest_param_state": largest_param_state(runs["replicate"][2]),
         }
     gathered: list[Any] = [None, None]
     dist.all_gather_object(gathered, {n: v["state_bytes"] for n, v in found.items()})

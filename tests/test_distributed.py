@@ -68,7 +68,9 @@ def test_sharded_optimizers_equal_their_replicated_form_and_hold_half_the_state(
     computes when replicated. Muon steps each matrix on its own: bit for bit. Shampoo batches the roots of all
     same-order statistics into one solver call, and a different batch may round differently in the last place:
     at most a few units in the last place of the parameters per step (4 u max|theta| per step, over 3 steps).
-    Every state tensor is held by exactly one rank; four equal matrices split two and two."""
+    Every state tensor is held by exactly one rank, and the greedy split (largest first, to the least loaded rank)
+    leaves no rank more than one parameter's state above an even split; Muon's four equal matrices split two and
+    two."""
     sharded = {n for n in optim.names() if "distributed" in optim.get(n).defaults}
     assert {"muon", "shampoo", "fismo"} <= sharded
     assert set(findings["sharding"]) == sharded
@@ -80,7 +82,7 @@ def test_sharded_optimizers_equal_their_replicated_form_and_hold_half_the_state(
         shard = [r["shard"] for r in per_rank]
         assert replicate[0] == replicate[1], name
         assert sum(shard) == replicate[0], (name, shard, replicate)
-        assert max(shard) <= 0.55 * replicate[0], (name, shard, replicate)
+        assert max(shard) <= replicate[0] / 2 + found["largest_param_state"], (name, shard, replicate)
     assert findings["sharding"]["muon"]["bit_identical"]
     muon = [r["shard"] for r in findings["sharding"]["muon"]["state_bytes_per_rank"]]
     assert muon[0] == muon[1] == 4 * 2 * 16 * 16, "two 16x16 momentum buffers per rank"
