@@ -367,7 +367,8 @@ def collect_slurm(jobs: Sequence[Job], submitted: Sequence[Any]) -> Iterator[Fin
     for sub in jobs_as_completed(list(submitted), poll_frequency=1):
         job = by_id[sub.job_id]
         try:
-            yield Finished(job, sub.result())
+            # A distributed run's job has a task per rank: rank 0 (task 0) returns the stored row.
+            yield Finished(job, sub.results()[0] if job.nproc_per_node else sub.result())
         except Exception as exc:  # a failed job is reported; the other runs are still collected
             yield Finished(job, None, one_line(exc))
 
