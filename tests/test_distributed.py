@@ -152,9 +152,9 @@ def test_a_failing_rank_ends_its_run_error_with_its_traceback_and_the_grid_goes_
     (tmp_path / "site" / "sitecustomize.py").write_text(FAILING_OPTIMIZER)
     (tmp_path / "suite.toml").write_text(SUITE)
     out = tmp_path / "out"
+    command = ["run", "--suite", str(tmp_path / "suite.toml"), "--device", "cpu", "--nproc-per-node", "2"]
     result = subprocess.run(
-        [sys.executable, "-m", "structbench", "run", "--suite", str(tmp_path / "suite.toml"), "--device", "cpu"]
-        + ["--nproc-per-node", "2", "--out", str(out), "--quiet"],
+        [sys.executable, "-m", "structbench", *command, "--out", str(out), "--quiet"],
         capture_output=True,
         text=True,
         timeout=300,
