@@ -172,11 +172,21 @@ SUITES = {
 
 
 def capture_final_params(sink: dict[str, torch.Tensor]) -> None:
-    """Wrap the runner's training loop so that the trained model's parameters land in `sink`."""
+    """Wrap the runner's training loop so that the trained model's parameters, and the loss of its first training
+    call (this rank's share), land in `sink`."""
     original = runner._train
 
     def train(task: Any, *args: Any, **kwargs: Any) -> Any:
         sink["initial"] = flat(task.model).clone()
+        sink.pop("first_loss", None)
+        loss_of = task.train_loss
+
+        def recorded(step: int) -> torch.Tensor:
+            loss = loss_of(step)
+            sink.setdefault("first_loss", loss.detach().clone())
+            return loss
+
+        task.train_loss = recorded
         result = original(task, *args, **kwargs)
         sink["final"] = flat(task.model).clone()
         return result
@@ -193,7 +203,8 @@ def check_runner(rank: int, data_root: Path) -> dict[str, Any]:
         [suite], _ = spec.load_suites(name, overrides, ["sgd"], [0])
         two = runner.execute(suite, "sgd", 0, torch.device("cpu"), data_root, comm=comm, run_id="ddp")
         two_params = sink["final"]
-        dist.barrier()
+        shares: list[Any] = [None, None]
+        dist.all_gather_object(shares, float(sink["first_loss"]))
         if rank != 0:
             continue
         one = runner.execute(suite, "sgd", 0, torch.device("cpu"), data_root, comm=SINGLE)
@@ -206,6 +217,8 @@ def check_runner(rank: int, data_root: Path) -> dict[str, Any]:
             "steps": suite.budget["steps"],
             "world_size": two.row["world_size"],
             "train_loss": [two.row["final_train_loss"], one.row["final_train_loss"]],
+            "first_loss_per_rank": shares,
+            "first_loss_one_process": float(sink["first_loss"]),
         }
     dist.barrier()
     return found

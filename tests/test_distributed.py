@@ -20,6 +20,7 @@ import pytest
 
 from structbench import optim
 from structbench.cli import EXIT_RUN_ERROR
+from structbench.tasks.base import Shard
 from tests.conftest import read_runs
 from tests.slurm_cluster import quiet_submitit_sacct, require_slurm
 
@@ -102,6 +103,23 @@ def test_a_run_at_world_size_2_matches_world_size_1(findings, suite):
     assert found["max_update"] > 0
     assert found["max_abs_diff"] <= k * gamma * found["max_update"], found
     assert found["train_loss"][0] == pytest.approx(found["train_loss"][1], rel=k * gamma)
+    # The ranks trained on different halves of the batch, whose losses average to the whole batch's.
+    first = found["first_loss_per_rank"]
+    assert first[0] != first[1]
+    assert sum(first) / 2 == pytest.approx(found["first_loss_one_process"], rel=gamma)
+
+
+@pytest.mark.parametrize("world_size", [1, 2, 3, 4])
+def test_shards_partition_every_batch_and_their_weights_average_to_one(world_size):
+    for count in range(12):
+        spans = [Shard(rank, world_size).span(count) for rank in range(world_size)]
+        covered = [i for start, stop in spans for i in range(start, stop)]
+        assert covered == list(range(count)), (count, spans)
+        sizes = [stop - start for start, stop in spans]
+        assert max(sizes) - min(sizes) <= 1
+        if count:
+            weights = [Shard(r, world_size).weight(n, count) for r, n in enumerate(sizes)]
+            assert sum(weights) / world_size == pytest.approx(1.0)
 
 
 FAILING_OPTIMIZER = textwrap.dedent(
