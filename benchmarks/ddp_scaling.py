@@ -25,7 +25,7 @@ from typing import Any
 
 import torch
 
-from structbench import executors, grid, measure, spec
+from structbench import executors, grid, measure, spec, store
 from structbench.data.root import resolve_data_root
 from structbench.launch import run_torchrun
 from structbench.runner import execute
@@ -71,6 +71,7 @@ def main() -> None:
     data_root = resolve_data_root(None)
     rates: dict[str, float] = {}
     with tempfile.TemporaryDirectory(prefix="ddp-scaling-") as tmp:
+        store.prepare(Path(tmp))
         row = execute(suite, args.optim, 0, device, data_root).row
         if row["status"] != "ok":
             raise SystemExit(f"the single-process run failed: {row['error']}")

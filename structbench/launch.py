@@ -168,8 +168,10 @@ def run_torchrun(job: Job) -> Finished:
                 time.sleep(0.2)
         if result_file.exists():
             return Finished(job, pickle.loads(result_file.read_bytes()))
-    tail = " | ".join(line for line in log.read_text(errors="replace").splitlines()[-3:] if line.strip())
-    return Finished(job, None, f"torchrun exited with status {process.returncode} and no run stored; see {log}: {tail}")
+    # torchrun prefixes each rank's output with [rankN]: the last such line is the failing rank's error.
+    lines = [line for line in log.read_text(errors="replace").splitlines() if line.startswith("[rank")]
+    last = f": {lines[-1]}" if lines else ""
+    return Finished(job, None, f"torchrun exited with status {process.returncode}, no run stored (log {log}){last}")
 
 
 def slurm_rank(job: Job) -> dict[str, Any] | None:
