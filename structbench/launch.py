@@ -32,9 +32,11 @@ FAILURES = ".distributed"
 """The store's directory of distributed runs' failure notes and launcher logs."""
 
 
-def run_rank(job: Job) -> dict[str, Any] | None:
+def run_rank(job: Job, exit_on_failure: bool = True) -> dict[str, Any] | None:
     """Train this rank's part of the run; on rank 0 store it and return the stored row (with `interrupted` and the
-    cell's `setting`), on the other ranks None. A non-zero rank that ended on its own exits with status 1."""
+    cell's `setting`), on the other ranks None. A non-zero rank that ended on its own exits with status 1 when
+    `exit_on_failure` (torchrun then stops the other ranks), else returns None at once (a Slurm task: its task 0
+    reports the run)."""
     from structbench import checkpoint, distributed, signals, store
     from structbench.runner import SHARED_OUTCOMES, execute, new_run_id
 
@@ -68,7 +70,7 @@ def run_rank(job: Job) -> dict[str, Any] | None:
             if row["status"] not in SHARED_OUTCOMES:
                 write_failure(notes, comm.rank, row["status"], row["error"])
             if not comm.is_main:
-                if row["status"] not in SHARED_OUTCOMES:
+                if row["status"] not in SHARED_OUTCOMES and exit_on_failure:
                     sys.stdout.flush()
                     sys.stderr.flush()
                     os._exit(1)
@@ -179,7 +181,7 @@ def slurm_rank(job: Job) -> dict[str, Any] | None:
     from submitit.helpers import TorchDistributedEnvironment
 
     TorchDistributedEnvironment().export(set_cuda_visible_devices=False, overwrite=True)
-    return run_rank(job)
+    return run_rank(job, exit_on_failure=False)
 
 
 def main(argv: list[str]) -> int:
