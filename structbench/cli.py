@@ -343,7 +343,7 @@ def run(
             if executor == "inline" and nproc_per_node is not None:
                 from structbench import launch
 
-                run_workers((launch.run_torchrun(job) for job in job_list), len(job_list), rows, failures, quiet)
+                run_workers(launch.run_torchrun_jobs(job_list), len(job_list), rows, failures, quiet)
             elif executor == "inline":
                 run_inline(job_list, rows, quiet)
             elif executor == "local":

@@ -23,6 +23,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -174,6 +175,16 @@ def run_torchrun(job: Job) -> Finished:
     lines = [line for line in log.read_text(errors="replace").splitlines() if line.startswith("[rank")]
     last = f": {lines[-1]}" if lines else ""
     return Finished(job, None, f"torchrun exited with status {process.returncode}, no run stored (log {log}){last}")
+
+
+def run_torchrun_jobs(jobs: Sequence[Job]) -> Iterator[Finished]:
+    """Run `jobs` one after another, each as a torchrun job; none starts after a signal (Ctrl-C, SIGTERM)."""
+    from structbench import signals
+
+    for job in jobs:
+        if signals.received() is not None:
+            return
+        yield run_torchrun(job)
 
 
 def slurm_rank(job: Job) -> dict[str, Any] | None:
