@@ -208,3 +208,36 @@ def test_a_two_task_slurm_job_runs_one_run_at_world_size_2(cli, tmp_path):
     assert row.status == "ok" and row.steps == 4
     assert row.world_size == 2 and row.distributed_backend == "gloo" and row.executor == "slurm"
     assert len(json.loads(row.peak_mem_bytes_per_rank)) == 2
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--suite", "smoke-mlp", "--nnodes", "2"], "--nnodes needs --nproc-per-node"),
+        (["--suite", "smoke-mlp", "--nproc-per-node", "2", "--executor", "local"], "not local"),
+        (["--suite", "smoke-mlp", "--nproc-per-node", "2", "--nnodes", "2"], "--nnodes > 1 needs --executor slurm"),
+        (["--suite", "smoke-mlp", "--nproc-per-node", "0"], "must be >= 1"),
+        (["--suite", "smoke-quadratic", "--nproc-per-node", "2"], "cannot train under --nproc-per-node"),
+        (["--suite", "smoke-mlp", "--nproc-per-node", "3"], "divide evenly among the 3 processes"),
+        (
+            ["--suite", "smoke-mlp", "--nproc-per-node", "2", "--set", "budget.checkpoint_every=5"],
+            "checkpoint_every is not supported",
+        ),
+    ],
+)
+def test_distributed_options_that_cannot_run_are_one_line_exit_2_and_write_nothing(cli, tmp_path, args, message):
+    result = cli("run", *args, "--device", "cpu", "--out", tmp_path / "out")
+    assert result.exit_code == 2, result.output
+    assert message in result.stderr and len(result.stderr.strip().splitlines()) == 1, result.stderr
+    assert not (tmp_path / "out").exists()
+
+
+def test_the_run_key_holds_the_world_size_and_a_single_process_ignores_the_distributed_switch():
+    from structbench import grid, spec
+
+    [default], _ = spec.load_suites("smoke-mlp", ["budget.steps=3"], ["muon"], [0])
+    overrides = ["budget.steps=3", "hparams.muon.distributed=replicate"]
+    [replicate], _ = spec.load_suites("smoke-mlp", overrides, ["muon"], [0])
+    one = {grid.run_key(s, "muon", 0, "cpu", 1) for s in (default, replicate)}
+    two = {grid.run_key(s, "muon", 0, "cpu", 2) for s in (default, replicate)}
+    assert len(one) == 1 and len(two) == 2 and not one & two
