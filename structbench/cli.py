@@ -215,6 +215,14 @@ def run(
         list[str] | None, typer.Option("--slurm-extra", help="Any other sbatch option as key=value (repeatable).")
     ] = None,
     wait: Annotated[bool, typer.Option("--wait", help="With slurm: wait for the runs and print them.")] = False,
+    nproc_per_node: Annotated[
+        int | None,
+        typer.Option(
+            help="Run each run as one torch.distributed (DDP) job of this many processes per node: torchrun here, "
+            "srun with --executor slurm (gloo on CPU, nccl on CUDA)."
+        ),
+    ] = None,
+    nnodes: Annotated[int | None, typer.Option(help="Nodes per distributed run (--executor slurm).")] = None,
     device: Annotated[str, typer.Option(help="auto, cpu or cuda.")] = "auto",
     out: Annotated[Path, typer.Option(parser=path_value, help="Results directory.")] = Path("results"),
     data_dir: Annotated[
@@ -238,6 +246,7 @@ def run(
         "extra": slurm_extra or [],
     }
     check_executor_options(executor, jobs, wait, slurm_given)
+    world_size = check_distributed_options(executor, nproc_per_node, nnodes)
     if executor == "local" and not dry_run:
         from structbench.executors import start_worker_server
 
@@ -262,6 +271,8 @@ def run(
         if not dry_run:
             executors.require_sbatch()
     device_kind = resolve_device_kind(device, slurm)
+    if nproc_per_node is not None:
+        check_distributed_suites(suites, world_size, nproc_per_node, device_kind, executor)
     data_root = resolve_data_root(data_dir)
     for suite_spec in suites:
         if suite_spec.experiment is None:
@@ -269,7 +280,7 @@ def run(
             if task_def.preflight is not None:
                 budget = suite_spec.budget
                 task_def.preflight(suite_spec.task_args, data_root, budget["batch_size"] // budget["grad_accum"])
-    cells = grid.build_grid([s for s in suites if s.experiment is None], device_kind)
+    cells = grid.build_grid([s for s in suites if s.experiment is None], device_kind, world_size)
     cached = store.final_run_keys(out) if out.is_dir() else {}
     todo = cells if rerun else [c for c in cells if c.key not in cached]
     if dry_run:
@@ -278,6 +289,8 @@ def run(
         return
     workers = jobs or executors.available_cores() if executor == "local" else 1
     threads = executors.threads_per_worker(workers) if executor == "local" else None
+    if nproc_per_node is not None:
+        threads = executors.threads_per_worker(nproc_per_node)
     if slurm is not None:
         threads = slurm.cpus_per_run
     job_list = [
@@ -286,18 +299,21 @@ def run(
             device=device_kind,
             data_root=str(data_root),
             out=str(out.resolve()),
-            executor=executor,
+            executor="torchrun" if nproc_per_node is not None and executor == "inline" else executor,
             parallel_runs=min(workers, len(todo)) if executor == "local" else 1,
             threads=threads,
             supersede=(cached[cell.key],) if cell.key in cached else (),
             time_limit_s=slurm.time_min * 60.0 if slurm is not None else None,
+            nproc_per_node=nproc_per_node or 0,
+            nnodes=nnodes or 1,
         )
         for cell in todo
     ]
     if cells:
         console.print(
             f"grid: {len(cells)} runs — {len(cells) - len(todo)} already stored, {len(todo)} to run "
-            f"({executor}{f', {workers} workers' if executor == 'local' else ''})"
+            f"({executor}{f', {workers} workers' if executor == 'local' else ''}"
+            f"{f', {world_size} processes per run' if nproc_per_node is not None else ''})"
         )
     from structbench import grid_status
 
@@ -324,7 +340,11 @@ def run(
         grid_status.write_manifest(out, grid_id, manifest)
         with signals.armed():
             run_experiments(suites, measure.resolve_device(device) if executor == "inline" else None, out, rows)
-            if executor == "inline":
+            if executor == "inline" and nproc_per_node is not None:
+                from structbench import launch
+
+                run_workers(launch.run_torchrun_jobs(job_list), len(job_list), rows, failures, quiet)
+            elif executor == "inline":
                 run_inline(job_list, rows, quiet)
             elif executor == "local":
                 run_workers(executors.run_local(job_list, workers), len(job_list), rows, failures, quiet)
@@ -362,6 +382,59 @@ def check_executor_options(executor: str, jobs: int | None, wait: bool, slurm_gi
         raise UsageError(f"{', '.join(given)} need(s) --executor slurm.")
     if wait and executor != "slurm":
         raise UsageError("--wait is for --executor slurm (the other executors always wait).")
+
+
+def check_distributed_options(executor: str, nproc_per_node: int | None, nnodes: int | None) -> int:
+    """Usage errors for --nproc-per-node / --nnodes; return the world size of each run (1 without them)."""
+    if nproc_per_node is None:
+        if nnodes is not None:
+            raise UsageError("--nnodes needs --nproc-per-node.")
+        return 1
+    if nproc_per_node < 1 or (nnodes is not None and nnodes < 1):
+        raise UsageError("--nproc-per-node and --nnodes must be >= 1.")
+    if executor == "local":
+        raise UsageError(
+            "--nproc-per-node runs each run on several processes itself: use --executor inline (torchrun on this "
+            "machine) or slurm, not local."
+        )
+    if executor == "inline" and (nnodes or 1) > 1:
+        raise UsageError("--nnodes > 1 needs --executor slurm (torchrun here runs on this machine alone).")
+    return nproc_per_node * (nnodes or 1)
+
+
+def check_distributed_suites(
+    suites: list[Any], world_size: int, nproc_per_node: int, device_kind: str, executor: str
+) -> None:
+    """Usage errors for suites a distributed run cannot train, before anything runs."""
+    import torch
+
+    from structbench.tasks import get_task
+
+    if device_kind == "cuda" and executor == "inline" and nproc_per_node > torch.cuda.device_count():
+        raise UsageError(
+            f"--nproc-per-node {nproc_per_node} on cuda needs as many GPUs; torch sees {torch.cuda.device_count()}."
+        )
+    for suite_spec in suites:
+        if suite_spec.experiment is not None:
+            raise UsageError(
+                f"suite {suite_spec.name} is a numerical experiment: it does not run under --nproc-per-node."
+            )
+        if not get_task(suite_spec.task).distributable:
+            raise UsageError(
+                f"task {suite_spec.task!r} of suite {suite_spec.name} cannot train under --nproc-per-node."
+            )
+        budget = suite_spec.budget
+        micro = budget["batch_size"] // budget["grad_accum"]
+        if micro % world_size:
+            raise UsageError(
+                f"suite {suite_spec.name}: the batch of each training call (batch_size / grad_accum = {micro}) must "
+                f"divide evenly among the {world_size} processes of a run."
+            )
+        if budget["checkpoint_every"] > 0:
+            raise UsageError(
+                f"suite {suite_spec.name}: budget.checkpoint_every is not supported under --nproc-per-node "
+                "(set it to 0)."
+            )
 
 
 def resolve_device_kind(device: str, slurm: Any) -> str:

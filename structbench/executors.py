@@ -52,6 +52,11 @@ class Job:
     """Run ids of earlier final runs of this key (a forced rerun): removed once this run has stored a final row."""
     time_limit_s: float | None = None
     """The cluster's time limit of the job running this run (Slurm), which tells a time-limit warning apart."""
+    nproc_per_node: int = 0
+    """Ranks per node of the torch.distributed job this run is (`structbench.launch`); 0: one process, no
+    torch.distributed."""
+    nnodes: int = 1
+    """Nodes of that job (Slurm only: torchrun here runs on this machine alone)."""
 
 
 def run_job(job: Job, on_progress: Callable[[Any], None] | None = None) -> dict[str, Any]:
@@ -304,6 +309,15 @@ def submit_slurm(jobs: Sequence[Job], options: SlurmOptions, folder: Path) -> li
         "slurm_array_parallelism": options.array_parallelism,
         "name": "structbench",
     }
+    function: Callable[[Job], Any] = run_job
+    ranks = jobs[0].nproc_per_node if jobs else 0
+    if ranks:
+        # One run = one job of `ranks` tasks per node (a rank each), its rendezvous from submitit (structbench.launch).
+        from structbench.launch import slurm_rank
+
+        function = slurm_rank
+        parameters["tasks_per_node"] = ranks
+        parameters["nodes"] = jobs[0].nnodes
     if options.gpus_per_run:
         parameters["gpus_per_node"] = options.gpus_per_run
     if options.partition:
@@ -313,7 +327,7 @@ def submit_slurm(jobs: Sequence[Job], options: SlurmOptions, folder: Path) -> li
     if options.extra:
         parameters["slurm_additional_parameters"] = dict(options.extra)
     executor.update_parameters(**parameters)
-    return executor.map_array(run_job, list(jobs))
+    return executor.map_array(function, list(jobs))
 
 
 def slurm_states(folder: str | Path, job_ids: Sequence[str]) -> dict[str, str]:
@@ -353,7 +367,8 @@ def collect_slurm(jobs: Sequence[Job], submitted: Sequence[Any]) -> Iterator[Fin
     for sub in jobs_as_completed(list(submitted), poll_frequency=1):
         job = by_id[sub.job_id]
         try:
-            yield Finished(job, sub.result())
+            # A distributed run's job has a task per rank: rank 0 (task 0) returns the stored row.
+            yield Finished(job, sub.results()[0] if job.nproc_per_node else sub.result())
         except Exception as exc:  # a failed job is reported; the other runs are still collected
             yield Finished(job, None, one_line(exc))
 

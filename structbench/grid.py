@@ -26,10 +26,17 @@ NOT_KEYED_BUDGET = ("checkpoint_every",)
 """Budget fields that do not change a run's result (a run resumed from a checkpoint ends bit-identical)."""
 
 
-def run_key(suite: SuiteSpec, optim_name: str, seed: int, device_kind: str) -> str:
+def run_key(suite: SuiteSpec, optim_name: str, seed: int, device_kind: str, world_size: int = 1) -> str:
+    """The run's key; a run of several processes (torch.distributed) adds its world size, and a single-process run
+    leaves out the `distributed` switch, which only acts across processes."""
     spec = {k: v for k, v in suite.run_spec(optim_name, seed).items() if k not in NOT_KEYED_SPEC}
     spec["budget"] = {k: v for k, v in spec["budget"].items() if k not in NOT_KEYED_BUDGET}
-    payload = json.dumps({**spec, "device_kind": device_kind}, sort_keys=True, separators=(",", ":"), default=str)
+    placement: dict[str, Any] = {"device_kind": device_kind}
+    if world_size > 1:
+        placement["world_size"] = world_size
+    else:
+        spec["hparams"] = {k: v for k, v in spec["hparams"].items() if k != "distributed"}
+    payload = json.dumps({**spec, **placement}, sort_keys=True, separators=(",", ":"), default=str)
     return hashlib.sha256(payload.encode()).hexdigest()[:KEY_LENGTH]
 
 
@@ -50,14 +57,14 @@ class Cell:
         return f"{self.suite.name} {self.optim}{setting} seed={self.seed}"
 
 
-def build_grid(suites: list[SuiteSpec], device_kind: str) -> list[Cell]:
+def build_grid(suites: list[SuiteSpec], device_kind: str, world_size: int = 1) -> list[Cell]:
     """The cells of these specs in order (optimizer, setting, seed), each key once."""
     settings = _distinguishing_settings(suites)
     cells: dict[str, Cell] = {}
     for suite in suites:
         for optim_name in suite.optims:
             for seed in suite.seeds:
-                key = run_key(suite, optim_name, seed, device_kind)
+                key = run_key(suite, optim_name, seed, device_kind, world_size)
                 label = settings.get((suite.name, optim_name, json.dumps(_config(suite, optim_name), sort_keys=True)))
                 cells.setdefault(key, Cell(suite, optim_name, seed, key, label or ""))
     return list(cells.values())

@@ -13,6 +13,7 @@ clock (`setup_s`), so the first run of a process is timed like the others.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import json
 import math
@@ -32,12 +33,14 @@ import pandas as pd
 import torch
 
 from structbench import checkpoint, measure, optim, signals, store
+from structbench.distributed import SINGLE, Comm
 from structbench.errors import SolverError, UsageError
 from structbench.experiments import Claim, get_experiment
 from structbench.optim import Routing, build_with_routing
 from structbench.schedule import make_scheduler
 from structbench.spec import SuiteSpec
 from structbench.tasks import EvalResult, Task, TaskContext, get_task
+from structbench.tasks.base import Shard
 
 
 @dataclass
@@ -106,15 +109,20 @@ def execute(
     executor: str = "inline",
     parallel_runs: int = 1,
     checkpoints: Path | None = None,
+    comm: Comm = SINGLE,
+    run_id: str | None = None,
 ) -> RunOutcome:
     """Train one run and measure it; see the module docstring for how failures are recorded.
+
+    With `comm` a rank of a torch.distributed job (see `_distribute`), every rank calls this with the same `run_id`;
+    each trains its share of every batch, and all but rank 0 skip the evaluations (rank 0's result is broadcast).
 
     `run_key` (the grid's content key), `executor` and `parallel_runs` (how many runs shared this machine's cores
     while it ran) are stored with the row. With `checkpoints` (a store) and a run key, the run continues from the
     key's checkpoint there if one exists, and saves one every `budget.checkpoint_every` steps.
     """
     started = datetime.now(UTC)
-    run_id = new_run_id(suite.name, optim_name, seed)
+    run_id = run_id or new_run_id(suite.name, optim_name, seed)
     probe = measure.MemoryProbe(device)
     state = _RunState()
     task: Task | None = None
@@ -128,7 +136,14 @@ def execute(
 
     seed_everything(seed)
     micro_batch = suite.budget["batch_size"] // suite.budget["grad_accum"]
-    ctx = TaskContext(seed=seed, device=device, data_root=data_root, batch_size=micro_batch)
+    ctx = TaskContext(
+        seed=seed,
+        device=device,
+        data_root=data_root,
+        batch_size=micro_batch,
+        shard=Shard(comm.rank, comm.world_size),
+    )
+    no_sync: Callable[[], contextlib.AbstractContextManager[Any]] = contextlib.nullcontext
     spec = suite.run_spec(optim_name, seed)
     try:
         with signals.armed():
@@ -140,6 +155,8 @@ def execute(
             if resolved_args is not None:
                 spec["task_args_resolved"] = resolved_args
             _check_target_metric(suite, task)
+            if comm.active:
+                no_sync = _distribute(task, device)
             probe.reset()
             optimizer, route = build_with_routing(optim_name, task.model, suite.hparams[optim_name])
             routing = route.as_record()
@@ -149,12 +166,12 @@ def execute(
             if saved is not None:
                 state, initial = _resume(saved, task, optimizer, scheduler)
             else:
-                initial = _evaluate(task, device, state)
+                initial = _evaluate(task, device, state, comm)
                 state.curves += _eval_points(0, 0.0, initial)
             saver = None
             if checkpoints is not None and run_key is not None and suite.budget["checkpoint_every"] > 0:
                 saver = _checkpoint_saver(checkpoints, run_key, task, optimizer, scheduler, device, initial)
-            final = _train(task, optimizer, scheduler, suite, device, state, on_progress, saver)
+            final = _train(task, optimizer, scheduler, suite, device, state, on_progress, saver, comm, no_sync)
     except signals.Interrupted as exc:
         state.status, interrupted = ("timeout" if exc.timed_out else "interrupted"), True
         if exc.timed_out:
@@ -173,6 +190,7 @@ def execute(
     if not usable and state.status == "ok":
         state.status, state.error = "error", f"the {device.type} device failed after the run (its context is unusable)"
 
+    per_rank = _per_rank(comm, state, probe.peak_bytes() if usable else None, optimizer)
     finished = datetime.now(UTC)
     train_times = state.step_times
     row = {
@@ -195,9 +213,9 @@ def execute(
         "compile_s": state.compile_s,
         "step_time_median_s": statistics.median(train_times) if train_times else math.nan,
         "optim_time_median_s": statistics.median(state.optim_times) if state.optim_times else math.nan,
-        "peak_mem_bytes": probe.peak_bytes() if usable else None,
+        "peak_mem_bytes": per_rank.peak_mem_bytes,
         "peak_mem_source": probe.source,
-        "state_bytes": measure.state_bytes(optimizer) if optimizer is not None else None,
+        "state_bytes": per_rank.state_bytes,
         "param_count": sum(p.numel() for p in task.model.parameters()) if task is not None else None,
         "final_train_loss": state.last_train_loss,
         "final_eval_loss": final.loss if final else None,
@@ -225,8 +243,72 @@ def execute(
         "resumed_from_step": state.resumed_from_step,
         "setup_s": setup_s,
         "device_usable": usable,
+        **per_rank.columns(comm),
     }
     return RunOutcome(row=row, curves=state.curves, interrupted=interrupted)
+
+
+@dataclass
+class _PerRank:
+    """A run's memory and optimizer-state figures over its ranks (one rank outside a torch.distributed job)."""
+
+    peak_mem: list[int | None]
+    state: list[int | None]
+
+    @property
+    def peak_mem_bytes(self) -> int | None:
+        """The largest rank's peak: the memory each device must have."""
+        known = [value for value in self.peak_mem if value is not None]
+        return max(known) if known else None
+
+    @property
+    def state_bytes(self) -> int | None:
+        """The largest rank's optimizer state: what one device holds (the whole state unless it is sharded)."""
+        known = [value for value in self.state if value is not None]
+        return max(known) if known else None
+
+    def columns(self, comm: Comm) -> dict[str, Any]:
+        known = [value for value in self.state if value is not None]
+        return {
+            "world_size": comm.world_size,
+            "distributed_backend": comm.backend,
+            "peak_mem_bytes_per_rank": json.dumps(self.peak_mem) if comm.active else None,
+            "state_bytes_per_rank": json.dumps(self.state) if comm.active else None,
+            "state_bytes_total": sum(known) if len(known) == len(self.state) == comm.world_size else None,
+        }
+
+
+SHARED_OUTCOMES = frozenset({"ok", "diverged", "timeout"})
+"""Statuses every rank of a distributed run reaches together (from all-reduced losses and a shared time-limit
+decision); any other ends one rank alone, which then takes part in no further collective."""
+
+
+def _per_rank(comm: Comm, state: _RunState, peak: int | None, optimizer: torch.optim.Optimizer | None) -> _PerRank:
+    """Gather each rank's peak memory and state bytes; a rank whose peers have failed keeps its own figures and
+    ends `error` (the launcher reports the failing rank's traceback)."""
+    mine = measure.state_bytes(optimizer) if optimizer is not None else None
+    if not comm.active or state.status not in SHARED_OUTCOMES:
+        return _PerRank([peak], [mine])
+    try:
+        pairs = comm.gather((peak, mine))
+    except Exception:
+        state.status, state.error = "error", traceback.format_exc()
+        return _PerRank([peak], [mine])
+    return _PerRank([p for p, _ in pairs], [s for _, s in pairs])
+
+
+def _distribute(task: Task, device: torch.device) -> Callable[[], contextlib.AbstractContextManager[Any]]:
+    """Wrap the task's model in DistributedDataParallel (its training forward pass goes through the wrapper; rank 0's
+    parameters are broadcast to all); return the wrapper's `no_sync`, for the micro-batches before the last."""
+    from torch.nn.parallel import DistributedDataParallel
+
+    if not hasattr(task, "distribute"):
+        raise TypeError(f"task {type(task).__name__} cannot train under torch.distributed")
+    ddp = DistributedDataParallel(
+        task.model, device_ids=[device.index] if device.type == "cuda" else None, forward_sync_buffers=False
+    )
+    task.distribute(ddp)
+    return ddp.no_sync
 
 
 def _load_checkpoint(out: Path | None, run_key: str | None) -> dict[str, Any] | None:
@@ -379,14 +461,19 @@ def analytic_state_bytes(
     return int(formula([shapes[n] for n in routing.structured], [shapes[n] for n in routing.fallback], hparams))
 
 
-def _evaluate(task: Task, device: torch.device, state: _RunState) -> Any:
+def _evaluate(task: Task, device: torch.device, state: _RunState, comm: Comm = SINGLE) -> Any:
+    """The task's evaluation; in a distributed run rank 0's alone (on the full evaluation splits, as a single-process
+    run evaluates), broadcast to the other ranks, which wait for it."""
     measure.synchronize(device)
     start = time.perf_counter()
-    was_training = task.model.training
-    task.model.eval()
-    with torch.no_grad():
-        result = task.evaluate()
-    task.model.train(was_training)
+    result = None
+    if comm.is_main:
+        was_training = task.model.training
+        task.model.eval()
+        with torch.no_grad():
+            result = task.evaluate()
+        task.model.train(was_training)
+    result = comm.broadcast(result)
     state.eval_s += time.perf_counter() - start
     return result
 
@@ -421,9 +508,15 @@ def _train(
     state: _RunState,
     on_progress: Callable[[Progress], None] | None,
     save_checkpoint: Callable[[int, _RunState], None] | None = None,
+    comm: Comm = SINGLE,
+    no_sync: Callable[[], contextlib.AbstractContextManager[Any]] = contextlib.nullcontext,
 ) -> Any:
     """Run the budget's steps (from the step a resumed `state` reached); return the final evaluation, or None when
-    the run diverged or timed out."""
+    the run diverged or timed out.
+
+    In a distributed run the ranks start and stop the clock together (barriers), the logged losses are the mean over
+    ranks (the global batch's loss) and the time-limit decision is taken once for all ranks, so every rank leaves
+    the loop at the same step with the same status."""
     budget = suite.budget
     total, log_every, eval_every = budget["steps"], budget["log_every"], budget["eval_every"]
     checkpoint_every = budget["checkpoint_every"] if save_checkpoint is not None else 0
@@ -433,6 +526,7 @@ def _train(
     pending_lrs: list[float] = []
     task.model.train()
     measure.synchronize(device)
+    comm.barrier()
     loop_start = time.perf_counter()
     wall_before, loop_before = state.wall_s, state.loop_s
     eval_at_start, checkpoint_at_start = state.eval_s, state.checkpoint_s
@@ -451,7 +545,7 @@ def _train(
     for step in range(state.steps_done, total):
         clock.step_start()
         optimizer.zero_grad(set_to_none=True)
-        loss = _accumulate_gradients(task, step, accum)
+        loss = _accumulate_gradients(task, step, accum, no_sync)
         if clip > 0:
             pending_norms.append(torch.nn.utils.clip_grad_norm_(params, clip))
         clock.optim_start()
@@ -461,7 +555,7 @@ def _train(
         scheduler.step()
         pending_losses.append(loss.detach())
         done = step + 1
-        timed_out = time_limit > 0 and loop_time() > time_limit
+        timed_out = time_limit > 0 and comm.any(loop_time() > time_limit, device)
         checkpoint_due = checkpoint_every > 0 and done % checkpoint_every == 0 and done != total
         if (
             done % log_every
@@ -471,7 +565,7 @@ def _train(
             and not checkpoint_due
         ):
             continue
-        losses = torch.stack(pending_losses).double().cpu().tolist()
+        losses = comm.mean(torch.stack(pending_losses).double()).cpu().tolist()
         norms = torch.stack(pending_norms).double().cpu().tolist() if pending_norms else [None] * len(losses)
         timings = clock.drain()
         wall = train_wall()
@@ -515,7 +609,7 @@ def _train(
             )
             return None
         if eval_every and done % eval_every == 0 and done != total:
-            result = _evaluate(task, device, state)
+            result = _evaluate(task, device, state, comm)
             state.curves += _eval_points(done, wall, result)
             if _diverged_at_eval(state, done, result):
                 return None
@@ -525,8 +619,9 @@ def _train(
             assert save_checkpoint is not None
             save_checkpoint(done, state)
     measure.synchronize(device)
+    comm.barrier()
     state.wall_s = train_wall()
-    final = _evaluate(task, device, state)
+    final = _evaluate(task, device, state, comm)
     state.curves += _eval_points(total, state.wall_s, final)
     if _diverged_at_eval(state, total, final):
         return None
@@ -545,16 +640,23 @@ def _diverged_at_eval(state: _RunState, step: int, result: EvalResult) -> bool:
     return True
 
 
-def _accumulate_gradients(task: Task, step: int, accum: int) -> torch.Tensor:
-    """Backpropagate `accum` micro-batches, each loss scaled by 1/accum; return their mean loss (detached)."""
+def _accumulate_gradients(
+    task: Task,
+    step: int,
+    accum: int,
+    no_sync: Callable[[], contextlib.AbstractContextManager[Any]] = contextlib.nullcontext,
+) -> torch.Tensor:
+    """Backpropagate `accum` micro-batches, each loss scaled by 1/accum; return their mean loss (detached). Under DDP
+    the gradients are averaged over ranks once, after the last micro-batch (`no_sync` before it)."""
     if accum == 1:
         loss = task.train_loss(step)
         loss.backward()
         return loss
     total = torch.zeros((), device=next(task.model.parameters()).device)
-    for _ in range(accum):
-        loss = task.train_loss(step) / accum
-        loss.backward()
+    for index in range(accum):
+        with no_sync() if index < accum - 1 else contextlib.nullcontext():
+            loss = task.train_loss(step) / accum
+            loss.backward()
         total += loss.detach()
     return total
 

@@ -106,6 +106,14 @@ RUN_SCHEMA = pa.schema(
         ("float32_matmul_precision", pa.string()),
         ("final_val_loss", pa.float64()),
         ("final_val_metric", pa.float64()),
+        # One run as a torch.distributed job (structbench.distributed): its world size and backend (None: one
+        # process), each rank's peak memory and optimizer-state bytes (JSON lists in rank order; peak_mem_bytes and
+        # state_bytes hold the largest rank's) and the state summed over ranks.
+        ("world_size", pa.int64()),
+        ("distributed_backend", pa.string()),
+        ("peak_mem_bytes_per_rank", pa.string()),
+        ("state_bytes_per_rank", pa.string()),
+        ("state_bytes_total", pa.int64()),
     ]
 )
 OPTIONAL_RUN_COLUMNS = frozenset(
@@ -127,6 +135,11 @@ OPTIONAL_RUN_COLUMNS = frozenset(
         "float32_matmul_precision",
         "final_val_loss",
         "final_val_metric",
+        "world_size",
+        "distributed_backend",
+        "peak_mem_bytes_per_rank",
+        "state_bytes_per_rank",
+        "state_bytes_total",
     }
 )
 """Columns added after the first stores were written: a row may omit them (stored as null)."""

@@ -15,6 +15,7 @@ from typing import Any, ClassVar
 
 import torch
 
+from structbench.optim import distributed
 from structbench.optim.hparams import Declaration, option, ours
 
 BATCH_MODES = ("auto", "on", "off")
@@ -83,7 +84,7 @@ class StructuredOptimizer(torch.optim.Optimizer):
             with torch.enable_grad():
                 loss = closure()
         for group in self.param_groups:
-            self.step_group(group)
+            distributed.step_group(self.step_group, group)
         return loss
 
     def step_group(self, group: dict[str, Any]) -> None:

@@ -59,6 +59,7 @@ from torch import Tensor, nn
 from structbench.errors import SolverError
 from structbench.optim import linalg
 from structbench.optim.base import EagerStructuredOptimizer
+from structbench.optim.distributed import DISTRIBUTED
 from structbench.optim.hparams import Declaration, decade_around, flag, integer, lin, option, ours, paper, real
 from structbench.optim.hybrid import ADAMW_FALLBACK, adamw_state_bytes, hybrid_builder
 from structbench.optim.muon import NS_COEFFICIENTS, NS_DTYPES, ORTHOGONALIZATION
@@ -114,6 +115,7 @@ class Fismo(EagerStructuredOptimizer):
             real("weight_decay", 0.0, paper(f"{PAPER} Alg. 1 has none"), "[0, inf)"),
         )
     )
+    hparams = hparams + DISTRIBUTED
 
     def step_group(self, group: dict[str, Any]) -> None:
         live = [p for p in group["params"] if p.grad is not None]

@@ -40,6 +40,7 @@ from torch import Tensor
 
 from structbench.errors import SolverError
 from structbench.optim.base import BATCH_MATRICES, StructuredOptimizer, stacks_matrices
+from structbench.optim.distributed import DISTRIBUTED
 from structbench.optim.hparams import Declaration, code, decade_around, flag, integer, lin, option, ours, real
 from structbench.optim.hybrid import ADAMW_FALLBACK, adamw_state_bytes, hybrid_builder
 from structbench.optim.linalg import NS_CUBIC, NS_QUINTIC, newton_schulz, polar_svd
@@ -98,6 +99,7 @@ class Muon(StructuredOptimizer):
         + ORTHOGONALIZATION
         + BATCH_MATRICES
     )
+    hparams = hparams + DISTRIBUTED
 
     def step_group(self, group: dict[str, Any]) -> None:
         params = [p for p in group["params"] if p.grad is not None]

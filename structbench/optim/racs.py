@@ -45,6 +45,7 @@ from torch import Tensor, nn
 
 from structbench.optim import memory
 from structbench.optim.base import BATCH_MATRICES, StructuredOptimizer, gather, stacks_matrices
+from structbench.optim.distributed import DISTRIBUTED
 from structbench.optim.hparams import Declaration, code, decade_around, flag, integer, lin, paper, real
 from structbench.optim.hybrid import ADAMW_FALLBACK, adamw_state_bytes, hybrid_builder
 from structbench.optim.partition import head_switch, matrix_view, route_with_head_switch
@@ -119,6 +120,7 @@ class RACS(StructuredOptimizer):
         )
         + BATCH_MATRICES
     )
+    hparams = hparams + DISTRIBUTED
 
     def step_group(self, group: dict[str, Any]) -> None:
         live = [p for p in group["params"] if p.grad is not None]

@@ -49,6 +49,7 @@ from torch import Tensor, nn
 from structbench.errors import SolverError
 from structbench.optim import linalg
 from structbench.optim.base import StructuredOptimizer
+from structbench.optim.distributed import DISTRIBUTED
 from structbench.optim.hparams import Declaration, code, decade_around, flag, integer, lin, option, paper, real
 from structbench.optim.hybrid import build_hybrid
 from structbench.optim.partition import parameter_kinds
@@ -158,6 +159,7 @@ class Shampoo(StructuredOptimizer):
         ),
         integer("inverse_root_order", 4, paper(f"{PAPER} Alg. 4 line 9: (L + eps I)^(-1/4)"), "[1, inf)"),
     )
+    hparams = hparams + DISTRIBUTED
 
     def __init__(
         self, params: Iterable[nn.Parameter] | Iterable[dict[str, Any]], *, precondition: bool = True, **hparams: Any

@@ -52,6 +52,7 @@ from torch import Tensor
 
 from structbench.errors import SolverError
 from structbench.optim.base import BATCH_MATRICES, EagerStructuredOptimizer, gather, stacks_matrices
+from structbench.optim.distributed import DISTRIBUTED
 from structbench.optim.hparams import Declaration, code, decade_around, flag, integer, lin, option, ours, paper, real
 from structbench.optim.hybrid import ADAMW_FALLBACK, adamw_fallback, adamw_state_bytes, hybrid_builder
 from structbench.optim.linalg import eigh_with_retry
@@ -171,6 +172,7 @@ class SOAP(EagerStructuredOptimizer):
         )
         + BATCH_MATRICES
     )
+    hparams = hparams + DISTRIBUTED
 
     def step_group(self, group: dict[str, Any]) -> None:
         """One SOAP step for every parameter of the group with a gradient (see the module doc for the order)."""

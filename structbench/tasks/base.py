@@ -42,6 +42,37 @@ class EvalResult:
 
 
 @dataclass(frozen=True)
+class Shard:
+    """This process's share of every training batch in a torch.distributed run: rank `rank` of `world_size`.
+
+    Every rank draws the same global batch from the same seeded generators and keeps its contiguous block of it
+    (sizes differ by at most one), so the global batch is the suite's `batch_size` whatever the
+    world size. DDP averages the ranks' gradients: a rank's mean loss weighted by `weight` (its share of the batch
+    times the world size) makes that average the gradient of the global batch's mean loss, with unequal shares too.
+    """
+
+    rank: int = 0
+    world_size: int = 1
+
+    def span(self, count: int) -> tuple[int, int]:
+        """[start, stop) of this rank's block of a batch of `count`: the first `count % world_size` blocks one
+        longer, as `torch.tensor_split` cuts."""
+        size, extra = divmod(count, self.world_size)
+        start = self.rank * size + min(self.rank, extra)
+        return start, start + size + (1 if self.rank < extra else 0)
+
+    def take(self, batch: torch.Tensor) -> torch.Tensor:
+        """This rank's block of a global batch (the whole batch at world size 1)."""
+        start, stop = self.span(len(batch))
+        return batch[start:stop]
+
+    def weight(self, local: int, total: int) -> float:
+        """The factor on a rank's mean loss over `local` of the batch's `total` examples (exactly 1 for equal
+        shares)."""
+        return local * self.world_size / total
+
+
+@dataclass(frozen=True)
 class TaskContext:
     """Everything a task builder may use besides its own arguments."""
 
@@ -49,6 +80,8 @@ class TaskContext:
     device: torch.device
     data_root: Path
     batch_size: int
+    shard: Shard = Shard()
+    """The share of each training batch this process trains on (all of it outside a torch.distributed run)."""
 
 
 class Task(Protocol):
@@ -88,6 +121,9 @@ class TaskDef:
     metric_name: str | None = None
     """The metric the task's evaluation reports, so that a suite's target is checked before any run (None: the
     runner checks it when the task is built)."""
+    distributable: bool = False
+    """The task trains under torch.distributed: it takes `TaskContext.shard` and has `distribute(ddp_module)`, which
+    makes its training forward pass go through the DistributedDataParallel wrapper of its model."""
 
 
 def to_device(tensor: torch.Tensor, device: torch.device) -> torch.Tensor:

@@ -68,13 +68,19 @@ class SyntheticClassificationTask:
         self.test_x, self.test_y = sample(int(args["test_size"]))
         torch.manual_seed(ctx.seed)
         self.model = mlp(dim, int(args["hidden"]), classes).to(ctx.device)
+        self.forward: nn.Module = self.model
+        self.shard = ctx.shard
         self.batch_size = ctx.batch_size
         self.batch_gen = torch.Generator().manual_seed(ctx.seed + 1)
 
     def train_loss(self, step: int) -> torch.Tensor:
-        index = torch.randint(len(self.train_y), (self.batch_size,), generator=self.batch_gen)
+        index = self.shard.take(torch.randint(len(self.train_y), (self.batch_size,), generator=self.batch_gen))
         index = to_device(index, self.train_x.device)
-        return F.cross_entropy(self.model(self.train_x[index]), self.train_y[index])
+        loss = F.cross_entropy(self.forward(self.train_x[index]), self.train_y[index])
+        return loss * self.shard.weight(len(index), self.batch_size)
+
+    def distribute(self, ddp_module: nn.Module) -> None:
+        self.forward = ddp_module
 
     def stream_state(self) -> dict[str, Any]:
         return {"batch_gen": self.batch_gen.get_state()}
@@ -96,4 +102,5 @@ SYNTHETIC_CLASSIFICATION = TaskDef(
     build=SyntheticClassificationTask,
     preflight=lambda args, data_root, batch_size: validate_args(args),
     metric_name=SyntheticClassificationTask.metric_name,
+    distributable=True,
 )

@@ -123,7 +123,9 @@ class LanguageModelTask:
         ).to(ctx.device)
         self.autocast = _switch("autocast", args["autocast"], ctx.device)
         compiled = _switch("compile", args["compile"], ctx.device)
+        self.compiled = compiled
         self.forward: Callable[[torch.Tensor], torch.Tensor] = torch.compile(self.model) if compiled else self.model
+        self.shard = ctx.shard
         self.device = ctx.device
         self.batch_size = ctx.batch_size
         self.items_per_call = ctx.batch_size * self.seq_len
@@ -158,9 +160,14 @@ class LanguageModelTask:
 
     def train_loss(self, step: int) -> torch.Tensor:
         starts = torch.randint(len(self.train_tokens) - self.seq_len - 1, (self.batch_size,), generator=self.batch_gen)
+        starts = self.shard.take(starts)
         offsets = torch.arange(self.seq_len + 1)
         windows = self.train_tokens[to_device(starts[:, None] + offsets, self.device)]
-        return self._loss(windows, self.forward)
+        return self._loss(windows, self.forward) * self.shard.weight(len(starts), self.batch_size)
+
+    def distribute(self, ddp_module: torch.nn.Module) -> None:
+        """Train through the DistributedDataParallel wrapper (compiled when the task compiles its model)."""
+        self.forward = torch.compile(ddp_module) if self.compiled else ddp_module
 
     def stream_state(self) -> dict[str, Any]:
         return {"batch_gen": self.batch_gen.get_state()}
@@ -224,4 +231,5 @@ LANGUAGE_MODEL = TaskDef(
     build=LanguageModelTask,
     preflight=_preflight,
     metric_name=LanguageModelTask.metric_name,
+    distributable=True,
 )

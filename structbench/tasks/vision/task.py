@@ -119,6 +119,7 @@ class ImageClassificationTask:
         self.label_smoothing = float(args["label_smoothing"])
         self.eval_batch_size = int(args["eval_batch_size"])
         self.batch_size = ctx.batch_size
+        self.shard = ctx.shard
         self.train_size = len(train)
         self.drop_last = bool(args["drop_last"])
         if self.drop_last:
@@ -162,6 +163,7 @@ class ImageClassificationTask:
             args["model"], in_channels=channels, image_size=height, num_classes=meta.num_classes, **model_options
         )
         self.model = model.to(ctx.device, memory_format=self.memory_format)
+        self.forward: torch.nn.Module = self.model
         whitening_images = 0
         init_whitening = getattr(self.model, "init_whitening", None)
         if init_whitening is not None:
@@ -219,6 +221,9 @@ class ImageClassificationTask:
         start = self.cursor
         stop = min(start + self.batch_size, self.train_size)
         self.cursor = stop
+        self.global_batch = stop - start
+        first, last = self.shard.span(stop - start)
+        start, stop = start + first, start + last
         index = self.order[start:stop]
         if self.draws is not None:
             images = crop_flip(self.train_images, self.draws[start:stop], self.image_size, index)
@@ -235,8 +240,16 @@ class ImageClassificationTask:
     def train_loss(self, step: int) -> torch.Tensor:
         inputs, labels = self.next_batch()
         with self._autocast():
-            logits = self.model(inputs)
-        return F.cross_entropy(logits.float(), labels, label_smoothing=self.label_smoothing)
+            logits = self.forward(inputs)
+        if self.shard.world_size == 1:
+            return F.cross_entropy(logits.float(), labels, label_smoothing=self.label_smoothing)
+        # This rank's share of the global batch's summed loss, times the world size (DDP averages over ranks): an
+        # epoch's last, partial batch may leave a rank fewer examples, or none.
+        total = F.cross_entropy(logits.float(), labels, label_smoothing=self.label_smoothing, reduction="sum")
+        return total * (self.shard.world_size / self.global_batch)
+
+    def distribute(self, ddp_module: torch.nn.Module) -> None:
+        self.forward = ddp_module
 
     def _loss_and_accuracy(self, images: torch.Tensor, labels: torch.Tensor) -> tuple[float, float]:
         """Mean cross-entropy and top-1 accuracy over one evaluation split, in `eval_batch_size` chunks."""
@@ -298,4 +311,5 @@ IMAGE_CLASSIFICATION = TaskDef(
     build=ImageClassificationTask,
     preflight=preflight,
     metric_name=ImageClassificationTask.metric_name,
+    distributable=True,
 )
