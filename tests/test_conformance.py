@@ -115,6 +115,14 @@ def test_a_step_dynamo_runs_eagerly_fails_the_compile_check(monkeypatch) -> None
         conformance.check_compile("sgd")
 
 
+def test_a_step_declared_eager_is_a_skip_that_names_the_declaration(monkeypatch) -> None:
+    """SGD's step wrapped in torch.compiler.disable (as SOAP's, SUMO's and FISMO's are): no graph, and a SKIP that
+    says so rather than a FAIL or a pass."""
+    monkeypatch.setattr(torch.optim.SGD, "step", torch.compiler.disable(torch.optim.SGD.step))
+    with pytest.raises(conformance.CheckSkipped, match=r"eager by declaration: sgd \(SGD.step is wrapped in torch"):
+        conformance.check_compile("sgd")
+
+
 def test_a_compiled_step_that_departs_from_eager_fails(monkeypatch) -> None:
     """The comparison is live: compiled steps that each step twice must fail it."""
     original = compile_check.compiled_steps
