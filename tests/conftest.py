@@ -10,10 +10,23 @@ from typer.testing import CliRunner
 
 from structbench import signals
 from structbench.cli import app
+from tests import system_parts
 
 # One intra-op thread for the whole test run: its tensors are small, and OpenMP threads that spin at barriers slow
 # a run many times over when another process shares the cores (a 2-core CI rehearsal took 23 min instead of 2).
 torch.set_num_threads(1)
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    config.addinivalue_line(
+        "markers", "system_part(name): the test needs this system part (tests/system_parts.py); skipped without it, "
+        "failed without it under CI=true"
+    )
+
+
+def pytest_runtest_setup(item: pytest.Item) -> None:
+    for marker in item.iter_markers("system_part"):
+        system_parts.require(*marker.args)
 
 
 @pytest.fixture(autouse=True)

@@ -7,16 +7,14 @@ import os
 import shutil
 import subprocess
 
-import pytest
+from tests import system_parts
 
 START_HINT = "run `bash .ci/slurm.sh up DIR` (needs slurm-wlm and munge) and `export SLURM_CONF=DIR/slurm.conf`"
 
 
 def _missing(reason: str) -> None:
     # CI starts the cluster itself: there a missing cluster is a broken setup, not a reason to skip.
-    if os.environ.get("CI") == "true":
-        pytest.fail(f"Slurm cluster required in CI: {reason}")
-    pytest.skip(f"no Slurm cluster: {reason}")
+    system_parts.missing(f"a Slurm cluster ({reason})", START_HINT)
 
 
 def require_slurm() -> None:

@@ -524,13 +524,7 @@ def test_dataset_status_on_empty_and_populated_root(tmp_path: Path, no_system_da
 
 # ---------------------------------------------------------------- the real files, where this machine has them
 
-DEBIAN_FASHION_PRESENT = all((DEBIAN_FASHION_MNIST_DIR / f"{b}.gz").is_file() for b in IDX_FILES.values())
-
-
-@pytest.mark.skipif(
-    not DEBIAN_FASHION_PRESENT,
-    reason=f"environment: Debian's dataset-fashion-mnist not installed ({DEBIAN_FASHION_MNIST_DIR} absent)",
-)
+@pytest.mark.system_part("fashion-mnist")
 def test_real_debian_fashion_mnist(tmp_path: Path) -> None:
     with warnings.catch_warnings():
         warnings.simplefilter("error", ChecksumWarning)  # re-gzipped, but the decompressed content is verified
@@ -542,10 +536,6 @@ def test_real_debian_fashion_mnist(tmp_path: Path) -> None:
     assert round(mean, 4) == 0.2860  # the published Fashion-MNIST train mean
 
 
-@pytest.mark.skipif(
-    sklearn_digits_file() is None,
-    reason="environment: scikit-learn is not installed, so its bundled digits.csv.gz is absent",
-)
 def test_real_sklearn_digits(tmp_path: Path) -> None:
     train, test, meta = load("digits", tmp_path)
     assert len(train) + len(test) == 1797 and meta.source == sklearn_digits_file()

@@ -17,7 +17,7 @@ def _sources(suite: str, *overrides: str, optims: tuple[str, ...] = (), sweep: b
 def test_listed_optimizers_are_the_suites_and_others_registry_defaults():
     # digits lists sgd and sets its hyperparameters; sumo is not in its list and has no [hparams.sumo] table.
     assert _sources("digits", optims=("sgd", "sumo")) == {"sgd": {"suite"}, "sumo": {"registry defaults"}}
-    # smoke-quadratic runs every optimizer ("*") at the registry's defaults.
+    # smoke-quadratic runs every optimizer ("*"); adamw has no [hparams.adamw] table there: registry defaults.
     assert _sources("smoke-quadratic", optims=("adamw",)) == {"adamw": {"registry defaults"}}
 
 

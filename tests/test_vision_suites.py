@@ -18,7 +18,6 @@ import pytest
 import torch
 
 from structbench import spec
-from structbench.data.mnist import DEBIAN_FASHION_MNIST_DIR
 from structbench.errors import UsageError
 from structbench.schedule import lr_factor, make_scheduler
 from tests.conftest import read_curves, read_runs
@@ -130,11 +129,8 @@ def test_digits_through_the_cli_ends_far_above_chance(cli, tmp_path: Path) -> No
     assert run.final_val_metric >= 0.9
 
 
+@pytest.mark.system_part("fashion-mnist")
 def test_short_fashion_mnist_run_through_the_cli_ends_far_above_chance(cli, tmp_path: Path) -> None:
-    if not Path(DEBIAN_FASHION_MNIST_DIR).is_dir():
-        pytest.fail(
-            f"Fashion-MNIST is not installed at {DEBIAN_FASHION_MNIST_DIR}: apt-get install dataset-fashion-mnist"
-        )
     steps = ("--set", "budget.epochs=0", "--set", "budget.steps=150", "--set", "budget.log_every=50")
     result = cli(
         "run", "--suite", "fashion-mnist", "--optim", "sgd", "--seed", "0", *steps, "--out", tmp_path, "--quiet"

@@ -397,12 +397,13 @@ ALICE_ENTRY = register(
     )
 )
 
-ALICE0_COMPILE_NOTE = (
-    " torch.compile: declared unsupported. Without tracking (beta3 = 0) the basis of rank-deficient gradients "
+ALICE0_COMPILE_REASON = (
+    "Without tracking (beta3 = 0) the basis of rank-deficient gradients "
     "includes directions that carry only roundoff, and the eps-free omega = m / sqrt(v) turns that roundoff into "
     "full-size steps, so compiled and eager runs (or 1 and 2 BLAS threads) diverge by whole steps: a compiled step "
     "runs but cannot be checked against eager."
 )
+ALICE0_COMPILE_NOTE = f" torch.compile: declared unsupported. {ALICE0_COMPILE_REASON}"
 
 ALICE0_ENTRY = register(
     OptimizerEntry(
@@ -420,6 +421,7 @@ ALICE0_ENTRY = register(
         lr_keys=("lr", "adamw_lr"),
         state_bytes=alice_state_bytes,
         compile_supported=False,
+        compile_unsupported_reason=ALICE0_COMPILE_REASON,
         check_hparams=_CHECK,
     )
 )

@@ -63,6 +63,9 @@ class OptimizerEntry:
     state_bytes: Callable[[list[tuple[int, ...]], list[tuple[int, ...]], Mapping[str, Any]], int] | None = None
     """Analytic state size for float32 parameters: (structured shapes, fallback shapes, hparams) -> bytes."""
     compile_supported: bool = True
+    compile_unsupported_reason: str = ""
+    """Why torch.compile is declared unsupported (required when compile_supported is False): the conformance kit's
+    compile check is then a skip with this reason."""
     check_hparams: Mapping[str, Any] = field(default_factory=dict)
     """Overrides the conformance kit uses so every code path (refreshes, root updates) runs within a few steps."""
 
@@ -82,6 +85,8 @@ def register(entry: OptimizerEntry) -> OptimizerEntry:
     """
     if entry.name in _REGISTRY:
         raise ValueError(f"optimizer {entry.name!r} is registered twice")
+    if not entry.compile_supported and not entry.compile_unsupported_reason:
+        raise ValueError(f"optimizer {entry.name!r} declares torch.compile unsupported without saying why")
     if "lr" not in entry.hparams or "lr" not in entry.lr_keys:
         raise ValueError(f"optimizer {entry.name!r} must take `lr` (its main step size) in hparams and lr_keys")
     entry = dataclasses.replace(entry, hparams=entry.hparams.first("lr"))
