@@ -114,21 +114,23 @@ def list_cmd(
     ] = None,
 ) -> None:
     """List the registered suites, and the optimizers with each hyperparameter's default, range, tuning and source."""
-    from structbench import optim, spec
+    from structbench import optim, spec, suite_lookup
+    from structbench.optim.registry import unknown_name_message
 
     if what not in ("suites", "optims", "all"):
-        raise UsageError(f"list takes suites, optims or all, got {what!r}.")
+        raise UsageError(unknown_name_message("list section", what, ["suites", "optims", "all"]))
     if optims and what != "optims":
         raise UsageError("--optim goes with `structbench list optims`.")
     if what in ("suites", "all"):
         table = Table(title="suites")
-        for column in ("name", "task", "optimizers", "budget", "description"):
+        for column in ("name", "from", "task", "optimizers", "budget", "description"):
             table.add_column(column)
-        for name in spec.suite_names():
-            _, _, raw = spec.read_suite_file(name)
+        for found in suite_lookup.every_suite():
+            _, _, raw = spec.read_suite_file(found.name)
             budget = raw.get("budget", {})
             table.add_row(
-                name,
+                escape(found.name),
+                escape(suite_lookup.origin_text(found)),
                 raw.get("task")
                 or (
                     f"experiment: {raw['experiment']}"
@@ -242,7 +244,7 @@ def run(
         from structbench.executors import start_worker_server
 
         start_worker_server()
-    from structbench import grid, measure, spec, store
+    from structbench import grid, measure, spec, store, suite_lookup
     from structbench import sweep as sweeps
     from structbench.data.root import resolve_data_root
     from structbench.tasks import get_task
@@ -250,6 +252,8 @@ def run(
     all_overrides = list(overrides or []) + ([f"budget.steps={steps}", "budget.epochs=0"] if steps is not None else [])
     search_spec = sweeps.parse_search(search)
     suites, checks = spec.load_suites(suite, all_overrides, optims or [], seeds or [], sweep, search_spec)
+    for note in suite_lookup.notes(suite):
+        console.print(escape(note))
     if steps is not None:
         from structbench import short_budget
 

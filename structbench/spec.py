@@ -14,11 +14,10 @@ import reprlib
 import tomllib
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from importlib import resources
 from pathlib import Path
 from typing import Any
 
-from structbench import optim
+from structbench import optim, suite_lookup
 from structbench.errors import UsageError
 from structbench.optim.registry import unknown_name_message
 from structbench.schedule import SCHEDULE_DEFAULTS, validate_schedule
@@ -145,20 +144,23 @@ class SuiteSpec:
 
 
 def builtin_suite_dir() -> Path:
-    return Path(str(resources.files("structbench") / "suites"))
+    return suite_lookup.builtin_dir()
 
 
 def suite_names() -> list[str]:
-    return sorted(p.stem for p in builtin_suite_dir().glob("*.toml"))
+    """Every name `--suite` accepts: the user's suites (structbench.suite_lookup), the built-in ones and aliases."""
+    return suite_lookup.names()
 
 
 def read_suite_file(name_or_path: str) -> tuple[str, Path, dict[str, Any]]:
-    """Find a suite by built-in name or by path to a .toml file; return (name, path, raw table)."""
+    """Find a suite by name (structbench.suite_lookup: the user's suite directories, then the built-in suites) or
+    by path to a .toml file; return (the name its runs are stored under, path, raw table)."""
     path = Path(name_or_path)
     if not (name_or_path.endswith(".toml") and path.is_file()):
-        path = builtin_suite_dir() / f"{name_or_path}.toml"
-        if not path.is_file():
+        found = suite_lookup.find(name_or_path)
+        if found is None:
             raise UsageError(unknown_name_message("suite", name_or_path, suite_names()))
+        path = found.path
     raw = _parse_suite_file(path)
     unknown = set(raw) - SUITE_KEYS
     if unknown:
