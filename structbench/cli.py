@@ -791,9 +791,8 @@ def data_status(
         table.add_column(column)
     for row in dataset_status(root):
         present = "[green]yes[/green]" if row["present"] else "[red]no[/red]"
-        table.add_row(
-            escape(str(row["name"])), present, escape(str(row["where"] or "-")), escape(str(row["note"] or ""))
-        )
+        note = "\n".join([*([str(row["note"])] if row["note"] else []), *row["fetch"]])  # type: ignore[misc]
+        table.add_row(escape(str(row["name"])), present, escape(str(row["where"] or "-")), escape(note))
     for row in corpus_status(root):
         present = "[green]yes[/green]" if row["present"] else "[red]no[/red]"
         note = "" if row["present"] else str(row["how_to_get"])
