@@ -19,6 +19,7 @@ from typing import Any
 
 from structbench import optim, suite_lookup
 from structbench.errors import UsageError
+from structbench.optim import plugins
 from structbench.optim.registry import unknown_name_message
 from structbench.schedule import SCHEDULE_DEFAULTS, validate_schedule
 from structbench.sweep import Search, Swept, declared_sweep, grid_points, parse_swept, suite_sweep_table
@@ -114,6 +115,9 @@ class SuiteSpec:
     experiment: str | None = None
     hparams_source: dict[str, str] = field(default_factory=dict)
     """Each optimizer's HPARAMS_SOURCES entry; not part of the run key (grid.run_key)."""
+    plugins: dict[str, dict[str, Any]] = field(default_factory=dict)
+    """The identity of each optimizer that is a plugin (structbench.optim.plugins): stored in its runs' spec as
+    `optim_plugin`, so part of their run key."""
 
     def run_spec_base(self) -> dict[str, Any]:
         """The fields of the effective spec every run of this suite shares."""
@@ -140,6 +144,8 @@ class SuiteSpec:
         spec = {**self.run_spec_base(), "optim": optim_name, "hparams": self.hparams[optim_name], "seed": seed}
         if optim_name in self.hparams_source:
             spec["hparams_source"] = self.hparams_source[optim_name]
+        if optim_name in self.plugins:
+            spec["optim_plugin"] = self.plugins[optim_name]
         return spec
 
 
@@ -265,6 +271,7 @@ def resolve_suite(
     suite_hparams = raw.get("hparams", {})
     for optim_name in suite_hparams:
         optim.get(optim_name)
+    plugin_records = {o: r for o in chosen if (r := plugins.record(o)) is not None}
     base: dict[str, Any] = {
         "task_args": _merge("task_args", task_def.defaults, raw.get("task_args", {})),
         "budget": _merge("budget", BUDGET_DEFAULTS, raw.get("budget", {})),
@@ -311,6 +318,7 @@ def resolve_suite(
                     hparams=hparams,
                     checks=checks,
                     hparams_source={o: sources[o] for o in hparams},
+                    plugins={o: plugin_records[o] for o in hparams if o in plugin_records},
                 )
             )
     return specs
@@ -371,7 +379,7 @@ def split_overrides(
     swept: list[Swept] = []
     for assignment in overrides:
         key, sep, text = assignment.partition("=")
-        key = key.strip()
+        key = ".".join(key_parts(key.strip()))
         if not sep or not key:
             raise UsageError(f"--set expects key=value, got {assignment!r}.")
         value = parse_value(text.strip())
@@ -390,8 +398,27 @@ def split_overrides(
     return fixed, swept
 
 
+def key_parts(key: str) -> list[str]:
+    """The parts of a dotted `--set` key. A part in double quotes keeps its dots (TOML's quoted keys:
+    `hparams."mypkg.optim:Lion".lr`); under `hparams` the optimizer's name is everything between `hparams.` and the
+    last dot, so a plugin's `package.module:Class` may also be written unquoted (as a shell leaves it)."""
+    parts, current, quoted = [], "", False
+    for char in key:
+        if char == '"':
+            quoted = not quoted
+        elif char == "." and not quoted:
+            parts.append(current)
+            current = ""
+        else:
+            current += char
+    parts.append(current)
+    if parts[0] == "hparams" and len(parts) > 3:
+        parts = ["hparams", ".".join(parts[1:-1]), parts[-1]]
+    return parts
+
+
 def expand_wildcard(key: str, effective: Mapping[str, Any]) -> list[str]:
-    parts = key.split(".")
+    parts = key_parts(key)
     if len(parts) != 3 or parts[0] != "hparams" or parts[1] != "*":
         return [key]
     owners = [o for o, hp in effective["hparams"].items() if parts[2] in hp]
@@ -405,7 +432,7 @@ def expand_wildcard(key: str, effective: Mapping[str, Any]) -> list[str]:
 
 def lookup(effective: Mapping[str, Any], key: str) -> Any:
     """The current value of a dotted key (a usage error naming the valid keys when it does not exist)."""
-    parts = key.split(".")
+    parts = key_parts(key)
     if parts == ["seeds"]:
         return effective["seeds"]
     node: Any = effective
@@ -528,7 +555,7 @@ def assign(effective: dict[str, Any], key: str, value: Any) -> None:
         effective["seeds"] = values
         return
     lookup(effective, key)
-    *path, leaf = key.split(".")
+    *path, leaf = key_parts(key)
     node = effective
     for part in path:
         node = node[part]
