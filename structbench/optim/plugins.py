@@ -157,6 +157,7 @@ def register_alias(alias: str, target: str) -> None:
     """`--optim-alias alias=target`: the class `target` registered under the short name `alias`."""
     if not alias or is_class_path(alias):
         raise UsageError(f"--optim-alias takes NAME=package.module:ClassName with a NAME without ':', got {alias!r}.")
+    load_entry_points()
     existing = registry.registered(alias)
     if existing is not None:
         if existing.origin is not None and existing.origin.get("target") == target:
