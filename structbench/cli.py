@@ -83,9 +83,10 @@ err_console = Console(stderr=True, width=WIDTH)
 F = TypeVar("F", bound=Callable[..., Any])
 
 
-def path_value(text: str) -> Path:
-    """A path option's value; an empty one is a usage error (it would silently mean the current directory)."""
-    if not text.strip():
+def path_value(text: str | Path) -> Path:
+    """A path option's value; an empty one is a usage error (it would silently mean the current directory). Typer
+    passes an option's default (a Path) through the parser too."""
+    if not str(text).strip():
         raise typer.BadParameter("an empty path is not a directory; give one, or leave the option out.")
     return Path(text)
 
