@@ -210,6 +210,10 @@ class NoLr(torch.optim.Optimizer):
     def __init__(self, params, step=0.1):
         super().__init__(params, {"step": step})
 
+class WordLr(torch.optim.Optimizer):
+    def __init__(self, params, lr="auto"):
+        super().__init__(params, {"lr": lr})
+
 class Required(torch.optim.Optimizer):
     def __init__(self, params, lr=0.1, *, rank):
         super().__init__(params, {"lr": lr})
@@ -223,6 +227,7 @@ class Required(torch.optim.Optimizer):
         (("--optim", "mylion.plain:Lino"), "module 'mylion.plain' has no attribute 'Lino'"),
         (("--optim", "mylion.plain:torch"), "is not a torch.optim.Optimizer subclass"),
         (("--optim", "mylion.bad:NoLr"), "must take a keyword `lr`"),
+        (("--optim", "mylion.bad:WordLr"), "must take a keyword `lr`"),
         (("--optim", "mylion.bad:Required"), "keyword 'rank' has no default"),
         (("--optim", "mylion.plain:"), "is written package.module:ClassName"),
         (("--optim-alias", "lion-plain"), "--optim-alias takes NAME=package.module:ClassName"),

@@ -82,7 +82,7 @@ def _file_sha256(module: ModuleType) -> str | None:
 
 
 def identity(kind: str, target: str, module: ModuleType, distribution: str | None = None) -> dict[str, Any]:
-    """A plugin's identity as stored with its runs (module docstring)."""
+    """A plugin's identity as stored with its runs (module docstring); `module` is the one that defines it."""
     found, version = _distribution_of(module)
     if distribution is not None:
         found, version = distribution, metadata.version(distribution)
@@ -112,14 +112,14 @@ def declaration_of(cls: type[torch.optim.Optimizer], target: str) -> tuple[Decla
                 "register an OptimizerEntry with its defaults through the structbench.optimizers entry point."
             )
         default = param.default
-        if isinstance(default, SCALAR_KINDS):
+        number = isinstance(default, (int, float)) and not isinstance(default, bool)
+        if param.name == "lr" and number:
+            fields.append(
+                Hyperparameter("lr", float, float(default), source, Interval.parse("(0, inf)"), decade_around())
+            )
+        elif param.name != "lr" and isinstance(default, SCALAR_KINDS):
             kind = next(k for k in SCALAR_KINDS if isinstance(default, k))
-            if param.name == "lr":
-                fields.append(
-                    Hyperparameter("lr", float, float(default), source, Interval.parse("(0, inf)"), decade_around())
-                )
-            else:
-                fields.append(Hyperparameter(param.name, kind, default, source))
+            fields.append(Hyperparameter(param.name, kind, default, source))
         else:
             kept.append(f"{param.name}={default!r}")
     if not any(f.name == "lr" for f in fields):
@@ -135,7 +135,7 @@ def class_entry(target: str, name: str | None = None) -> registry.OptimizerEntry
     if not (isinstance(cls, type) and issubclass(cls, torch.optim.Optimizer)):
         raise UsageError(f"--optim {target!r} is not a torch.optim.Optimizer subclass.")
     declaration, note = declaration_of(cls, target)
-    origin = identity("class", target, module)
+    origin = identity("class", target, inspect.getmodule(cls) or module)
     version = f" {origin['distribution']} {origin['version']}" if origin["distribution"] else ""
     summary = (inspect.getdoc(cls) or f"{cls.__name__} (plugin)").splitlines()[0]
 
