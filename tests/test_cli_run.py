@@ -393,6 +393,7 @@ def test_missing_data_is_one_line_exit_2_naming_the_expected_path(cli, tmp_path,
 
     monkeypatch.setattr(digits, "sklearn_digits_file", lambda: None)  # an installed scikit-learn would supply it
     out = tmp_path / "out"
+    (tmp_path / "empty").mkdir()
     result = cli("run", "--suite", "digits", "--data-dir", tmp_path / "empty", "--out", out)
     assert result.exit_code == 2
     assert len(result.stderr.strip().splitlines()) == 1
