@@ -334,7 +334,7 @@ def test_markup_in_a_suite_name_is_printed_as_text_by_run_and_report(cli, tmp_pa
 
 def test_markup_in_the_data_root_is_printed_as_text(cli, tmp_path):
     root = tmp_path / MARKUP
-    root.mkdir()
+    root.mkdir(parents=True)  # the markup holds a "/": a directory within a directory
     result = cli("data", "status", "--data-dir", root)
     assert result.exit_code == 0, result.output
     assert MARKUP in result.stdout.replace("\n", "")
