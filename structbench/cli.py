@@ -24,7 +24,7 @@ from rich.progress import (
 from rich.table import Table
 from typer.core import TyperGroup
 
-from structbench.errors import DeviceUnusableError, StoreWriteError, UsageError
+from structbench.errors import DeviceUnusableError, StoreWriteError, UsageError, did_you_mean
 from structbench.optim.registry import unknown_name_message
 
 if TYPE_CHECKING:
@@ -84,11 +84,41 @@ err_console = Console(stderr=True, width=WIDTH)
 F = TypeVar("F", bound=Callable[..., Any])
 
 
-def path_value(text: str) -> Path:
-    """A path option's value; an empty one is a usage error (it would silently mean the current directory)."""
-    if not text.strip():
+def path_value(text: str | Path) -> Path:
+    """A path option's value; an empty one is a usage error (it would silently mean the current directory). Typer
+    passes an option's default (a Path) through the parser too."""
+    if not str(text).strip():
         raise typer.BadParameter("an empty path is not a directory; give one, or leave the option out.")
     return Path(text)
+
+
+T = TypeVar("T")
+
+
+def without_repeats(option: str, values: list[T] | None) -> list[T] | None:
+    """The values of a repeatable option, each once (in the order first given); a note names those given twice."""
+    if not values:
+        return values
+    unique = list(dict.fromkeys(values))
+    if len(unique) < len(values):
+        repeated = ", ".join(str(v) for v in unique if values.count(v) > 1)
+        print(f"note: {option} {repeated} given more than once; each runs once.", file=sys.stderr)
+    return unique
+
+
+def existing_data_dir(data_dir: Path | None, create: bool) -> Path | None:
+    """--data-dir as given, which must be a directory: created when `create` (--create-data-dir), else a missing
+    one is a usage error (a typo would otherwise read as "dataset not on disk")."""
+    if data_dir is None or data_dir.expanduser().is_dir():
+        return data_dir
+    if data_dir.expanduser().exists():
+        raise UsageError(f"--data-dir {data_dir} is not a directory.")
+    if not create:
+        raise UsageError(
+            f"--data-dir {data_dir} does not exist; check the path, or add --create-data-dir to create it."
+        )
+    data_dir.expanduser().mkdir(parents=True)
+    return data_dir
 
 
 def usage_errors_exit_2(command: F) -> F:
@@ -115,21 +145,22 @@ def list_cmd(
     ] = None,
 ) -> None:
     """List the registered suites, and the optimizers with each hyperparameter's default, range, tuning and source."""
-    from structbench import optim, spec
+    from structbench import optim, spec, suite_lookup
 
     if what not in ("suites", "optims", "all"):
-        raise UsageError(f"list takes suites, optims or all, got {what!r}.")
+        raise UsageError(unknown_name_message("list section", what, ["suites", "optims", "all"]))
     if optims and what != "optims":
         raise UsageError("--optim goes with `structbench list optims`.")
     if what in ("suites", "all"):
         table = Table(title="suites")
-        for column in ("name", "task", "optimizers", "budget", "description"):
+        for column in ("name", "from", "task", "optimizers", "budget", "description"):
             table.add_column(column)
-        for name in spec.suite_names():
-            _, _, raw = spec.read_suite_file(name)
+        for found in suite_lookup.every_suite():
+            _, _, raw = spec.read_suite_file(found.name)
             budget = raw.get("budget", {})
             table.add_row(
-                name,
+                escape(found.name),
+                escape(suite_lookup.origin_text(found)),
                 raw.get("task")
                 or (
                     f"experiment: {raw['experiment']}"
@@ -230,12 +261,21 @@ def run(
         Path | None,
         typer.Option(parser=path_value, help="Data root (else $STRUCTBENCH_DATA, else ~/.cache/structbench/data)."),
     ] = None,
+    create_data_dir: Annotated[
+        bool, typer.Option("--create-data-dir", help="Create the --data-dir directory when it does not exist.")
+    ] = False,
+    optim_aliases: Annotated[
+        list[str] | None,
+        typer.Option("--optim-alias", help="NAME=package.module:ClassName: a short name for a plugin optimizer."),
+    ] = None,
     quiet: Annotated[bool, typer.Option("--quiet", help="No progress bars or per-run lines.")] = False,
 ) -> None:
     """Run a suite's grid (optimizers x settings x seeds), skipping runs already stored, on the chosen executor."""
     from structbench import executors, signals
 
     signals.install()
+    optims, seeds = without_repeats("--optim", optims), without_repeats("--seed", seeds)
+    data_dir = existing_data_dir(data_dir, create_data_dir)
 
     slurm_given = {
         "partition": slurm_partition,
@@ -252,14 +292,18 @@ def run(
         from structbench.executors import start_worker_server
 
         start_worker_server()
-    from structbench import grid, measure, spec, store
+    from structbench import grid, measure, spec, store, suite_lookup
     from structbench import sweep as sweeps
     from structbench.data.root import resolve_data_root
+    from structbench.optim import plugins
     from structbench.tasks import get_task
 
+    plugins.parse_aliases(optim_aliases or [])
     all_overrides = list(overrides or []) + ([f"budget.steps={steps}", "budget.epochs=0"] if steps is not None else [])
     search_spec = sweeps.parse_search(search)
     suites, checks = spec.load_suites(suite, all_overrides, optims or [], seeds or [], sweep, search_spec)
+    for note in suite_lookup.notes(suite):
+        console.print(escape(note))
     if steps is not None:
         from structbench import short_budget
 
@@ -373,7 +417,10 @@ def check_executor_options(executor: str, jobs: int | None, wait: bool, slurm_gi
     from structbench import executors
 
     if executor not in executors.EXECUTORS:
-        raise UsageError(f"--executor takes {', '.join(executors.EXECUTORS)}, got {executor!r}.")
+        raise UsageError(
+            f"--executor takes {', '.join(executors.EXECUTORS)}, got {executor!r}."
+            + did_you_mean(executor, executors.EXECUTORS)
+        )
     if jobs is not None and executor != "local":
         raise UsageError("--jobs sets the worker count of --executor local.")
     if jobs is not None and jobs < 1:
@@ -815,7 +862,14 @@ def doctor(
 @app.command()
 @usage_errors_exit_2
 def check(
-    optims: Annotated[list[str] | None, typer.Option("--optim", help="Optimizer (repeatable); default: all.")] = None,
+    optims: Annotated[
+        list[str] | None,
+        typer.Option("--optim", help="Optimizer or package.module:ClassName (repeatable); default: all registered."),
+    ] = None,
+    optim_aliases: Annotated[
+        list[str] | None,
+        typer.Option("--optim-alias", help="NAME=package.module:ClassName: a short name for a plugin optimizer."),
+    ] = None,
     checks: Annotated[
         list[str] | None, typer.Option("--check", help="Check (repeatable); default: all of the conformance kit.")
     ] = None,
@@ -826,9 +880,10 @@ def check(
     dynamo's warnings in one line; a part that runs eagerly by declaration, or an optimizer that declares compilation
     unsupported, is a SKIP with the reason."""
     from structbench import optim
-    from structbench.optim import conformance
+    from structbench.optim import conformance, plugins
 
-    names = optims or optim.names()
+    plugins.parse_aliases(optim_aliases or [])
+    names = without_repeats("--optim", optims) or optim.names()
     for name in names:
         optim.get(name)
     unknown = sorted(set(checks or ()) - set(conformance.check_names()))
@@ -865,15 +920,14 @@ def data_status(
     from structbench.data.root import resolve_data_root
     from structbench.data.text import corpus_status
 
-    root = resolve_data_root(data_dir)
+    root = resolve_data_root(existing_data_dir(data_dir, create=False))
     table = Table(title=escape(f"datasets under {root}"))
     for column in ("dataset", "present", "where", "note"):
         table.add_column(column)
     for row in dataset_status(root):
         present = "[green]yes[/green]" if row["present"] else "[red]no[/red]"
-        table.add_row(
-            escape(str(row["name"])), present, escape(str(row["where"] or "-")), escape(str(row["note"] or ""))
-        )
+        note = "\n".join([*([str(row["note"])] if row["note"] else []), *row["fetch"]])  # type: ignore[misc]
+        table.add_row(escape(str(row["name"])), present, escape(str(row["where"] or "-")), escape(note))
     for row in corpus_status(root):
         present = "[green]yes[/green]" if row["present"] else "[red]no[/red]"
         note = "" if row["present"] else str(row["how_to_get"])

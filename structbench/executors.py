@@ -69,8 +69,10 @@ def run_job(job: Job, on_progress: Callable[[Any], None] | None = None) -> dict[
     import torch
 
     from structbench import checkpoint, measure, signals, store
+    from structbench.optim import plugins
     from structbench.runner import execute
 
+    plugins.ensure(job.cell.optim, job.cell.suite.plugins.get(job.cell.optim))
     signals.install(job.time_limit_s)
     with signals.armed(False):
         if job.threads is not None:

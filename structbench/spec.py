@@ -14,12 +14,12 @@ import reprlib
 import tomllib
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from importlib import resources
 from pathlib import Path
 from typing import Any
 
-from structbench import optim
+from structbench import optim, suite_lookup
 from structbench.errors import UsageError
+from structbench.optim import plugins
 from structbench.optim.registry import unknown_name_message
 from structbench.schedule import SCHEDULE_DEFAULTS, validate_schedule
 from structbench.sweep import Search, Swept, declared_sweep, grid_points, parse_swept, suite_sweep_table
@@ -115,6 +115,9 @@ class SuiteSpec:
     experiment: str | None = None
     hparams_source: dict[str, str] = field(default_factory=dict)
     """Each optimizer's HPARAMS_SOURCES entry; not part of the run key (grid.run_key)."""
+    plugins: dict[str, dict[str, Any]] = field(default_factory=dict)
+    """The identity of each optimizer that is a plugin (structbench.optim.plugins): stored in its runs' spec as
+    `optim_plugin`, so part of their run key."""
 
     def run_spec_base(self) -> dict[str, Any]:
         """The fields of the effective spec every run of this suite shares."""
@@ -141,24 +144,29 @@ class SuiteSpec:
         spec = {**self.run_spec_base(), "optim": optim_name, "hparams": self.hparams[optim_name], "seed": seed}
         if optim_name in self.hparams_source:
             spec["hparams_source"] = self.hparams_source[optim_name]
+        if optim_name in self.plugins:
+            spec["optim_plugin"] = self.plugins[optim_name]
         return spec
 
 
 def builtin_suite_dir() -> Path:
-    return Path(str(resources.files("structbench") / "suites"))
+    return suite_lookup.builtin_dir()
 
 
 def suite_names() -> list[str]:
-    return sorted(p.stem for p in builtin_suite_dir().glob("*.toml"))
+    """Every name `--suite` accepts: the user's suites (structbench.suite_lookup), the built-in ones and aliases."""
+    return suite_lookup.names()
 
 
 def read_suite_file(name_or_path: str) -> tuple[str, Path, dict[str, Any]]:
-    """Find a suite by built-in name or by path to a .toml file; return (name, path, raw table)."""
+    """Find a suite by name (structbench.suite_lookup: the user's suite directories, then the built-in suites) or
+    by path to a .toml file; return (the name its runs are stored under, path, raw table)."""
     path = Path(name_or_path)
     if not (name_or_path.endswith(".toml") and path.is_file()):
-        path = builtin_suite_dir() / f"{name_or_path}.toml"
-        if not path.is_file():
+        found = suite_lookup.find(name_or_path)
+        if found is None:
             raise UsageError(unknown_name_message("suite", name_or_path, suite_names()))
+        path = found.path
     raw = _parse_suite_file(path)
     unknown = set(raw) - SUITE_KEYS
     if unknown:
@@ -263,6 +271,7 @@ def resolve_suite(
     suite_hparams = raw.get("hparams", {})
     for optim_name in suite_hparams:
         optim.get(optim_name)
+    plugin_records = {o: r for o in chosen if (r := plugins.record(o)) is not None}
     base: dict[str, Any] = {
         "task_args": _merge("task_args", task_def.defaults, raw.get("task_args", {})),
         "budget": _merge("budget", BUDGET_DEFAULTS, raw.get("budget", {})),
@@ -309,6 +318,7 @@ def resolve_suite(
                     hparams=hparams,
                     checks=checks,
                     hparams_source={o: sources[o] for o in hparams},
+                    plugins={o: plugin_records[o] for o in hparams if o in plugin_records},
                 )
             )
     return specs
@@ -369,7 +379,7 @@ def split_overrides(
     swept: list[Swept] = []
     for assignment in overrides:
         key, sep, text = assignment.partition("=")
-        key = key.strip()
+        key = ".".join(key_parts(key.strip()))
         if not sep or not key:
             raise UsageError(f"--set expects key=value, got {assignment!r}.")
         value = parse_value(text.strip())
@@ -388,8 +398,27 @@ def split_overrides(
     return fixed, swept
 
 
+def key_parts(key: str) -> list[str]:
+    """The parts of a dotted `--set` key. A part in double quotes keeps its dots (TOML's quoted keys:
+    `hparams."mypkg.optim:Lion".lr`); under `hparams` the optimizer's name is everything between `hparams.` and the
+    last dot, so a plugin's `package.module:Class` may also be written unquoted (as a shell leaves it)."""
+    parts, current, quoted = [], "", False
+    for char in key:
+        if char == '"':
+            quoted = not quoted
+        elif char == "." and not quoted:
+            parts.append(current)
+            current = ""
+        else:
+            current += char
+    parts.append(current)
+    if parts[0] == "hparams" and len(parts) > 3:
+        parts = ["hparams", ".".join(parts[1:-1]), parts[-1]]
+    return parts
+
+
 def expand_wildcard(key: str, effective: Mapping[str, Any]) -> list[str]:
-    parts = key.split(".")
+    parts = key_parts(key)
     if len(parts) != 3 or parts[0] != "hparams" or parts[1] != "*":
         return [key]
     owners = [o for o, hp in effective["hparams"].items() if parts[2] in hp]
@@ -403,7 +432,7 @@ def expand_wildcard(key: str, effective: Mapping[str, Any]) -> list[str]:
 
 def lookup(effective: Mapping[str, Any], key: str) -> Any:
     """The current value of a dotted key (a usage error naming the valid keys when it does not exist)."""
-    parts = key.split(".")
+    parts = key_parts(key)
     if parts == ["seeds"]:
         return effective["seeds"]
     node: Any = effective
@@ -526,7 +555,7 @@ def assign(effective: dict[str, Any], key: str, value: Any) -> None:
         effective["seeds"] = values
         return
     lookup(effective, key)
-    *path, leaf = key.split(".")
+    *path, leaf = key_parts(key)
     node = effective
     for part in path:
         node = node[part]

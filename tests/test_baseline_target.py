@@ -187,6 +187,7 @@ def test_set_from_baseline_is_stored_with_the_run_spec(tmp_path):
 @needs_shakespeare
 def test_cli_run_and_report_of_shakespeare_llama_derive_the_target_from_adamw(cli, tmp_path):
     out = tmp_path / "results"
+    (tmp_path / "data").mkdir()
     result = cli(
         "run", "--suite", "shakespeare-llama", "--optim", "adamw", "--optim", "muon", "--steps", "6",
         "--out", out, "--data-dir", tmp_path / "data",

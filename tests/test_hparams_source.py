@@ -22,8 +22,10 @@ def test_listed_optimizers_are_the_suites_and_others_registry_defaults():
 
 
 def test_command_line_and_sweeps_name_themselves():
-    assert _sources("quadratic", "hparams.sgd.lr=0.3") == {"sgd": {"command line"}, "adamw": {"suite"}}
-    assert _sources("quadratic", sweep=True) == {"sgd": {"sweep"}, "adamw": {"sweep"}}
+    baselines = ("sgd", "adamw")
+    from_command_line = _sources("quadratic", "hparams.sgd.lr=0.3", optims=baselines)
+    assert from_command_line == {"sgd": {"command line"}, "adamw": {"suite"}}
+    assert _sources("quadratic", sweep=True, optims=baselines) == {"sgd": {"sweep"}, "adamw": {"sweep"}}
 
 
 def test_the_source_is_not_part_of_the_run_key():

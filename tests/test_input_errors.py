@@ -190,6 +190,7 @@ def test_a_synthetic_classification_too_large_for_memory_is_refused(cli, out):
 
 def test_a_language_model_too_large_for_memory_is_refused(cli, tmp_path, out):
     # d_model 2^20 gives each block's q/k/v/o projections alone 4 x 2^40 parameters: 16 TiB in float32.
+    (tmp_path / "data").mkdir()
     sizes = ("--set", "task_args.d_model=1048576", "--data-dir", tmp_path / "data", "--out", out)
     line = usage_error(cli("run", "--suite", "shakespeare-char", "--dry-run", *sizes), out)
     assert "language model 'gpt-tiny': its" in line and "float32 parameters need at least" in line
@@ -333,6 +334,7 @@ def test_markup_in_a_suite_name_is_printed_as_text_by_run_and_report(cli, tmp_pa
 
 def test_markup_in_the_data_root_is_printed_as_text(cli, tmp_path):
     root = tmp_path / MARKUP
+    root.mkdir(parents=True)  # the markup holds a "/": a directory within a directory
     result = cli("data", "status", "--data-dir", root)
     assert result.exit_code == 0, result.output
     assert MARKUP in result.stdout.replace("\n", "")

@@ -128,6 +128,7 @@ def test_a_tiny_llama_learns_shakespeare_below_the_unigram_entropy(cli, tmp_path
     context-free predictor achieves; a model that uses context must beat it. Margin: 0.3 nats.
     """
     data_root = tmp_path / "data"
+    data_root.mkdir()
     out = tmp_path / "results"
     result = cli(
         "run", "--suite", "shakespeare-llama", "--optim", "adamw", "--out", out, "--data-dir", data_root,
@@ -150,6 +151,7 @@ def test_a_tiny_llama_learns_shakespeare_below_the_unigram_entropy(cli, tmp_path
 
 def test_every_registered_optimizer_completes_a_short_shakespeare_llama_run(cli, tmp_path):
     out = tmp_path / "results"
+    (tmp_path / "data").mkdir()
     names = optim.names()
     args = [a for name in names for a in ("--optim", name)]
     result = cli(

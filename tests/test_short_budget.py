@@ -53,6 +53,7 @@ def test_a_field_set_on_the_command_line_is_not_shortened():
 
 def test_a_real_30_step_run_stores_the_shortened_budget_and_seven_evaluations(cli, tmp_path):
     out = tmp_path / "results"
+    (tmp_path / "data").mkdir()
     result = cli(
         "run", "--suite", "shakespeare-llama", "--optim", "adamw", "--steps", "30", "--out", out,
         "--data-dir", tmp_path / "data", "--set", "task_args.eval_tokens=256", "--quiet",

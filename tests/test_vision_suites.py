@@ -192,6 +192,7 @@ def test_cifar_suite_runs_on_tiny_cifar_files(
 
 def test_missing_cifar_data_exits_2_naming_the_expected_path(cli, tmp_path: Path) -> None:
     empty = tmp_path / "empty"
+    empty.mkdir()
     result = cli("run", "--suite", "cifar10", "--data-dir", empty, "--out", tmp_path / "out", "--quiet")
     assert result.exit_code == 2
     assert str(empty / "cifar-10-batches-py") in result.stderr

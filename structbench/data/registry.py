@@ -58,10 +58,24 @@ class DatasetInfo:
     also_accepted: tuple[str, ...]
     how_to_get: str
     reader: DatasetReader
+    fetch: tuple[tuple[str, str], ...] = ()
+    """The files to fetch by hand for the primary layout: (URL, where to put it relative to the data root)."""
+
+    def fetch_lines(self, data_root: Path) -> tuple[str, ...]:
+        """One line per file to fetch: its URL and the exact path to put it at under ``data_root``."""
+        return tuple(f"fetch {url} and put it at {data_root / destination}" for url, destination in self.fetch)
 
 
 def _idx_files(directory: str) -> tuple[str, ...]:
     return tuple(f"{directory}/{base}[.gz]" for base in IDX_FILES.values())
+
+
+def _idx_fetch(base_url: str, directory: str) -> tuple[tuple[str, str], ...]:
+    return tuple((f"{base_url}/{base}.gz", f"{directory}/{base}.gz") for base in IDX_FILES.values())
+
+
+CIFAR_URL = "https://www.cs.toronto.edu/~kriz"
+"""The CIFAR page's download location (https://www.cs.toronto.edu/~kriz/cifar.html)."""
 
 
 DATASETS: dict[str, DatasetInfo] = {
@@ -79,6 +93,7 @@ DATASETS: dict[str, DatasetInfo] = {
                 "<data root>/ as is (it is read in place) or extracted there as cifar-10-batches-py/."
             ),
             reader=CifarReader(CIFAR10),
+            fetch=((f"{CIFAR_URL}/{CIFAR10.archive}", CIFAR10.archive),),
         ),
         DatasetInfo(
             name="cifar100",
@@ -92,6 +107,7 @@ DATASETS: dict[str, DatasetInfo] = {
                 "<data root>/ as is (it is read in place) or extracted there as cifar-100-python/."
             ),
             reader=CifarReader(CIFAR100),
+            fetch=((f"{CIFAR_URL}/{CIFAR100.archive}", CIFAR100.archive),),
         ),
         DatasetInfo(
             name="mnist",
@@ -107,6 +123,7 @@ DATASETS: dict[str, DatasetInfo] = {
                 "http://yann.lecun.com/exdb/mnist/) and put them, gzipped or not, in <data root>/mnist/."
             ),
             reader=IdxReader(MNIST),
+            fetch=_idx_fetch("https://ossci-datasets.s3.amazonaws.com/mnist", "mnist"),
         ),
         DatasetInfo(
             name="fashion-mnist",
@@ -125,6 +142,9 @@ DATASETS: dict[str, DatasetInfo] = {
                 "<data root>/fashion-mnist/."
             ),
             reader=IdxReader(FASHION_MNIST),
+            fetch=_idx_fetch(
+                "https://github.com/zalandoresearch/fashion-mnist/raw/master/data/fashion", "fashion-mnist"
+            ),
         ),
         DatasetInfo(
             name="digits",
@@ -138,6 +158,12 @@ DATASETS: dict[str, DatasetInfo] = {
                 "automatically), or copy that file to <data root>/digits/digits.csv.gz."
             ),
             reader=DigitsReader(),
+            fetch=(
+                (
+                    "https://github.com/scikit-learn/scikit-learn/raw/main/sklearn/datasets/data/digits.csv.gz",
+                    DIGITS_FILE,
+                ),
+            ),
         ),
     )
 }
@@ -191,10 +217,11 @@ def load(name: str, data_root: Path, **options: object) -> tuple[ArraySplit, Arr
 
 
 def dataset_status(data_root: Path, verify: bool = True) -> list[dict[str, object]]:
-    """One row per registered dataset: ``name``, ``present``, ``where`` (Path or None) and ``note``.
+    """One row per registered dataset: ``name``, ``present``, ``where`` (Path or None), ``note`` and ``fetch``.
 
     With ``verify``, present files are checksummed (not parsed) and any finding is the note; for
-    an absent dataset the note names incomplete copies, if any.
+    an absent dataset the note names incomplete copies, if any, and ``fetch`` says for each file to
+    fetch its URL and the exact path to put it at (empty for a dataset that is present).
     """
     rows: list[dict[str, object]] = []
     for info in DATASETS.values():
@@ -210,6 +237,7 @@ def dataset_status(data_root: Path, verify: bool = True) -> list[dict[str, objec
                 "present": found is not None,
                 "where": found.where if found is not None else None,
                 "note": "; ".join(notes) or None,
+                "fetch": info.fetch_lines(data_root) if found is None else (),
             }
         )
     return rows

@@ -12,7 +12,6 @@ Every entry takes `lr`, its main step size (the structured method's, or the graf
 from __future__ import annotations
 
 import dataclasses
-import difflib
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -20,7 +19,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from structbench.errors import UsageError
+from structbench.errors import UsageError, did_you_mean
 from structbench.optim.hparams import Declaration
 
 NamedParams = Sequence[tuple[str, nn.Parameter]]
@@ -68,6 +67,8 @@ class OptimizerEntry:
     compile check is then a skip with this reason."""
     check_hparams: Mapping[str, Any] = field(default_factory=dict)
     """Overrides the conformance kit uses so every code path (refreshes, root updates) runs within a few steps."""
+    origin: Mapping[str, Any] | None = None
+    """None for structbench's own optimizers; a plugin's identity (structbench.optim.plugins), stored with its runs."""
 
     @property
     def defaults(self) -> dict[str, Any]:
@@ -94,21 +95,40 @@ def register(entry: OptimizerEntry) -> OptimizerEntry:
     return entry
 
 
+def add(entry: OptimizerEntry) -> OptimizerEntry:
+    """Register a plugin's entry (structbench.optim.plugins); a name already taken is a usage error."""
+    try:
+        return register(entry)
+    except ValueError as exc:
+        raise UsageError(f"cannot register optimizer {entry.name!r}: {exc}.") from None
+
+
+def registered(name: str) -> OptimizerEntry | None:
+    """The entry registered under `name` in this process, without looking for plugins."""
+    return _REGISTRY.get(name)
+
+
 def names() -> list[str]:
-    return sorted(_REGISTRY)
+    """Every optimizer's name: structbench's own and those installed packages register through the
+    `structbench.optimizers` entry point (a `package.module:Class` named on the command line is not listed)."""
+    from structbench.optim import plugins
+
+    plugins.load_entry_points()
+    return sorted(name for name, entry in _REGISTRY.items() if (entry.origin or {}).get("kind") != "class")
 
 
 def get(name: str) -> OptimizerEntry:
-    try:
-        return _REGISTRY[name]
-    except KeyError:
-        raise UsageError(unknown_name_message("optimizer", name, names())) from None
+    """The entry of optimizer `name`: a registered one, a `package.module:Class`, or an installed plugin's."""
+    from structbench.optim import plugins
+
+    entry = _REGISTRY.get(name) or plugins.resolve(name)
+    if entry is None:
+        raise UsageError(unknown_name_message("optimizer", name, names()))
+    return entry
 
 
 def unknown_name_message(kind: str, name: str, known: Sequence[str]) -> str:
-    close = difflib.get_close_matches(name, known, n=1)
-    hint = f" Did you mean {close[0]!r}?" if close else ""
-    return f"unknown {kind} {name!r}.{hint} Known: {', '.join(known)}."
+    return f"unknown {kind} {name!r}.{did_you_mean(name, known)} Known: {', '.join(known)}."
 
 
 def resolve_hparams(name: str, overrides: Mapping[str, Any]) -> dict[str, Any]:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pandas as pd
 
-from structbench.errors import UsageError
+from structbench.errors import UsageError, did_you_mean
 
 FORMATS = {"term": {"term"}, "md": {"md"}, "html": {"html"}, "all": {"term", "md", "html"}}
 
@@ -12,7 +12,7 @@ FORMATS = {"term": {"term"}, "md": {"md"}, "html": {"html"}, "all": {"term", "md
 def formats(fmt: str) -> set[str]:
     """--format as the set of outputs to produce."""
     if fmt not in FORMATS:
-        raise UsageError(f"--format must be term, md, html or all, got {fmt!r}.")
+        raise UsageError(f"--format must be term, md, html or all, got {fmt!r}.{did_you_mean(fmt, list(FORMATS))}")
     return FORMATS[fmt]
 
 

@@ -1,7 +1,7 @@
 """What the report reads from the built-in suite files (directly, without the spec module, which loads torch).
 
-- `expand(name)`: a --suite name as the suite names runs are stored under: a built-in suite that includes others
-  stands for them (recursively); any other name stands for itself.
+- `expand(name)`: a --suite name as the suite names runs are stored under: a suite that includes others stands for
+  them (recursively), an alias for its suite (`cifar`: `cifar10`); any other name stands for itself.
 - `named_optimizers(name)`: the optimizers a built-in suite names (its `optims` list, "*" excepted, and its
   `[hparams.<optim>]` tables), for runs stored before runs recorded where their hyperparameters came from; None for
   a suite that is not built in.
@@ -17,6 +17,7 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
+from structbench import suite_lookup
 from structbench.errors import UsageError
 
 SMOKE = "smoke"
@@ -26,12 +27,14 @@ def _path(name: str) -> Path:
     return Path(str(resources.files("structbench") / "suites")) / f"{name}.toml"
 
 
-@functools.lru_cache(maxsize=256)
 def read(name: str) -> dict[str, Any] | None:
     """The built-in suite file's table, or None when there is no built-in suite of that name."""
     path = _path(name)
-    if not path.is_file():
-        return None
+    return _read_path(path) if path.is_file() else None
+
+
+@functools.lru_cache(maxsize=256)
+def _read_path(path: Path) -> dict[str, Any]:
     try:
         return tomllib.loads(path.read_text())
     except tomllib.TOMLDecodeError as exc:
@@ -39,10 +42,13 @@ def read(name: str) -> dict[str, Any] | None:
 
 
 def expand(name: str) -> list[str]:
-    raw = read(name)
-    if raw is None:
+    """The suite names `--suite name` stands for, the suite found as `run --suite` finds it (structbench.suite_lookup:
+    the user's suites, the built-in ones, aliases such as cifar for cifar10)."""
+    found = suite_lookup.find(name)
+    if found is None:
         return [name]
-    return [n for child in raw.get("include", []) for n in expand(child)] or [name]
+    children = _read_path(found.path).get("include", [])
+    return [n for child in children for n in expand(child)] or [found.stored_as]
 
 
 def named_optimizers(name: str) -> set[str] | None:
