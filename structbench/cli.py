@@ -80,6 +80,23 @@ WIDTH = None if sys.stdout.isatty() else 160
 console = Console(width=WIDTH)
 err_console = Console(stderr=True, width=WIDTH)
 
+
+def show_version(value: bool) -> None:
+    if value:
+        import structbench
+
+        print(f"structbench {structbench.__version__}")
+        raise typer.Exit()
+
+
+@app.callback()
+def main(
+    version: Annotated[
+        bool, typer.Option("--version", callback=show_version, is_eager=True, help="Print the version and exit.")
+    ] = False,
+) -> None:
+    pass
+
 F = TypeVar("F", bound=Callable[..., Any])
 
 
