@@ -100,9 +100,10 @@ def main(
 F = TypeVar("F", bound=Callable[..., Any])
 
 
-def path_value(text: str) -> Path:
-    """A path option's value; an empty one is a usage error (it would silently mean the current directory)."""
-    if not text.strip():
+def path_value(text: str | Path) -> Path:
+    """A path option's value (typer passes a Path default through here too); an empty one is a usage error (it would
+    silently mean the current directory)."""
+    if not str(text).strip():
         raise typer.BadParameter("an empty path is not a directory; give one, or leave the option out.")
     return Path(text)
 
@@ -753,7 +754,7 @@ def export_cmd(
         except OSError as exc:
             print(f"error: cannot write to {dest}: {exc.strerror or exc}", file=sys.stderr)
             raise typer.Exit(EXIT_RUN_ERROR) from None
-    console.print(escape(result.message()))
+    print(result.message())
 
 
 @app.command()

@@ -16,6 +16,7 @@ RUNNING by an export that died midway is deleted and written again.
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any, TypeVar
@@ -97,6 +98,9 @@ def _write(client: Any, experiment_id: str, run: pd.Series, curves: pd.DataFrame
 
 def export(selection: Selection, uri: str, name: str, progress: Progress) -> Result:
     from mlflow.tracking import MlflowClient
+
+    for logger in ("mlflow", "alembic"):  # their INFO lines (creating the database's tables) would bury the progress
+        logging.getLogger(logger).setLevel(logging.WARNING)
 
     if uri.startswith("sqlite:///"):
         Path(uri.removeprefix("sqlite:///")).parent.mkdir(parents=True, exist_ok=True)
