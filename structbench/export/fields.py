@@ -20,8 +20,9 @@ from dataclasses import dataclass
 from typing import Any
 
 import pandas as pd
+import pyarrow as pa
 
-from structbench.store import PROVENANCE_COLUMNS
+from structbench.store import PROVENANCE_COLUMNS, RUN_SCHEMA
 
 SUMMARY_COLUMNS = (
     "final_train_loss",
@@ -100,13 +101,21 @@ def summary(run: pd.Series) -> dict[str, float]:
     }
 
 
+def integer_column(column: str) -> bool:
+    """Whether the store keeps `column` as integers (pandas reads such a column as floats when a run lacks it)."""
+    return column in RUN_SCHEMA.names and pa.types.is_integer(RUN_SCHEMA.field(column).type)
+
+
 def tags(run: pd.Series) -> dict[str, str]:
     """The run's identity, status and environment as text (columns the store does not hold are left out)."""
     found = {}
     for column in TAG_COLUMNS:
         if column in run.index and present(run[column]):
             value = run[column]
-            found[column] = value.isoformat() if isinstance(value, pd.Timestamp) else str(value)
+            if isinstance(value, pd.Timestamp):
+                found[column] = value.isoformat()
+            else:
+                found[column] = str(int(value)) if integer_column(column) else str(value)
     return found
 
 

@@ -1,6 +1,7 @@
 """CSV export: `runs.csv` (one row per run, every column of the store's run rows) and `curves.csv` (one row per
 logged point of those runs), written by pandas. Floats are written with enough digits to read back exactly,
-timestamps in ISO 8601 with their UTC offset, JSON columns (hparams, spec, routing) as their text.
+timestamps with their UTC offset, integer columns as integers (empty where a run lacks the value), JSON columns
+(hparams, spec, routing) as their text.
 
 The two files always hold exactly the runs selected: a second export to the same directory replaces them (each is
 written under a temporary name and renamed into place, so a reader never sees half a file).
@@ -11,7 +12,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from structbench.export import Progress, Result, Selection
+from structbench.export import Progress, Result, Selection, fields
 from structbench.store import CURVE_SCHEMA, RUN_SCHEMA
 
 RUNS_FILE = "runs.csv"
@@ -22,11 +23,12 @@ def export(selection: Selection, dest: Path, progress: Progress) -> Result:
     dest.mkdir(parents=True, exist_ok=True)
     run_columns = [c for c in RUN_SCHEMA.names if c in selection.runs.columns]
     curve_columns = [c for c in CURVE_SCHEMA.names if c in selection.curves.columns]
+    runs = selection.runs[run_columns].astype({c: "Int64" for c in run_columns if fields.integer_column(c)})
     curves = selection.curves.sort_values(["run_id", "step", "split"], kind="stable")
     replaced = (dest / RUNS_FILE).exists() or (dest / CURVES_FILE).exists()
     temporaries = []
     try:
-        for frame, name in ((selection.runs[run_columns], RUNS_FILE), (curves[curve_columns], CURVES_FILE)):
+        for frame, name in ((runs, RUNS_FILE), (curves[curve_columns], CURVES_FILE)):
             temporary = dest / f".{name}.tmp"
             frame.to_csv(temporary, index=False)
             temporaries.append((temporary, dest / name))
