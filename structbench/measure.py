@@ -339,6 +339,7 @@ def numerics() -> dict[str, Any]:
 def environment_report() -> dict[str, str]:
     """What `structbench env` prints: devices, versions, and which memory probe a run would use."""
     cuda = torch.cuda.is_available()
+    facts = environment_facts()
     report = {
         "default device": "cuda" if cuda else "cpu",
         "torch": torch.__version__,
@@ -348,6 +349,8 @@ def environment_report() -> dict[str, str]:
         "memory": f"{psutil.virtual_memory().total / 2**30:.1f} GiB",
         "python": platform.python_version(),
         "structbench": structbench.__version__,
+        "thread variables": facts["thread_env"],
+        "git": f"{facts['git_commit'] or 'not a checkout'}{' (uncommitted changes)' if facts['git_dirty'] else ''}",
     }
     if cuda:
         report["GPU"] = ", ".join(torch.cuda.get_device_name(i) for i in range(torch.cuda.device_count()))
