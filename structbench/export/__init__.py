@@ -77,7 +77,8 @@ def check_target(target: str) -> None:
     missing = [module for module in NEEDS[target] if importlib.util.find_spec(module) is None]
     if missing:
         raise UsageError(
-            f"--to {target} needs {', '.join(missing)}, which is not installed: pip install 'structbench[{target}]'"
+            f"--to {target} needs {', '.join(missing)}, which {'is' if len(missing) == 1 else 'are'} not installed: "
+            f"pip install 'structbench[{target}]'"
         )
 
 
