@@ -1,3 +1,8 @@
 """structbench: a benchmarking harness for structured optimizers."""
 
-__version__ = "0.1.0"
+from importlib import metadata
+
+try:
+    __version__ = metadata.version("structbench")
+except metadata.PackageNotFoundError:  # a source tree on sys.path that was never installed
+    __version__ = "0+unknown"

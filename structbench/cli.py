@@ -81,6 +81,23 @@ WIDTH = None if sys.stdout.isatty() else 160
 console = Console(width=WIDTH)
 err_console = Console(stderr=True, width=WIDTH)
 
+
+def show_version(value: bool) -> None:
+    if value:
+        import structbench
+
+        print(f"structbench {structbench.__version__}")
+        raise typer.Exit()
+
+
+@app.callback()
+def main(
+    version: Annotated[
+        bool, typer.Option("--version", callback=show_version, is_eager=True, help="Print the version and exit.")
+    ] = False,
+) -> None:
+    pass
+
 F = TypeVar("F", bound=Callable[..., Any])
 
 
@@ -826,6 +843,38 @@ def report(
             raise typer.Exit(EXIT_RUN_ERROR) from None
         for path in written:
             console.print(escape(f"wrote {path}"))
+
+
+@app.command("export")
+@usage_errors_exit_2
+def export_cmd(
+    dest: Annotated[str, typer.Argument(help="A directory (for mlflow: a tracking URI or SQLite file).")],
+    to: Annotated[str, typer.Option("--to", help="tensorboard, mlflow, wandb (offline files) or csv.")],
+    out: Annotated[Path, typer.Option(parser=path_value, help="Results directory.")] = Path("results"),
+    suites: Annotated[list[str] | None, typer.Option("--suite", help="Only these suites (repeatable).")] = None,
+    optims: Annotated[list[str] | None, typer.Option("--optim", help="Only these optimizers (repeatable).")] = None,
+    since: Annotated[str | None, typer.Option(help="Only runs started at or after this UTC date/time.")] = None,
+    name: Annotated[str, typer.Option(help="The MLflow experiment or W&B project.")] = "structbench",
+) -> None:
+    """Export stored runs to TensorBoard event files, MLflow, W&B offline runs or CSV; a second export to the same
+    place adds only the runs it lacks (CSV rewrites its files)."""
+    from structbench import export
+    from structbench.report import options, suite_files
+
+    export.check_target(to)
+    wanted = {suite: suite_files.expand(suite) for suite in suites or []}
+    selection = export.select(out, wanted, optims or [], options.since(since))
+    for problem in selection.problems:
+        print(f"warning: skipped unreadable file {problem.path}: {problem.reason}", file=sys.stderr)
+    bar = Progress(TextColumn(f"export to {to}"), BarColumn(), MofNCompleteColumn(), console=err_console)
+    with bar:
+        task = bar.add_task("", total=len(selection.runs))
+        try:
+            result = export.export(to, selection, dest, name, lambda _run_id: bar.advance(task))
+        except OSError as exc:
+            print(f"error: cannot write to {dest}: {exc.strerror or exc}", file=sys.stderr)
+            raise typer.Exit(EXIT_RUN_ERROR) from None
+    print(result.message())
 
 
 @app.command()

@@ -29,6 +29,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from structbench.environment import command_line
 from structbench.errors import UsageError
 
 if TYPE_CHECKING:
@@ -57,6 +58,8 @@ class Job:
     torch.distributed."""
     nnodes: int = 1
     """Nodes of that job (Slurm only: torchrun here runs on this machine alone)."""
+    command: str = field(default_factory=command_line)
+    """The command line that planned the run (a worker's own command line is the executor's, not the user's)."""
 
 
 def run_job(job: Job, on_progress: Callable[[Any], None] | None = None) -> dict[str, Any]:
@@ -91,6 +94,7 @@ def run_job(job: Job, on_progress: Callable[[Any], None] | None = None) -> dict[
             parallel_runs=job.parallel_runs,
             checkpoints=out,
         )
+        outcome.row["command"] = job.command
         store.write_run(out, outcome.row, outcome.curves)
         if outcome.row["status"] in store.FINAL_STATUSES:
             checkpoint.remove(out, job.cell.key)

@@ -16,7 +16,6 @@ import gc
 import os
 import platform
 import socket
-import subprocess
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -27,6 +26,8 @@ import psutil
 import torch
 
 import structbench
+from structbench.environment import cpu_model
+from structbench.environment import facts as environment_facts
 
 PROC_STATUS = Path("/proc/self/status")
 PROC_CLEAR_REFS = Path("/proc/self/clear_refs")
@@ -274,46 +275,47 @@ def resolve_device(choice: str) -> torch.device:
     return torch.device(choice)
 
 
-def cpu_name() -> str:
-    with contextlib.suppress(OSError):
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    return platform.processor() or platform.machine()
-
-
 def device_name(device: torch.device) -> str:
     if device.type == "cuda":
         return torch.cuda.get_device_name(device)
-    return cpu_name()
-
-
-def git_commit() -> str | None:
-    """The commit of the structbench checkout in use, when it runs from one."""
-    root = Path(structbench.__file__).resolve().parent.parent
-    if not (root / ".git").exists():
-        return None
-    try:
-        out = subprocess.run(
-            ["git", "-C", str(root), "rev-parse", "HEAD"], capture_output=True, text=True, timeout=5, check=True
-        )
-    except (OSError, subprocess.SubprocessError):
-        return None
-    return out.stdout.strip() or None
+    return cpu_model()
 
 
 def environment(device: torch.device) -> dict[str, Any]:
-    """Environment metadata stored with every run."""
+    """Environment metadata stored with every run: where it ran (structbench.environment's facts and torch's)."""
     return {
         "device": device.type,
         "device_name": device_name(device),
         "torch_version": torch.__version__,
         "structbench_version": structbench.__version__,
-        "git_commit": git_commit(),
         "hostname": socket.gethostname(),
         "python_version": platform.python_version(),
+        **environment_facts(),
         **numerics(),
+        **gpus(),
+        "torch_threads": torch.get_num_threads(),
+        "torch_interop_threads": torch.get_num_interop_threads(),
     }
+
+
+def gpus() -> dict[str, Any]:
+    """The CUDA devices this process sees (their names, distinct ones joined by ", ") and the NVIDIA driver's
+    version (through NVML); nulls without CUDA, and a null driver where NVML cannot be read."""
+    if not torch.cuda.is_available():
+        return {"gpu_count": 0, "gpu_name": None, "cuda_driver_version": None}
+    names = [torch.cuda.get_device_name(i) for i in range(torch.cuda.device_count())]
+    return {"gpu_count": len(names), "gpu_name": ", ".join(dict.fromkeys(names)), "cuda_driver_version": nvml_driver()}
+
+
+def nvml_driver() -> str | None:
+    try:
+        import pynvml
+
+        pynvml.nvmlInit()
+        version = pynvml.nvmlSystemGetDriverVersion()
+    except Exception:  # no NVML library or no NVIDIA driver: the driver is unknown, not an error of the run
+        return None
+    return version.decode() if isinstance(version, bytes) else str(version)
 
 
 def numerics() -> dict[str, Any]:
@@ -337,15 +339,18 @@ def numerics() -> dict[str, Any]:
 def environment_report() -> dict[str, str]:
     """What `structbench env` prints: devices, versions, and which memory probe a run would use."""
     cuda = torch.cuda.is_available()
+    facts = environment_facts()
     report = {
         "default device": "cuda" if cuda else "cpu",
         "torch": torch.__version__,
         "CUDA (torch build)": str(torch.version.cuda),
         "CUDA available": str(cuda),
-        "CPU": f"{cpu_name()} ({os.cpu_count()} logical cores, {torch.get_num_threads()} torch threads)",
+        "CPU": f"{cpu_model()} ({os.cpu_count()} logical cores, {torch.get_num_threads()} torch threads)",
         "memory": f"{psutil.virtual_memory().total / 2**30:.1f} GiB",
         "python": platform.python_version(),
         "structbench": structbench.__version__,
+        "thread variables": facts["thread_env"],
+        "git": f"{facts['git_commit'] or 'not a checkout'}{' (uncommitted changes)' if facts['git_dirty'] else ''}",
     }
     if cuda:
         report["GPU"] = ", ".join(torch.cuda.get_device_name(i) for i in range(torch.cuda.device_count()))

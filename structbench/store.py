@@ -114,6 +114,21 @@ RUN_SCHEMA = pa.schema(
         ("peak_mem_bytes_per_rank", pa.string()),
         ("state_bytes_per_rank", pa.string()),
         ("state_bytes_total", pa.int64()),
+        ("cuda_driver_version", pa.string()),
+        ("gpu_name", pa.string()),
+        ("gpu_count", pa.int64()),
+        ("cpu_model", pa.string()),
+        ("cpu_count", pa.int64()),
+        ("cpu_usable", pa.int64()),
+        ("torch_threads", pa.int64()),
+        ("torch_interop_threads", pa.int64()),
+        ("thread_env", pa.string()),
+        ("numpy_version", pa.string()),
+        ("pytorch_optimizer_version", pa.string()),
+        ("tokenizers_version", pa.string()),
+        ("torchvision_version", pa.string()),
+        ("git_dirty", pa.bool_()),
+        ("command", pa.string()),
     ]
 )
 OPTIONAL_RUN_COLUMNS = frozenset(
@@ -140,9 +155,46 @@ OPTIONAL_RUN_COLUMNS = frozenset(
         "peak_mem_bytes_per_rank",
         "state_bytes_per_rank",
         "state_bytes_total",
+        "cuda_driver_version",
+        "gpu_name",
+        "gpu_count",
+        "cpu_model",
+        "cpu_count",
+        "cpu_usable",
+        "torch_threads",
+        "torch_interop_threads",
+        "thread_env",
+        "numpy_version",
+        "pytorch_optimizer_version",
+        "tokenizers_version",
+        "torchvision_version",
+        "git_dirty",
+        "command",
     }
 )
 """Columns added after the first stores were written: a row may omit them (stored as null)."""
+
+PROVENANCE_COLUMNS = (
+    "gpu_name",
+    "gpu_count",
+    "cuda_version",
+    "cudnn_version",
+    "cuda_driver_version",
+    "cpu_model",
+    "cpu_count",
+    "cpu_usable",
+    "torch_threads",
+    "torch_interop_threads",
+    "thread_env",
+    "numpy_version",
+    "pytorch_optimizer_version",
+    "tokenizers_version",
+    "torchvision_version",
+    "git_dirty",
+)
+"""The environment a run ran in beyond the contract's columns (device, versions, git commit, host): GPUs and the CUDA
+stack, the CPU, thread settings, the versions of other packages that shape results, and uncommitted changes. The
+run's `command` (the exact command line) completes its provenance."""
 
 KEY_COLUMNS = ("run_id", "run_key", "status", "suite", "optim", "seed")
 

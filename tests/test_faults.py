@@ -194,16 +194,16 @@ def test_ctrl_c_twice_inside_the_store_write_still_stores_the_finished_run(cli, 
 
 
 def test_sigterm_inside_the_git_call_still_stores_the_finished_run(cli, tmp_path, monkeypatch):
-    from structbench import measure
+    from structbench import environment
 
     send = _signal_self_once(signal.SIGTERM)
-    original = measure.git_commit
+    original = environment.git_commit
 
-    def interrupted_git() -> str | None:
+    def interrupted_git(root):
         send()
-        return original()
+        return original(root)
 
-    monkeypatch.setattr(measure, "git_commit", interrupted_git)
+    monkeypatch.setattr(environment, "git_commit", interrupted_git)
     result = cli("run", "--suite", "quadratic", "--optim", "sgd", "--seed", "0", "--steps", "30", "--out", tmp_path)
     assert result.exit_code == 143
     runs = read_runs(tmp_path)

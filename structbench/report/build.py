@@ -41,6 +41,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from structbench import store
 from structbench.report import filters, load, suite_files
 from structbench.report.baseline_target import targets_of
 from structbench.report.curve_index import CurveIndex
@@ -65,7 +66,9 @@ ENV_COLUMNS = (
     "git_commit",
     "hostname",
     "python_version",
+    *store.PROVENANCE_COLUMNS,
 )
+"""What tells environments apart (the run's own command line is shown with the run instead)."""
 
 
 @dataclass(frozen=True)
@@ -213,7 +216,7 @@ class Report:
 
     def environments(self) -> pd.DataFrame:
         """Distinct environments (E1, E2, ...) with the number of runs in each (and their store, over several)."""
-        env = self.runs[self._env_columns()].fillna("-").astype(str)
+        env = self.runs[self._env_columns()].map(_env_text)
         table = env.value_counts(sort=False).reset_index(name="runs")
         table.insert(0, "env", [f"E{i + 1}" for i in range(len(table))])
         return table
@@ -222,9 +225,19 @@ class Report:
         """run_id -> environment id."""
         columns = self._env_columns()
         env = self.environments()
-        keys = self.runs[columns].fillna("-").astype(str)
+        keys = self.runs[columns].map(_env_text)
         merged = keys.merge(env, on=columns, how="left")
         return dict(zip(self.runs["run_id"], merged["env"], strict=True))
+
+
+def _env_text(value: object) -> str:
+    """An environment field as text: "-" when not recorded, a whole number without its ".0" (integer columns read as
+    floats when some files lack them)."""
+    if value is None or (isinstance(value, float) and math.isnan(value)):
+        return "-"
+    if isinstance(value, float) and value.is_integer():
+        return str(int(value))
+    return str(value)
 
 
 def _compare(variant: VariantSummary, baseline: VariantSummary, mode: str) -> Comparison:

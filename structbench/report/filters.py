@@ -31,13 +31,13 @@ def apply(
     where: str,
     suites: Mapping[str, Sequence[str]] | None = None,
     optims: Collection[str] = (),
-    baseline: str = "adamw",
+    baseline: str | None = "adamw",
     baseline_given: bool = False,
     since: pd.Timestamp | None = None,
 ) -> pd.DataFrame:
     """The runs the filters keep (module docstring). `suites` maps each --suite name to the suite names it stands for
-    (suite_files.expand). An --optim filter keeps the baseline's runs; the baseline must have runs only when
-    `baseline_given` (named on the command line)."""
+    (suite_files.expand). An --optim filter keeps the baseline's runs (when there is one: None keeps only the named
+    optimizers); the baseline must have runs only when `baseline_given` (named on the command line)."""
     suite_names = sorted(set(runs["suite"].dropna()))
     for name, members in (suites or {}).items():
         if not set(members) & set(suite_names):
@@ -46,11 +46,12 @@ def apply(
         runs = runs[runs["suite"].isin([m for members in suites.values() for m in members])]
         where = f"{where} for suite(s) {', '.join(suites)}"
     optim_names = sorted(set(runs["optim"].dropna()) - {"-"})
-    for name in [*optims, *([baseline] if baseline_given else [])]:
+    baselines = [baseline] if baseline is not None else []
+    for name in [*optims, *(baselines if baseline_given else [])]:
         if name not in optim_names:
             raise _unknown("optimizer", name, optim_names, where)
     if optims:
-        runs = runs[runs["optim"].isin([*optims, baseline])]
+        runs = runs[runs["optim"].isin([*optims, *baselines])]
     if since is not None:
         kept = runs[runs["started_at"] >= since]
         if kept.empty and not runs.empty:

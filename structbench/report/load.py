@@ -56,6 +56,8 @@ RUN_COLUMNS = (
     "git_commit",
     "hostname",
     "python_version",
+    *store.PROVENANCE_COLUMNS,
+    "command",
 )
 REQUIRED_RUN_COLUMNS = ("run_id", "suite", "optim", "seed", "status")
 CURVE_COLUMNS = ("run_id", "step", "wall_s", "split", "loss", "metric")

@@ -579,7 +579,7 @@ def _rank_cell(ranks: Ranks, suite: str, optim: str) -> Cell:
 
 
 def runs_of_variant(variant: Variant, env_of: Mapping[str, str], superseded: bool = False) -> Table:
-    """The variant's runs (or its superseded ones): id, seed, status, steps, start time, environment."""
+    """The variant's runs (or its superseded ones): id, seed, status, steps, start time, environment, command line."""
     columns = [
         Column("run", left=True),
         Column("seed"),
@@ -587,9 +587,10 @@ def runs_of_variant(variant: Variant, env_of: Mapping[str, str], superseded: boo
         Column("steps"),
         Column("started (UTC)", left=True),
         Column("env", left=True),
+        Column("command", left=True, prose=True),
     ]
     source, rows_at = (variant.older, variant.older_rows) if superseded else (variant.latest, variant.rows)
-    values = [source[c][rows_at] for c in ("run_id", "seed", "status", "steps", "started_at")]
+    values = [source[c][rows_at] for c in ("run_id", "seed", "status", "steps", "started_at", "command")]
     rows = [
         [
             Cell(str(run_id)),
@@ -598,8 +599,9 @@ def runs_of_variant(variant: Variant, env_of: Mapping[str, str], superseded: boo
             Cell(fmt_num(steps)),
             Cell(pd.Timestamp(started).strftime("%Y-%m-%d %H:%M:%S") if not pd.isna(started) else "-"),
             Cell(env_of.get(run_id, "-")),
+            Cell(command if isinstance(command, str) else "-"),
         ]
-        for run_id, seed, status, steps, started in zip(*values, strict=True)
+        for run_id, seed, status, steps, started, command in zip(*values, strict=True)
     ]
     return Table("runs", columns, rows)
 
@@ -648,7 +650,8 @@ def experiment_table(report: Report) -> Table | None:
 
 
 def environment_table(report: Report) -> Table:
-    env = report.environments()
-    columns = [Column(c, left=c != "runs") for c in env.columns]
-    rows = [[Cell(str(v)) for v in record] for record in env.itertuples(index=False)]
+    """One column per environment (E1, E2, ...), one row per recorded field, the number of runs last."""
+    env = report.environments().set_index("env")
+    columns = [Column("field", left=True), *(Column(str(e), left=True) for e in env.index)]
+    rows = [[Cell(str(field)), *(Cell(str(v)) for v in env[field])] for field in env.columns]
     return Table("Environments", columns, rows, key="environments")

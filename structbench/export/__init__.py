@@ -1,0 +1,132 @@
+"""Export stored runs to the field's trackers: TensorBoard event files, MLflow, Weights & Biases (offline files)
+and CSV, with the report's filters (--suite, --optim, --since).
+
+Each tracker is an optional extra of the package (`pip install 'structbench[tensorboard]'`, `[mlflow]`, `[wandb]`);
+CSV needs nothing beyond pandas. What each writes is fields.py's: parameters, summary numbers, tags and the curves as
+scalars by step.
+
+A second export to the same destination adds only the runs it does not hold yet (a stored run never changes, so one
+already exported is skipped and counted); CSV rewrites its two files with the runs selected. A run is written whole
+or not at all: event files and W&B run directories are written under a temporary name and renamed into place, and an
+MLflow run is left RUNNING until its last value is logged (an export that dies midway leaves a RUNNING run, which the
+next export deletes and writes again).
+"""
+
+from __future__ import annotations
+
+import importlib.util
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pandas as pd
+
+from structbench import store
+from structbench.errors import UsageError
+from structbench.report import filters
+from structbench.store import Problem
+
+TARGETS = ("tensorboard", "mlflow", "wandb", "csv")
+NEEDS = {
+    "tensorboard": ("tensorboard",),
+    "mlflow": ("mlflow", "sqlalchemy", "alembic"),
+    "wandb": ("wandb",),
+    "csv": (),
+}
+"""The modules each target imports; a missing one means its extra is not installed."""
+DEFAULT_NAME = "structbench"
+"""The MLflow experiment and W&B project runs go to unless --name says otherwise."""
+Progress = Callable[[str], None]
+"""Called with each run's id once it has been exported (or found already there)."""
+
+
+@dataclass
+class Selection:
+    """The runs to export (store rows, every column) and their curve points."""
+
+    runs: pd.DataFrame
+    curves: pd.DataFrame
+    problems: list[Problem] = field(default_factory=list)
+
+    def __iter__(self) -> Iterator[tuple[pd.Series, pd.DataFrame]]:
+        """Each run's row with its curve points."""
+        by_run = dict(iter(self.curves.groupby("run_id", sort=False)))
+        empty = self.curves.iloc[0:0]
+        for _, run in self.runs.iterrows():
+            yield run, by_run.get(run["run_id"], empty)
+
+
+@dataclass
+class Result:
+    """What an export did, in words for the command line."""
+
+    exported: int
+    skipped: int
+    where: str
+    note: str = ""
+
+    def message(self) -> str:
+        skipped = f"; {self.skipped} already there, skipped" if self.skipped else ""
+        return f"exported {self.exported} run(s) to {self.where}{skipped}{self.note}"
+
+
+def check_target(target: str) -> None:
+    """A UsageError unless `target` is known and its extra installed (naming the `pip install` that adds it)."""
+    if target not in TARGETS:
+        raise UsageError(f"--to must be one of {', '.join(TARGETS)}, got {target!r}.")
+    missing = [module for module in NEEDS[target] if importlib.util.find_spec(module) is None]
+    if missing:
+        raise UsageError(
+            f"--to {target} needs {', '.join(missing)}, which {'is' if len(missing) == 1 else 'are'} not installed: "
+            f"pip install 'structbench[{target}]'"
+        )
+
+
+def select(
+    out: Path,
+    suites: Mapping[str, Sequence[str]] | None = None,
+    optims: Sequence[str] = (),
+    since: pd.Timestamp | None = None,
+) -> Selection:
+    """The store's runs that the filters keep (filters.apply: a filter matching nothing is a UsageError), in
+    (suite, optimizer, seed, start) order, with their curves."""
+    if not out.is_dir():
+        raise UsageError(f"results directory {out} does not exist; run `structbench run` first.")
+    runs, problems = store.load_runs(out)
+    if runs.empty:
+        raise UsageError(f"no runs in {out} to export.")
+    runs = filters.apply(runs, str(out), suites, optims, baseline=None, since=since)
+    runs = runs.sort_values(["suite", "optim", "seed", "started_at", "run_id"], kind="stable").reset_index(drop=True)
+    curves = store.load_curves(out, runs["run_id"].tolist())
+    return Selection(runs, curves, problems)
+
+
+def destination_directory(dest: Path) -> None:
+    """A UsageError when `dest` exists and is not a directory (file-based exports write a directory)."""
+    if dest.exists() and not dest.is_dir():
+        raise UsageError(f"{dest} is not a directory; the export writes a directory of files.")
+
+
+def export(
+    target: str, selection: Selection, dest: str, name: str = DEFAULT_NAME, progress: Progress | None = None
+) -> Result:
+    """Write the selection to `dest` (a directory; for MLflow a tracking URI or a SQLite file path)."""
+    check_target(target)
+    report = progress or (lambda _run_id: None)
+    if target == "mlflow":
+        from structbench.export import to_mlflow
+
+        return to_mlflow.export(selection, to_mlflow.tracking_uri(dest), name, report)
+    directory = Path(dest)
+    destination_directory(directory)
+    if target == "tensorboard":
+        from structbench.export import to_tensorboard
+
+        return to_tensorboard.export(selection, directory, report)
+    if target == "wandb":
+        from structbench.export import to_wandb
+
+        return to_wandb.export(selection, directory, name, report)
+    from structbench.export import to_csv
+
+    return to_csv.export(selection, directory, report)
