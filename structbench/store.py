@@ -418,6 +418,22 @@ def load_table(out: Path, run_id: str) -> pd.DataFrame:
     return pq.read_table(tables_dir(out) / f"{run_id}.parquet").to_pandas()
 
 
+def load_runs(out: Path, columns: Sequence[str] | None = None) -> tuple[pd.DataFrame, list[Problem]]:
+    """Every readable run row with all its columns (only `columns`, if given), and the run files that could not be
+    read, among them files of a schema version this structbench does not read (the exporters' reader; the report
+    reads its projected columns through report.load)."""
+    tables: list[pa.Table] = []
+    problems: list[Problem] = []
+    for path in _store_files(runs_dir(out)):
+        try:
+            tables.append(_read_run_file(path, columns))
+        except (pa.ArrowException, OSError, KeyError, ValueError) as exc:
+            problems.append(_problem(path, exc))
+    if not tables:
+        return pd.DataFrame(columns=list(columns or [])), problems
+    return pa.concat_tables(tables, promote_options="default").to_pandas(), problems
+
+
 def load_curves(out: Path, run_ids: Sequence[str] | None = None) -> pd.DataFrame:
     """Curve rows of the given runs (all runs when None)."""
     directory = curves_dir(out)
