@@ -651,7 +651,7 @@ def report(
     ] = False,
 ) -> None:
     """Compare optimizers per suite and across suites: in the terminal, as Markdown, or as one HTML page."""
-    from structbench.report import build, options, suite_files, terminal
+    from structbench.report import options, output_cache, suite_files
 
     stores = list(outs or [Path("results")])
     for out in stores:
@@ -661,19 +661,38 @@ def report(
         raise UsageError("--out names the same results directory twice.")
     formats = options.formats(fmt)
     wanted = {name: suite_files.expand(name) for name in suites or []}
-    plotted = bool(formats & {"md", "html"})
-    result = build.build_report(
-        stores,
-        wanted,
-        optims or [],
-        baseline or "adamw",
-        options.since(since),
-        plotted,
-        baseline_given=baseline is not None,
-        include_smoke=include_smoke,
-    )
-    for problem in result.problems:
-        print(f"warning: skipped unreadable file {problem.path}: {problem.reason}", file=sys.stderr)
+    cutoff = options.since(since)
+    target = to if to is not None else stores[0] / "report"
+    request = {
+        "suites": wanted,
+        "optims": sorted(optims or []),
+        "baseline": baseline,
+        "since": cutoff.isoformat() if cutoff is not None else None,
+        "include_smoke": include_smoke,
+        "formats": sorted(formats),
+        "console": [console.width, console.color_system, console.is_terminal],
+    }
+    entry_key = output_cache.key(stores, target, request)
+    output = output_cache.load(stores[0], entry_key)
+    if output is None:
+        output, keep = _compute_report(stores, wanted, optims or [], baseline, cutoff, include_smoke, formats, target)
+        if output is not None and keep:
+            output_cache.store(stores[0], entry_key, output)
+    else:
+        _warn_debris(stores)
+        _write_term(output.term)
+    for path in output.written if output is not None else []:
+        console.print(escape(f"wrote {path}"))
+
+
+def _write_term(text: str | None) -> None:
+    """Terminal text rendered by `console` (captured), written as the console would have written it."""
+    if text is not None:
+        console.file.write(text)
+        console.file.flush()
+
+
+def _warn_debris(stores: list[Path]) -> None:
     from structbench import store
 
     for out in stores:
@@ -683,28 +702,63 @@ def report(
                 f"warning: {out} holds {debris.describe()}; `structbench doctor --out {out} --repair` removes them.",
                 file=sys.stderr,
             )
+
+
+def _compute_report(
+    stores: list[Path],
+    wanted: dict[str, list[str]],
+    optims: list[str],
+    baseline: str | None,
+    cutoff: Any,
+    include_smoke: bool,
+    formats: set[str],
+    target: Path,
+) -> tuple[Any, bool]:
+    """Build the report, print its terminal text and write what `formats` asks for (md/html to `target`): the
+    output (output_cache.Output; None when there are no runs) and whether to keep it (not when files were
+    unreadable: their warnings come from reading)."""
+    from structbench.report import build, output_cache, terminal
+
+    plotted = bool(formats & {"md", "html"})
+    result = build.build_report(
+        stores,
+        wanted,
+        optims,
+        baseline or "adamw",
+        cutoff,
+        plotted,
+        baseline_given=baseline is not None,
+        include_smoke=include_smoke,
+    )
+    for problem in result.problems:
+        print(f"warning: skipped unreadable file {problem.path}: {problem.reason}", file=sys.stderr)
+    _warn_debris(stores)
     if not result.suites and result.experiments.empty:
         console.print(escape(f"no runs in {', '.join(str(out) for out in stores)}"))
-        return
+        return None, False
+    term = None
     if "term" in formats:
-        terminal.print_report(console, result)
+        with console.capture() as captured:
+            terminal.print_report(console, result)
+        term = captured.get()
+        _write_term(term)
+    written: list[Path] = []
+    files: list[Path] = []
     if plotted:
         from structbench.report import html, markdown, render
 
-        target = to if to is not None else stores[0] / "report"
         figures = render.render_figures(result)
         try:
             target.mkdir(parents=True, exist_ok=True)
-            written = []
             if "md" in formats:
                 written.append(markdown.write(result, figures, target))
+                files += sorted((target / markdown.FIGURE_DIR).glob("*.png"))
             if "html" in formats:
                 written.append(html.write(result, figures, target))
         except OSError as exc:
             print(f"error: cannot write the report to {target}: {exc.strerror or exc}", file=sys.stderr)
             raise typer.Exit(EXIT_RUN_ERROR) from None
-        for path in written:
-            console.print(escape(f"wrote {path}"))
+    return output_cache.Output(term, written, [*written, *files]), not result.problems
 
 
 @app.command()
