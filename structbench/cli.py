@@ -679,7 +679,8 @@ def report(
         if output is not None and keep:
             output_cache.store(stores[0], entry_key, output)
     else:
-        _warn_debris(stores)
+        for line in output.warnings:
+            print(line, file=sys.stderr)
         _write_term(output.term)
     for path in output.written if output is not None else []:
         console.print(escape(f"wrote {path}"))
@@ -692,16 +693,19 @@ def _write_term(text: str | None) -> None:
         console.file.flush()
 
 
-def _warn_debris(stores: list[Path]) -> None:
+def _warn_debris(stores: list[Path]) -> list[str]:
+    """Print (on stderr) and return a warning line for each store that holds debris."""
     from structbench import store
 
+    lines = []
     for out in stores:
         debris = store.find_debris(out)
         if debris.paths():
-            print(
-                f"warning: {out} holds {debris.describe()}; `structbench doctor --out {out} --repair` removes them.",
-                file=sys.stderr,
+            lines.append(
+                f"warning: {out} holds {debris.describe()}; `structbench doctor --out {out} --repair` removes them."
             )
+            print(lines[-1], file=sys.stderr)
+    return lines
 
 
 def _compute_report(
@@ -732,7 +736,7 @@ def _compute_report(
     )
     for problem in result.problems:
         print(f"warning: skipped unreadable file {problem.path}: {problem.reason}", file=sys.stderr)
-    _warn_debris(stores)
+    warnings = _warn_debris(stores)
     if not result.suites and result.experiments.empty:
         console.print(escape(f"no runs in {', '.join(str(out) for out in stores)}"))
         return None, False
@@ -758,7 +762,7 @@ def _compute_report(
         except OSError as exc:
             print(f"error: cannot write the report to {target}: {exc.strerror or exc}", file=sys.stderr)
             raise typer.Exit(EXIT_RUN_ERROR) from None
-    return output_cache.Output(term, written, [*written, *files]), not result.problems
+    return output_cache.Output(term, warnings, written, [*written, *files]), not result.problems
 
 
 @app.command()

@@ -1,13 +1,15 @@
 """The output of the last reports, kept beside the store, so that asking again for a report of an unchanged store
 prints it without reading the store or computing anything (nor importing pandas).
 
-    <out>/.report-cache/output/<key>.json    {"term": the terminal text or null, "written": [path, ...],
-                                              "files": [[path, identity], ...]}
+    <out>/.report-cache/output/<key>.json    {"term": the terminal text or null, "warnings": [line, ...],
+                                              "written": [path, ...], "files": [[path, identity], ...]}
 
 The key is a SHA-256 over everything the output depends on:
 - every store's contents: the path and identity (size, modification time in ns, inode) of every file under it, except
   the report cache itself and the report directories (`<out>/report` and the `--to` directory). The store writes a
-  file under a temporary name and renames it into place, so any new, removed or rewritten file changes the key;
+  file under a temporary name and renames it into place, so any new, removed or rewritten file changes the key; the
+  warnings about a store's debris (leftover temporaries, orphaned files, stale checkpoints) are a function of the
+  same files, so they are kept with the output;
 - the request: the stores as given, the options, the formats and where md/html go;
 - how the terminal text was rendered: the console's width, colour system and whether it is a terminal;
 - the code: the sources of the report package, the store module, the command line and the built-in suite files, and
@@ -31,7 +33,7 @@ from importlib import metadata
 from pathlib import Path
 
 from structbench.report.atomic import write_text_atomic
-from structbench.report.cached_read import CACHE_DIR
+from structbench.report.cache_dir import CACHE_DIR
 
 KEEP = 8
 FORMAT = "1"
@@ -49,6 +51,8 @@ _SOURCES = (
 class Output:
     term: str | None
     """The terminal text as the console wrote it (None when the terminal format was not asked for)."""
+    warnings: list[str]
+    """The lines printed on stderr about the stores' debris."""
     written: list[Path]
     """The md/html reports written, in the order they were announced."""
     files: list[Path]
@@ -121,7 +125,8 @@ def load(out: Path, entry_key: str) -> Output | None:
         term = entry["term"]
         if term is not None and not isinstance(term, str):
             return None
-        return Output(term, [Path(path) for path in entry["written"]], [path for path, _ in files])
+        warnings = [str(line) for line in entry["warnings"]]
+        return Output(term, warnings, [Path(path) for path in entry["written"]], [path for path, _ in files])
     except (OSError, ValueError, KeyError, TypeError):
         return None
 
@@ -132,6 +137,7 @@ def store(out: Path, entry_key: str, output: Output) -> None:
     try:
         entry = {
             "term": output.term,
+            "warnings": output.warnings,
             "written": [str(path) for path in output.written],
             "files": [[str(path), identity(path)] for path in output.files],
         }
