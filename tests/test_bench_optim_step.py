@@ -4,6 +4,7 @@ not installed named in the output rather than left out."""
 from __future__ import annotations
 
 import sys
+from collections.abc import Iterator
 
 import pytest
 import torch
@@ -13,7 +14,7 @@ from structbench.tasks.vision.resnet import CifarResNet
 
 
 @pytest.fixture(autouse=True)
-def keep_threads() -> object:
+def keep_threads() -> Iterator[None]:
     """--quick sets torch's threads to 1; the tests after these keep their own."""
     threads = torch.get_num_threads()
     yield
