@@ -27,6 +27,9 @@ from typer.core import TyperGroup
 from structbench.errors import DeviceUnusableError, StoreWriteError, UsageError
 
 if TYPE_CHECKING:
+    import pandas as pd
+
+    from structbench.report.output_cache import Output
     from structbench.runner import Progress as RunProgress
     from structbench.runner import RunOutcome
 
@@ -713,11 +716,11 @@ def _compute_report(
     wanted: dict[str, list[str]],
     optims: list[str],
     baseline: str | None,
-    cutoff: Any,
+    cutoff: pd.Timestamp | None,
     include_smoke: bool,
     formats: set[str],
     target: Path,
-) -> tuple[Any, bool]:
+) -> tuple[Output | None, bool]:
     """Build the report, print its terminal text and write what `formats` asks for (md/html to `target`): the
     output (output_cache.Output; None when there are no runs) and whether to keep it (not when files were
     unreadable: their warnings come from reading)."""
