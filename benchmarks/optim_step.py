@@ -13,10 +13,17 @@ For each shape set (GPT-2-small-like layers; a ResNet-18's conv and linear weigh
 Means include the amortised refreshes (roots, eigenbases, projections) that fall inside the timed
 window; `--steps` should cover the interval being compared. `--threads` sets torch's intra-op threads
 (default: torch's own choice); on a machine whose cores are busy with other work, multi-threaded step
-times mostly measure how often each op's threads wait for a descheduled peer. Usage:
+times mostly measure how often each op's threads wait for a descheduled peer.
 
-    python benchmarks/optim_step.py --shapes gpt2-small --layers 2 --steps 12
-    python benchmarks/optim_step.py --device cuda --layers 12 --steps 50      # on a GPU
+`--quick` times every optimizer in well under a minute on two CPU cores, by the same side-by-side method on smaller
+shapes: one GPT-2-small layer and the ResNet-18 filters at a quarter of their widths (192x192 x2, 768x192, 192x768;
+16 to 128 channels), 4 timed steps after 1 warm-up (covering the interval-2 refreshes of the Shampoo comparison), on
+one thread (so that it does not wait on a second core other work holds).
+An independent implementation that is not installed is named in its optimizer's row as "not installed". Usage:
+
+    python -m benchmarks.optim_step --quick
+    python -m benchmarks.optim_step --shapes gpt2-small --layers 2 --steps 12
+    python -m benchmarks.optim_step --device cuda --layers 12 --steps 50      # on a GPU
 """
 
 from __future__ import annotations
@@ -30,22 +37,24 @@ from typing import Any
 
 import torch
 
+from benchmarks import arguments
 from structbench import optim
 from structbench.optim.partition import matrix_shape
 
 Shapes = list[tuple[int, ...]]
 
 
-def gpt2_small(layers: int) -> Shapes:
-    """Per layer: attention in/out (768x768 each), MLP up (3072x768) and down (768x3072)."""
-    return [s for _ in range(layers) for s in ((768, 768), (768, 768), (3072, 768), (768, 3072))]
+def gpt2_small(layers: int, divisor: int = 1) -> Shapes:
+    """Per layer: attention in/out (768x768 each), MLP up (3072x768) and down (768x3072); every width / `divisor`."""
+    d = 768 // divisor
+    return [s for _ in range(layers) for s in ((d, d), (d, d), (4 * d, d), (d, 4 * d))]
 
 
-def resnet18(layers: int) -> Shapes:
-    """The conv filters and classifier of a CIFAR ResNet-18 (`layers` is ignored)."""
-    shapes: Shapes = [(64, 3, 3, 3)]
-    widths = [64, 128, 256, 512]
-    previous = 64
+def resnet18(layers: int, divisor: int = 1) -> Shapes:
+    """The conv filters and classifier of a CIFAR ResNet-18 (`layers` is ignored), channels / `divisor`."""
+    widths = [w // divisor for w in (64, 128, 256, 512)]
+    shapes: Shapes = [(widths[0], 3, 3, 3)]
+    previous = widths[0]
     for stage, width in enumerate(widths):
         for block in range(2):
             stride_block = stage > 0 and block == 0
@@ -54,11 +63,11 @@ def resnet18(layers: int) -> Shapes:
             if stride_block:
                 shapes.append((width, previous, 1, 1))
         previous = width
-    shapes.append((10, 512))
+    shapes.append((10, widths[-1]))
     return shapes
 
 
-SHAPE_SETS: dict[str, Callable[[int], Shapes]] = {"gpt2-small": gpt2_small, "resnet18": resnet18}
+SHAPE_SETS: dict[str, Callable[[int, int], Shapes]] = {"gpt2-small": gpt2_small, "resnet18": resnet18}
 
 
 @dataclass
@@ -73,8 +82,18 @@ class Oracle:
     """Further settings of ours, each timed against the independent implementation in the same rounds."""
 
 
-def oracles() -> dict[str, Oracle]:
+PYTORCH_OPTIMIZER = {
+    "soap": "pytorch_optimizer.SOAP",
+    "shampoo": "pytorch_optimizer.ScalableShampoo",
+    "galore": "pytorch_optimizer.GaLore",
+}
+"""Our optimizers that pytorch-optimizer (PyPI `pytorch-optimizer`) implements independently."""
+
+
+def oracles() -> tuple[dict[str, Oracle], dict[str, str]]:
+    """The independent implementations installed here, and for each one missing, why (by our optimizer's name)."""
     found: dict[str, Oracle] = {}
+    missing: dict[str, str] = {}
     if hasattr(torch.optim, "Muon"):  # torch >= 2.9
         found["muon"] = Oracle(
             "torch.optim.Muon",
@@ -84,11 +103,13 @@ def oracles() -> dict[str, Oracle]:
             variants=({"batch_matrices": "off"}, {"batch_matrices": "on"}),
         )
     else:
-        print(f"torch.optim.Muon: not in torch {torch.__version__} (needs 2.9); muon is timed without it")
+        missing["muon"] = f"torch.optim.Muon not installed (not in torch {torch.__version__}; needs 2.9)"
     try:
         import pytorch_optimizer as po
     except ImportError:
-        return found
+        for name, label in PYTORCH_OPTIMIZER.items():
+            missing[name] = f"{label} not installed (pip install pytorch-optimizer)"
+        return found, missing
     found["soap"] = Oracle(
         "pytorch_optimizer.SOAP",
         {"precondition_frequency": 10},
@@ -128,7 +149,7 @@ def oracles() -> dict[str, Oracle]:
         ),
         matrices_only=True,
     )
-    return found
+    return found, missing
 
 
 def make_params(shapes: Sequence[tuple[int, ...]], device: torch.device, matrices: bool) -> list[torch.nn.Parameter]:
@@ -216,29 +237,47 @@ def compare_with_oracle(
     return f"   [ours with {oracle.ours or 'defaults'}] " + "; ".join(parts)
 
 
-def main(argv: Sequence[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+QUICK = {"divisor": 4, "layers": 1, "steps": 4, "warmup": 1, "threads": 1}
+FULL = {"divisor": 1, "layers": 12, "steps": 20, "warmup": 2, "threads": None}
+
+
+def parse(argv: Sequence[str] | None) -> argparse.Namespace:
+    parser = arguments.Parser(description=__doc__.splitlines()[0])
     parser.add_argument("--optim", action="append", help="optimizer (repeatable); default: all registered")
     parser.add_argument("--shapes", choices=[*SHAPE_SETS, "all"], default="all")
-    parser.add_argument("--layers", type=int, default=12, help="transformer layers in the GPT-2 shape set")
-    parser.add_argument("--steps", type=int, default=20)
-    parser.add_argument("--warmup", type=int, default=2)
-    parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
-    parser.add_argument("--threads", type=int, help="torch intra-op threads (default: torch's)")
+    parser.add_argument("--quick", action="store_true", help="smaller shapes and fewer steps (under a minute on a CPU)")
+    parser.add_argument("--layers", type=arguments.at_least(1), help="GPT-2 layers in the shape set (default 12)")
+    parser.add_argument("--steps", type=arguments.at_least(1), help="timed steps (default 20; 4 with --quick)")
+    parser.add_argument("--warmup", type=arguments.at_least(0), help="untimed steps first (default 2; 1 with --quick)")
+    parser.add_argument("--device", type=arguments.device, default="cuda" if torch.cuda.is_available() else "cpu")
+    parser.add_argument("--threads", type=arguments.at_least(1), help="threads (default: torch's; 1 with --quick)")
     args = parser.parse_args(argv)
+    unknown = sorted(set(args.optim or []) - set(optim.names()))
+    if unknown:
+        parser.error(f"unknown optimizer {', '.join(unknown)}; registered: {', '.join(optim.names())}")
+    for key, value in (QUICK if args.quick else FULL).items():
+        if getattr(args, key, None) is None:
+            setattr(args, key, value)
+    return args
+
+
+def main(argv: Sequence[str] | None = None) -> None:
+    args = parse(argv)
     if args.threads is not None:
         torch.set_num_threads(args.threads)
-    device = torch.device(args.device)
+    device: torch.device = args.device
     names = args.optim or optim.names()
     sets = list(SHAPE_SETS) if args.shapes == "all" else [args.shapes]
     print(
         f"device: {device} ({torch.cuda.get_device_name(device) if device.type == 'cuda' else 'cpu'}), "
         f"torch {torch.__version__}, {torch.get_num_threads()} threads, steps {args.steps} after {args.warmup} warm-up"
+        + (", --quick: widths / 4" if args.quick else "")
     )
+    found, missing = oracles()
     for set_name in sets:
-        shapes = SHAPE_SETS[set_name](args.layers)
+        shapes = SHAPE_SETS[set_name](args.layers, args.divisor)
         numel = sum(torch.Size(s).numel() for s in shapes)
-        print(f"\n## {set_name}: {len(shapes)} tensors, {numel / 1e6:.1f}M parameters")
+        print(f"\n## {set_name}: {len(shapes)} tensors, {numel / 1e6:.2f}M parameters")
         baseline = time_steps(
             torch.optim.AdamW(make_params(shapes, device, False), foreach=True), device, args.warmup, args.steps
         )
@@ -253,7 +292,6 @@ def main(argv: Sequence[str] | None = None) -> None:
             f"{'adamw-foreach':<20}{base_median * 1e3:>11.2f}{statistics.mean(baseline) * 1e3:>10.2f}{1.0:>9.2f}"
             f"{base_median / muon_median:>8.2f}"
         )
-        found = oracles()
         for name in names:
             times = time_steps(ours(name, make_params(shapes, device, False), {}), device, args.warmup, args.steps)
             median = statistics.median(times)
@@ -264,6 +302,8 @@ def main(argv: Sequence[str] | None = None) -> None:
             oracle = found.get(name)
             if oracle is not None:
                 line += compare_with_oracle(name, oracle, shapes, device, args.warmup, args.steps)
+            elif name in missing:
+                line += f"   {missing[name]}"
             print(line, flush=True)
 
 

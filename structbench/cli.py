@@ -28,6 +28,9 @@ from structbench.errors import DeviceUnusableError, StoreWriteError, UsageError,
 from structbench.optim.registry import unknown_name_message
 
 if TYPE_CHECKING:
+    import pandas as pd
+
+    from structbench.report.output_cache import Output
     from structbench.runner import Progress as RunProgress
     from structbench.runner import RunOutcome
 
@@ -789,7 +792,7 @@ def report(
     ] = False,
 ) -> None:
     """Compare optimizers per suite and across suites: in the terminal, as Markdown, or as one HTML page."""
-    from structbench.report import build, options, suite_files, terminal
+    from structbench.report import options, output_cache, suite_files
 
     stores = list(outs or [Path("results")])
     for out in stores:
@@ -799,50 +802,108 @@ def report(
         raise UsageError("--out names the same results directory twice.")
     formats = options.formats(fmt)
     wanted = {name: suite_files.expand(name) for name in suites or []}
+    cutoff = options.since(since)
+    target = to if to is not None else stores[0] / "report"
+    request = {
+        "suites": wanted,
+        "optims": sorted(optims or []),
+        "baseline": baseline,
+        "since": cutoff.isoformat() if cutoff is not None else None,
+        "include_smoke": include_smoke,
+        "formats": sorted(formats),
+        "console": [console.width, console.color_system, console.is_terminal],
+    }
+    entry_key = output_cache.key(stores, target, request)
+    output = output_cache.load(stores[0], entry_key)
+    if output is None:
+        output, keep = _compute_report(stores, wanted, optims or [], baseline, cutoff, include_smoke, formats, target)
+        if output is not None and keep:
+            output_cache.store(stores[0], entry_key, output)
+    else:
+        for line in output.warnings:
+            print(line, file=sys.stderr)
+        _write_term(output.term)
+    for path in output.written if output is not None else []:
+        console.print(escape(f"wrote {path}"))
+
+
+def _write_term(text: str | None) -> None:
+    """Terminal text rendered by `console` (captured), written as the console would have written it."""
+    if text is not None:
+        console.file.write(text)
+        console.file.flush()
+
+
+def _warn_debris(stores: list[Path]) -> list[str]:
+    """Print (on stderr) and return a warning line for each store that holds debris."""
+    from structbench import store
+
+    lines = []
+    for out in stores:
+        debris = store.find_debris(out)
+        if debris.paths():
+            lines.append(
+                f"warning: {out} holds {debris.describe()}; `structbench doctor --out {out} --repair` removes them."
+            )
+            print(lines[-1], file=sys.stderr)
+    return lines
+
+
+def _compute_report(
+    stores: list[Path],
+    wanted: dict[str, list[str]],
+    optims: list[str],
+    baseline: str | None,
+    cutoff: pd.Timestamp | None,
+    include_smoke: bool,
+    formats: set[str],
+    target: Path,
+) -> tuple[Output | None, bool]:
+    """Build the report, print its terminal text and write what `formats` asks for (md/html to `target`): the
+    output (output_cache.Output; None when there are no runs) and whether to keep it (not when files were
+    unreadable: their warnings come from reading)."""
+    from structbench.report import build, output_cache, terminal
+
     plotted = bool(formats & {"md", "html"})
     result = build.build_report(
         stores,
         wanted,
-        optims or [],
+        optims,
         baseline or "adamw",
-        options.since(since),
+        cutoff,
         plotted,
         baseline_given=baseline is not None,
         include_smoke=include_smoke,
     )
     for problem in result.problems:
         print(f"warning: skipped unreadable file {problem.path}: {problem.reason}", file=sys.stderr)
-    from structbench import store
-
-    for out in stores:
-        debris = store.find_debris(out)
-        if debris.paths():
-            print(
-                f"warning: {out} holds {debris.describe()}; `structbench doctor --out {out} --repair` removes them.",
-                file=sys.stderr,
-            )
+    warnings = _warn_debris(stores)
     if not result.suites and result.experiments.empty:
         console.print(escape(f"no runs in {', '.join(str(out) for out in stores)}"))
-        return
+        return None, False
+    term = None
     if "term" in formats:
-        terminal.print_report(console, result)
+        with console.capture() as captured:
+            terminal.print_report(console, result)
+        term = captured.get()
+        _write_term(term)
+    written: list[Path] = []
+    files: list[Path] = []
     if plotted:
         from structbench.report import html, markdown, render
 
-        target = to if to is not None else stores[0] / "report"
         figures = render.render_figures(result)
         try:
             target.mkdir(parents=True, exist_ok=True)
-            written = []
             if "md" in formats:
                 written.append(markdown.write(result, figures, target))
+                files += sorted((target / markdown.FIGURE_DIR).glob("*.png"))
             if "html" in formats:
                 written.append(html.write(result, figures, target))
         except OSError as exc:
             print(f"error: cannot write the report to {target}: {exc.strerror or exc}", file=sys.stderr)
             raise typer.Exit(EXIT_RUN_ERROR) from None
-        for path in written:
-            console.print(escape(f"wrote {path}"))
+    return output_cache.Output(term, warnings, written, [*written, *files]), not result.problems
 
 
 @app.command("export")

@@ -33,10 +33,10 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from structbench.report.atomic import replacing
+from structbench.report.cache_dir import CACHE_DIR
 from structbench.report.parallel import usable_cores
 from structbench.store import Problem
 
-CACHE_DIR = ".report-cache"
 CACHE_FORMAT = "3"
 _FILE, _ID = "_file", "_identity"
 CHUNK = 250

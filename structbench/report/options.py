@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
-import pandas as pd
+from typing import TYPE_CHECKING
 
 from structbench.errors import UsageError, did_you_mean
+
+if TYPE_CHECKING:
+    import pandas as pd
 
 FORMATS = {"term": {"term"}, "md": {"md"}, "html": {"html"}, "all": {"term", "md", "html"}}
 
@@ -20,6 +23,8 @@ def since(text: str | None) -> pd.Timestamp | None:
     """--since as a UTC timestamp (a date means its midnight; a time without a zone is UTC)."""
     if text is None:
         return None
+    import pandas as pd  # here: a report served from the output cache without --since does not load pandas
+
     try:
         stamp = pd.Timestamp(text)
     except (ValueError, TypeError):

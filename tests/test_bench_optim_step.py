@@ -1,0 +1,93 @@
+"""benchmarks/optim_step.py: one-line errors with exit 2, the --quick shapes, and independent implementations that are
+not installed named in the output rather than left out."""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Iterator
+
+import pytest
+import torch
+
+from benchmarks import optim_step
+from structbench.tasks.vision.resnet import CifarResNet
+
+
+@pytest.fixture(autouse=True)
+def keep_threads() -> Iterator[None]:
+    """--quick sets torch's threads to 1; the tests after these keep their own."""
+    threads = torch.get_num_threads()
+    yield
+    torch.set_num_threads(threads)
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["--steps", "0"],
+        ["--steps", "two"],
+        ["--warmup", "-1"],
+        ["--layers", "0"],
+        ["--threads", "0"],
+        ["--optim", "adamw", "--optim", "no-such-optimizer"],
+        ["--shapes", "vgg"],
+        ["--device", "tpu"],
+        ["--device", "cuda:99"],
+        ["--no-such-flag"],
+    ],
+)
+def test_bad_arguments_give_one_line_and_exit_2(argv: list[str], capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as exited:
+        optim_step.main(argv)
+    assert exited.value.code == 2
+    out, err = capsys.readouterr()
+    assert out == ""
+    assert len(err.strip().splitlines()) == 1 and err.startswith("error: ")
+
+
+def test_unknown_optimizer_is_named(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit):
+        optim_step.parse(["--optim", "fismoo"])
+    err = capsys.readouterr().err
+    assert err.startswith("error: unknown optimizer fismoo; registered: ") and " fismo," in err
+
+
+def test_resnet18_shapes_are_the_models_matrix_weights() -> None:
+    """Full widths: the shapes of the CIFAR ResNet-18's conv and linear weights (the model itself is the oracle);
+    divisor 4: every channel count / 4."""
+    for divisor in (1, 4):
+        model = CifarResNet(18, in_channels=3, num_classes=10, width_div=divisor)
+        weights = sorted(tuple(p.shape) for p in model.parameters() if p.dim() >= 2)
+        assert sorted(optim_step.resnet18(1, divisor)) == weights
+
+
+def test_gpt2_quick_shapes() -> None:
+    """One layer at width 768 / 4 = 192: attention 192x192 twice, MLP 768x192 and 192x768 (2*192^2 + 2*768*192)."""
+    assert optim_step.gpt2_small(1, 4) == [(192, 192), (192, 192), (768, 192), (192, 768)]
+    assert sum(torch.Size(s).numel() for s in optim_step.gpt2_small(12, 1)) == 12 * (2 * 768**2 + 2 * 3072 * 768)
+
+
+def rows(text: str) -> dict[str, str]:
+    """Table rows of the output by optimizer name (the first word)."""
+    return {line.split()[0]: line for line in text.splitlines() if line and not line.startswith(("#", "device"))}
+
+
+def test_missing_independent_implementations_are_listed(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.setitem(sys.modules, "pytorch_optimizer", None)  # `import pytorch_optimizer` raises ImportError
+    monkeypatch.delattr(torch.optim, "Muon", raising=False)
+    optim_step.main(["--quick", "--shapes", "gpt2-small", "--optim", "sgd", "--optim", "soap", "--optim", "muon",
+                     "--steps", "1", "--warmup", "0"])  # fmt: skip
+    out = capsys.readouterr().out
+    assert "## gpt2-small: 4 tensors, 0.37M parameters" in out  # 2*192^2 + 2*768*192 = 368,640
+    table = rows(out)
+    assert "pytorch_optimizer.SOAP not installed" in table["soap"]
+    assert "torch.optim.Muon not installed" in table["muon"]
+    assert "installed" not in table["sgd"]  # no independent implementation to name
+
+
+def test_installed_independent_implementation_is_timed_side_by_side(capsys: pytest.CaptureFixture[str]) -> None:
+    optim_step.main(["--quick", "--shapes", "gpt2-small", "--optim", "galore", "--steps", "2", "--warmup", "0"])
+    line = rows(capsys.readouterr().out)["galore"]
+    assert "ours/pytorch_optimizer.GaLore = " in line and "by median" in line and "not installed" not in line
