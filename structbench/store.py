@@ -106,6 +106,7 @@ RUN_SCHEMA = pa.schema(
         ("float32_matmul_precision", pa.string()),
         ("final_val_loss", pa.float64()),
         ("final_val_metric", pa.float64()),
+        ("root_fallbacks", pa.int64()),
     ]
 )
 OPTIONAL_RUN_COLUMNS = frozenset(
@@ -127,6 +128,7 @@ OPTIONAL_RUN_COLUMNS = frozenset(
         "float32_matmul_precision",
         "final_val_loss",
         "final_val_metric",
+        "root_fallbacks",
     }
 )
 """Columns added after the first stores were written: a row may omit them (stored as null)."""

@@ -7,6 +7,8 @@ updates within a stated bound of the float64 eigendecomposition form over severa
 
 from __future__ import annotations
 
+import json
+
 import pytest
 import torch
 from torch import nn
@@ -14,6 +16,7 @@ from torch import nn
 from structbench import measure
 from structbench.optim import linalg, registry
 from structbench.optim.fismo import Fismo
+from tests.conftest import read_runs
 
 F64 = torch.float64
 
@@ -155,3 +158,15 @@ def test_fismo_newton_on_near_singular_factors_is_no_farther_from_float64_than_f
         for i in range(len(shapes)):
             drift = _relative(eigh[step][i], reference[step][i])
             assert _relative(newton[step][i], reference[step][i]) <= 1.5 * drift + 5e-4
+
+
+def test_a_run_records_root_method_and_the_fallbacks(cli, tmp_path) -> None:
+    """Through the CLI: the run's hparams carry root_method, and its root_fallbacks column counts the fallbacks
+    (root_tol 1e-12 is out of float32's reach: both factors of the quadratic's matrix fall back at each of 5 steps)."""
+    settings = ("--set", "hparams.fismo.root_method=newton", "--set", "hparams.fismo.root_tol=1e-12")
+    quick = ("--suite", "quadratic", "--steps", "5", "--seed", "0", "--quiet", "--optim", "fismo")
+    result = cli("run", *quick, *settings, "--out", tmp_path)
+    assert result.exit_code == 0, result.output
+    (run,) = read_runs(tmp_path).itertuples()
+    assert json.loads(run.hparams)["root_method"] == "newton"
+    assert run.status == "ok" and run.root_fallbacks == 2 * 5

@@ -29,7 +29,7 @@ Implementation (each choice exact in exact arithmetic, or a switch):
   `NEWTON_WARM_ITERS` updates), then, for a matrix whose residual ||Z X Z - I||_F / sqrt(d) is still above
   `root_tol`, a cold coupled Newton–Schulz start (at most `NEWTON_COLD_ITERS` updates), then the
   eigendecomposition above. Each eigendecomposition fallback adds one to the matrix's `root_fallbacks` and to
-  the optimizer's `root_fallbacks` (state_dict and the optimizer: recorded, never silent). No eigenvalue
+  the optimizer's `root_fallbacks`, recorded with the run (the runs table's `root_fallbacks` column). No eigenvalue
   floor is applied (in exact arithmetic the damping already bounds the spectrum below). Where it converges
   the root is within about root_tol of the eigendecomposition's (tests/test_matrix_roots.py states and
   checks the bounds, for the root and for FISMO's update over several steps).
@@ -109,8 +109,12 @@ class Fismo(EagerStructuredOptimizer):
 
     matrices_only = "FISMO"
     cpu_state_keys = (*_COUNTERS, ROOT_FALLBACKS)
-    root_fallbacks: int = 0
-    """Eigendecompositions that `root_method="newton"` fell back to, over all matrices and steps."""
+
+    @property
+    def root_fallbacks(self) -> int:
+        """Eigendecompositions that `root_method="newton"` fell back to, over all matrices and steps (the sum of the
+        state counters, so a resumed run keeps counting)."""
+        return sum(int(st[ROOT_FALLBACKS]) for st in self.state.values() if ROOT_FALLBACKS in st)
 
     hparams = (
         Declaration(
@@ -238,7 +242,6 @@ class Fismo(EagerStructuredOptimizer):
         if group["root_method"] == "newton":
             for st, p_count, q_count in zip(states, p_fallbacks, q_fallbacks, strict=True):
                 st[ROOT_FALLBACKS] += p_count + q_count
-                self.root_fallbacks += p_count + q_count
 
         outcome = []
         for i, st in enumerate(states):
