@@ -170,3 +170,18 @@ def test_a_run_records_root_method_and_the_fallbacks(cli, tmp_path) -> None:
     (run,) = read_runs(tmp_path).itertuples()
     assert json.loads(run.hparams)["root_method"] == "newton"
     assert run.status == "ok" and run.root_fallbacks == 2 * 5
+
+
+def test_a_warm_start_is_kept_within_tol_and_iterated_above_it() -> None:
+    """Z = sqrt(1 + r) A^{-1/2} has Z A Z - I = r I: residual and probe estimate are both r. With tol 1e-3,
+    r = 4e-4 is kept as given (no update), r = 4e-3 (above tol, below 8 tol) is iterated to the root."""
+    a = _spd(32, 10.0, seed=4).float().unsqueeze(0)
+    exact = _exact(a[0])
+    for residual, updates in ((4e-4, 0), (4e-3, None)):
+        init = ((1.0 + residual) ** 0.5 * exact).float().unsqueeze(0)
+        found = linalg.inverse_sqrt_newton_schulz(a, init=init, tol=1e-3, probes=8)
+        assert bool(found.converged)
+        if updates == 0:
+            assert found.iterations == 0 and torch.equal(found.root, linalg.symmetrize(init))
+        else:
+            assert found.iterations >= 1 and _relative(found.root[0], exact) < 1e-4
