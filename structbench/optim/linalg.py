@@ -334,8 +334,9 @@ def inverse_sqrt_newton_schulz(
     update costs three d x d products. With `probes` = s > 0 a warm start is first checked on s Gaussian
     probe vectors V (fixed seed 0): ||(Z A Z - I) V||_F / ||V||_F estimates the residual at O(d^2 s) cost
     (its square is unbiased for the squared residual), and a matrix whose estimate is at most
-    tol / PROBE_MARGIN keeps `init` with no d x d product; for the worst case (rank-one Z A Z - I) a root with
-    residual above tol passes only when a chi-square(s) variable falls below s / 64 (s = 8: below 1e-6).
+    tol / PROBE_MARGIN keeps `init` with no d x d product; in the worst case, a rank-one Z A Z - I whose
+    direction is independent of the probes, a root with residual above tol passes only when a chi-square(s)
+    variable falls below s / 64 (s = 8: probability below 1e-6).
     The others take the full iteration. Computed in float32 (float64 for float64 input); `a` and `init`
     are not modified.
     """
