@@ -337,7 +337,9 @@ def inverse_sqrt_newton_schulz(
     tol / PROBE_MARGIN keeps `init` with no d x d product; in the worst case, a rank-one Z A Z - I whose
     direction is independent of the probes, a root with residual above tol passes only when a chi-square(s)
     variable falls below s / 64 (s = 8: probability below 1e-6).
-    The others take the full iteration. Computed in float32 (float64 for float64 input); `a` and `init`
+    The others take the full iteration, and after each update the same probes accept the new iterate (all of
+    the stack's active matrices below tol / PROBE_MARGIN) before the two products of a full check are spent.
+    Computed in float32 (float64 for float64 input); `a` and `init`
     are not modified.
     """
     _check_square(a, "a")
@@ -352,12 +354,12 @@ def inverse_sqrt_newton_schulz(
         raise ValueError(f"init must have a's shape {tuple(a.shape)}; got {tuple(init.shape)}")
     z = symmetrize(init.to(dtype))
     if probes <= 0 or x.dim() != 3:
-        return _warm_newton_schulz(x, z, eye, tol, max_iters)
+        return _warm_newton_schulz(x, z, eye, tol, max_iters, 0)
     estimate = _probe_residual(x, z, probes)
     rest = [i for i, value in enumerate(estimate.tolist()) if value > tol / PROBE_MARGIN]
     if not rest:
         return InverseSqrt(z, estimate, estimate <= tol, 0)
-    found = _warm_newton_schulz(x[rest], z[rest], eye, tol, max_iters)
+    found = _warm_newton_schulz(x[rest], z[rest], eye, tol, max_iters, probes)
     z, residual = z.clone(), estimate.clone()
     z[rest], residual[rest] = found.root, found.residual
     return InverseSqrt(z, residual, residual <= tol, found.iterations)
@@ -370,7 +372,7 @@ def _probe_residual(x: Tensor, z: Tensor, probes: int) -> Tensor:
     return torch.linalg.matrix_norm(z @ (x @ (z @ v)) - v) / torch.linalg.matrix_norm(v)
 
 
-def _warm_newton_schulz(x: Tensor, z: Tensor, eye: Tensor, tol: float, max_iters: int) -> InverseSqrt:
+def _warm_newton_schulz(x: Tensor, z: Tensor, eye: Tensor, tol: float, max_iters: int, probes: int) -> InverseSqrt:
     def residual_of(root: Tensor) -> tuple[Tensor, Tensor]:
         product = symmetrize(root @ x @ root)
         return product, _rms_residual(product, eye)
@@ -381,8 +383,13 @@ def _warm_newton_schulz(x: Tensor, z: Tensor, eye: Tensor, tol: float, max_iters
     while iterations < max_iters and bool(active.any()):
         half_step = z @ (3.0 * eye - product)
         candidate = torch.where(active[..., None, None], 0.25 * (half_step + half_step.mT), z)
-        new_product, new_residual = residual_of(candidate)
         iterations += 1
+        if probes > 0:
+            estimate = _probe_residual(x, candidate, probes)
+            if bool((estimate[active] <= tol / PROBE_MARGIN).all()):
+                residual = torch.where(active, estimate, residual)
+                return InverseSqrt(candidate, residual, active | (residual <= tol), iterations)
+        new_product, new_residual = residual_of(candidate)
         better = active & (new_residual < residual)
         z = torch.where(better[..., None, None], candidate, z)
         product = torch.where(better[..., None, None], new_product, product)
