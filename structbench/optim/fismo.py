@@ -25,7 +25,7 @@ Implementation (each choice exact in exact arithmetic, or a switch):
   that damping d = mu tr(P_{t-1})/m guarantees (fismo.md §7.9), which only removes rounding below it.
 - `root_method="newton"` (matrix products only, for accelerators): each factor's inverse square root by
   linalg.inverse_sqrt_newton_schulz, warm-started from that factor's previous root (kept without any d x d
-  product while `NEWTON_PROBES` probe vectors put its residual below root_tol / 8, else at most
+  product while `NEWTON_PROBES` probe vectors put its residual below root_tol / 2, else at most
   `NEWTON_WARM_ITERS` updates), then, for a matrix whose residual ||Z X Z - I||_F / sqrt(d) is still above
   `root_tol`, a cold coupled Newton–Schulz start (at most `NEWTON_COLD_ITERS` updates), then the
   eigendecomposition above. Each eigendecomposition fallback adds one to the matrix's `root_fallbacks` and to
@@ -81,7 +81,7 @@ ROOT_DTYPES: dict[str, torch.dtype] = {"float32": torch.float32, "float64": torc
 ROOT_METHODS = ("eigh", "newton")
 NEWTON_WARM_ITERS = 6
 """Warm-started Newton–Schulz updates before a cold start (one step's factor moves by about 1 - gamma)."""
-NEWTON_PROBES = 8
+NEWTON_PROBES = 64
 """Probe vectors that check the previous root before any d x d product (linalg.inverse_sqrt_newton_schulz)."""
 NEWTON_COLD_ITERS = 40
 """Cold coupled Newton–Schulz updates before the eigendecomposition fallback (cond 1e5 needs about 20)."""

@@ -303,7 +303,7 @@ def _rms_residual(product: Tensor, eye: Tensor) -> Tensor:
     return torch.linalg.matrix_norm(product - eye) / product.size(-1) ** 0.5
 
 
-PROBE_MARGIN = 8.0
+PROBE_MARGIN = 2.0
 """A warm start is accepted on probes alone only when their residual estimate is below tol / PROBE_MARGIN."""
 
 
@@ -336,9 +336,11 @@ def inverse_sqrt_newton_schulz(
     (its square is unbiased for the squared residual), and a matrix whose estimate is at most
     tol / PROBE_MARGIN keeps `init` with no d x d product; in the worst case, a rank-one Z A Z - I whose
     direction is independent of the probes, a root with residual above tol passes only when a chi-square(s)
-    variable falls below s / 64 (s = 8: probability below 1e-6).
-    The others take the full iteration, and after each update the same probes accept the new iterate (all of
-    the stack's active matrices below tol / PROBE_MARGIN) before the two products of a full check are spent.
+    variable falls below s / 4 (s = 64: probability below 2e-9 by the Chernoff bound (x e^{1-x})^{s/2},
+    x = 1/4). The others take the full iteration with at least one update (having paid for Z A Z, one more
+    product brings the residual to rounding level, so that the probes keep the root for the next steps), and
+    after each update the same probes accept the new iterate (all of the stack's active matrices below
+    tol / PROBE_MARGIN) before the two products of a full check are spent.
     Computed in float32 (float64 for float64 input); `a` and `init`
     are not modified.
     """
@@ -373,12 +375,14 @@ def _probe_residual(x: Tensor, z: Tensor, probes: int) -> Tensor:
 
 
 def _warm_newton_schulz(x: Tensor, z: Tensor, eye: Tensor, tol: float, max_iters: int, probes: int) -> InverseSqrt:
+    """The warm iteration; with probes (> 0) every matrix takes at least one update."""
+
     def residual_of(root: Tensor) -> tuple[Tensor, Tensor]:
         product = symmetrize(root @ x @ root)
         return product, _rms_residual(product, eye)
 
     product, residual = residual_of(z)
-    active = residual > tol
+    active = residual > (0.0 if probes > 0 else tol)
     iterations = 0
     while iterations < max_iters and bool(active.any()):
         half_step = z @ (3.0 * eye - product)
