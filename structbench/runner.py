@@ -231,6 +231,7 @@ def execute(
         "initial_eval_metric": initial.metric if initial else None,
         "nvml_mem_bytes": probe.nvml_used_bytes(),
         "solver_failures": int(getattr(optimizer, "solver_failures", 0)),
+        "root_fallbacks": int(getattr(optimizer, "root_fallbacks", 0)),
         "routing": json.dumps(routing),
         "data_source": task.data_source if task is not None else None,
         "analytic_state_bytes": analytic_bytes,

@@ -129,6 +129,7 @@ RUN_SCHEMA = pa.schema(
         ("torchvision_version", pa.string()),
         ("git_dirty", pa.bool_()),
         ("command", pa.string()),
+        ("root_fallbacks", pa.int64()),
     ]
 )
 OPTIONAL_RUN_COLUMNS = frozenset(
@@ -170,6 +171,7 @@ OPTIONAL_RUN_COLUMNS = frozenset(
         "torchvision_version",
         "git_dirty",
         "command",
+        "root_fallbacks",
     }
 )
 """Columns added after the first stores were written: a row may omit them (stored as null)."""

@@ -28,11 +28,14 @@ Switches (each off, i.e. at the paper's Algorithm 2, by default):
 - `update_rms` > 0 rescales each update to Frobenius norm update_rms * sqrt(mn), and `weight_decay` is
   decoupled (W *= 1 - lr wd first): the released code's 0.2 and 0.1 (infinity-stars/ASGO), not the paper's.
 
-Eigenvalues of the k x k float32 statistic at or below its resolution k * float32-eps * lambda_max are
-rounding noise. With eps > 0 they are raised to that resolution before damping (without it, accumulated V
-on an ill-conditioned problem with eps 1e-8 turns noise into gains of 1e4 and diverges where float64 does
-not); eps = 0 is allowed with "eigh" and gives the pseudo-inverse root, which drops them (App. G proves
-ASGO = Muon with the compact SVD). Negative eigenvalues from rounding are clamped to 0.
+Roots (eps > 0): (lambda + eps)^{-1/2} for each eigenvalue lambda of V clamped at 0 (rounding can make it
+negative), exactly line 13. `eigenvalue_floor="resolution"` (structbench numerics, not the paper) first raises
+eigenvalues below the float32 resolution of V, k * float32-eps * lambda_max, to that resolution: a float32 V
+cannot resolve them, and accumulated V on an ill-conditioned problem with a tiny eps (1e-8) otherwise turns
+that noise into gains of up to eps^{-1/2} and diverges where float64 does not. It changes the update wherever
+the resolution exceeds about eps (lambda_max above eps / (k float32-eps): 0.011 for k = 768, eps = 1e-6).
+eps = 0 is allowed with "eigh" and gives the pseudo-inverse root, which drops the eigenvalues below that
+resolution (App. G proves ASGO = Muon with the compact SVD).
 
 DASGO, Algorithm 3 (diagonal, right side, no tau):
     M_t = beta1 M_{t-1} + (1 - beta1) G_t ;  v_t = beta2 v_{t-1} + (1 - beta2) diag(G_t^T G_t)
@@ -69,6 +72,7 @@ DASGO_SIDES = ("right", "left")
 PRECONDITION_SOURCES = ("grad", "momentum")
 ACCUMULATIONS = ("ema", "sum")
 EPS_PLACEMENTS = ("inside", "outside")
+EIGENVALUE_FLOORS = ("none", "resolution")
 ROOTS = ("eigh", "newton")
 NEWTON_ITERS = 50
 """Coupled Newton iterations for `root="newton"` (App. C.3, Fig. 7c: 50 iterations)."""
@@ -107,16 +111,19 @@ def preconditioner_size(shape: tuple[int, ...], side: str) -> int:
     return rows if preconditions_left(shape, side) else cols
 
 
-def inverse_root_from_eigenpairs(evals: Tensor, evecs: Tensor, eps: float, eps_placement: str) -> Tensor:
-    """(V + eps I)^{-1/2} ("inside", Alg. 2) or (V^{1/2} + eps I)^{-1} ("outside", Alg. 1) from V's eigenpairs.
+def inverse_root_from_eigenpairs(
+    evals: Tensor, evecs: Tensor, eps: float, eps_placement: str, floor: bool = False
+) -> Tensor:
+    """(V + eps I)^{-1/2} ("inside", Alg. 2 line 13) or (V^{1/2} + eps I)^{-1} ("outside", Alg. 1) from V's
+    eigenpairs, eigenvalues clamped at 0.
 
-    Eigenvalues at or below the float32 resolution of V, k * float32-eps * lambda_max (k the matrix size),
-    are rounding noise: with eps = 0 they get a zero root (the pseudo-inverse), with eps > 0 they are raised
-    to that resolution before damping, so a tiny eps cannot turn noise into a gain of eps^{-1/2}.
+    With eps = 0, eigenvalues at or below the float32 resolution of V, k * float32-eps * lambda_max (k the matrix
+    size), get a zero root (the pseudo-inverse). With `floor` and eps > 0 they are raised to that resolution
+    before damping (the `eigenvalue_floor="resolution"` switch; not the paper's).
     """
     lam = evals.clamp_min(0.0)
     resolution = evals.size(-1) * _FLOAT32_EPS * lam.amax(dim=-1, keepdim=True)
-    if eps > 0.0:
+    if floor and eps > 0.0:
         lam = torch.maximum(lam, resolution)
     roots = (lam + eps).rsqrt() if eps_placement == "inside" else (lam.sqrt() + eps).reciprocal()
     if eps == 0.0:
@@ -178,6 +185,12 @@ class ASGO(StructuredOptimizer):
             option("accumulation", "ema", ACCUMULATIONS, paper(f"{PAPER} Alg. 2 line 8; 'sum' is Alg. 1's")),
             option("eps_placement", "inside", EPS_PLACEMENTS, paper(f"{PAPER} Alg. 2 line 13; 'outside' is Alg. 1's")),
             option("root", "eigh", ROOTS, paper(f"{PAPER} App. C.3: an exact decomposition of V")),
+            option(
+                "eigenvalue_floor",
+                "none",
+                EIGENVALUE_FLOORS,
+                paper(f"{PAPER} Alg. 2 line 13: (V + eps I)^(-1/2); 'resolution' floors at V's float32 resolution"),
+            ),
         )
         + RELEASED_CODE_SWITCHES
     )
@@ -251,12 +264,13 @@ class ASGO(StructuredOptimizer):
     @staticmethod
     def _inverse_roots(stack: Tensor, group: Mapping[str, Any]) -> Tensor:
         eps, placement = group["eps"], group["eps_placement"]
+        floor = group["eigenvalue_floor"] == "resolution"
         if stack.size(-1) == 1:
-            return inverse_root_from_eigenpairs(stack[..., 0], torch.ones_like(stack), eps, placement)
+            return inverse_root_from_eigenpairs(stack[..., 0], torch.ones_like(stack), eps, placement, floor)
         if group["root"] == "newton":
             return inverse_root_newton(stack, 2, eps=eps, max_iters=NEWTON_ITERS, relative_eps=False)
         evals, evecs = eigh_with_retry(stack)
-        return inverse_root_from_eigenpairs(evals, evecs, eps, placement)
+        return inverse_root_from_eigenpairs(evals, evecs, eps, placement, floor)
 
     def _apply_update(self, p: Tensor, state: dict[str, Tensor], group: Mapping[str, Any]) -> None:
         """Alg. 2 lines 17-21, after the optional decoupled weight decay; then t <- t + 1."""
@@ -383,9 +397,10 @@ ASGO_ENTRY = register(
         route=_route_asgo,
         notes=(
             "The head is ASGO's (paper and code). Table 4's eps 1e-6 contradicts App. C.3 (GPT-2 used eps 0 with an "
-            "SVD); eps 0 is allowed (pseudo-inverse root). Eigenvalues below the float32 resolution of V (k "
-            "fp32-eps lambda_max) are floored there before damping (structbench numerics, not the paper: float32 "
-            "statistics cannot resolve them). root 'newton' is the coupled Newton of Fig. 7c (50 iterations). "
+            "SVD); eps 0 is allowed (pseudo-inverse root). Roots are Alg. 2 line 13's (V + eps I)^(-1/2); "
+            "eigenvalue_floor 'resolution' first raises eigenvalues below V's float32 resolution (k fp32-eps "
+            "lambda_max) to it (structbench numerics, not the paper: float32 statistics cannot resolve them). "
+            "root 'newton' is the coupled Newton of Fig. 7c (50 iterations). "
             "Switches for the released code (infinity-stars/ASGO): update_rms 0.2, weight_decay 0.1, beta2 0.8, "
             "one_d/embeddings 'adamw' (the adamw_* keys). accumulation 'sum' + eps_placement 'outside' + beta1 0 + "
             "side 'left' is Algorithm 1. Head-wise Q/K preconditioning (App. B) is not implemented."

@@ -23,6 +23,16 @@ Implementation (each choice exact in exact arithmetic, or a switch):
   as (G Q^{-1/2})(G Q^{-1/2})^T and G^T P^{-1} G as (P^{-1/2} G)^T (P^{-1/2} G), PSD by construction, and
   P_t^{-1/2} G_t is reused for the whitening. Eigenvalues are clamped at the floor (1 - gamma) d m / tr P~_t
   that damping d = mu tr(P_{t-1})/m guarantees (proof of Lemma D.2, Eq. 28), which only removes rounding below it.
+- `root_method="newton"` (matrix products only, for accelerators): each factor's inverse square root by
+  linalg.inverse_sqrt_newton_schulz, warm-started from that factor's previous root (kept without any d x d
+  product while `NEWTON_PROBES` probe vectors put its residual below root_tol / 2, else at most
+  `NEWTON_WARM_ITERS` updates), then, for a matrix whose residual ||Z X Z - I||_F / sqrt(d) is still above
+  `root_tol`, a cold coupled Newton–Schulz start (at most `NEWTON_COLD_ITERS` updates), then the
+  eigendecomposition above. Each eigendecomposition fallback adds one to the matrix's `root_fallbacks` and to
+  the optimizer's `root_fallbacks`, recorded with the run (the runs table's `root_fallbacks` column). No eigenvalue
+  floor is applied (in exact arithmetic the damping already bounds the spectrum below). Where it converges
+  the root is within about root_tol of the eigendecomposition's (tests/test_matrix_roots.py states and
+  checks the bounds, for the root and for FISMO's update over several steps).
 - Polar: `polar="ns"` (default; the paper follows Muon but gives no steps or coefficients: Muon's quintic,
   `ns_steps` 5, X0 = M/(||M||_F + ns_eps)) or `"svd"` (exact U V^T; zero singular values map to zero).
 - Switches for ablations (structbench's; the paper runs none): `order="jacobi"` (R_t from P_{t-1});
@@ -39,7 +49,8 @@ P_t = (1 - a) P_{t-1} + a (m / tr L_t) L_t with a = (1 - gamma) tr L_t / (gamma 
 small gradients (tr L_t << m) leave P, Q near I (FISMO ~ Muon) and large ones make them anisotropic.
 
 State per factored matrix, float32 whatever the parameter dtype: `P`, `Q`, `P_inv_root`, `Q_inv_root`,
-`momentum` (m x n), plus CPU int64 scalars `step` and `solver_failures` (consecutive). Same-shape matrices of
+`momentum` (m x n), plus CPU int64 scalars `step`, `solver_failures` (consecutive) and, with
+`root_method="newton"`, `root_fallbacks` (cumulative). Same-shape matrices of
 a group are stacked: eigendecompositions, Newton–Schulz and SVD run batched. A failed eigendecomposition
 (or non-finite root) keeps that factor's previous value and roots; a failed SVD polar falls back to
 Newton–Schulz for the step. Each failure adds one to `solver_failures`; the third consecutive step with a
@@ -69,10 +80,18 @@ from structbench.optim.registry import NamedParams, OptimizerEntry, Routing, reg
 ORDERS = ("gauss_seidel", "jacobi")
 DAMPINGS = ("algorithm", "theorem")
 ROOT_DTYPES: dict[str, torch.dtype] = {"float32": torch.float32, "float64": torch.float64}
+ROOT_METHODS = ("eigh", "newton")
+NEWTON_WARM_ITERS = 6
+"""Warm-started Newton–Schulz updates before a cold start (one step's factor moves by about 1 - gamma)."""
+NEWTON_PROBES = 64
+"""Probe vectors that check the previous root before any d x d product (linalg.inverse_sqrt_newton_schulz)."""
+NEWTON_COLD_ITERS = 40
+"""Cold coupled Newton–Schulz updates before the eigendecomposition fallback (cond 1e5 needs about 20)."""
 OVERSIZE = ("muon", "adamw")
 MAX_CONSECUTIVE_SOLVER_FAILURES = 3
 STATE_DTYPE = torch.float32
 _COUNTERS = ("step", "solver_failures")
+ROOT_FALLBACKS = "root_fallbacks"
 PAPER = "Xu et al. (arXiv 2601.21750)"
 SWEPT = "the sweep in the registry notes; the paper gives no values"
 
@@ -91,7 +110,13 @@ class Fismo(EagerStructuredOptimizer):
     """FISMO (Algorithm 1) over matrix parameters (2-D, or conv filters through their (out, in*kh*kw) view)."""
 
     matrices_only = "FISMO"
-    cpu_state_keys = _COUNTERS
+    cpu_state_keys = (*_COUNTERS, ROOT_FALLBACKS)
+
+    @property
+    def root_fallbacks(self) -> int:
+        """Eigendecompositions that `root_method="newton"` fell back to, over all matrices and steps (the sum of the
+        state counters, so a resumed run keeps counting)."""
+        return sum(int(st[ROOT_FALLBACKS]) for st in self.state.values() if ROOT_FALLBACKS in st)
 
     hparams = (
         Declaration(
@@ -106,6 +131,13 @@ class Fismo(EagerStructuredOptimizer):
             option("damping", "algorithm", DAMPINGS, paper(f"{PAPER} Alg. 1 step 4; 'theorem' is Thm 4.1's")),
             flag("whiten_momentum", True, paper(f"{PAPER} Alg. 1 steps 6-7: momentum of the whitened gradient")),
             option("root_dtype", "float32", ROOT_DTYPES, ours("float32 eigendecompositions, retried in float64")),
+            option(
+                "root_method",
+                "eigh",
+                ROOT_METHODS,
+                ours("exact roots by eigendecomposition; 'newton' is matrix products only (Newton–Schulz)"),
+            ),
+            real("root_tol", 1e-4, ours("RMS of Z X Z - I accepted from 'newton' (float32 reaches ~1e-5)"), "(0, 1)"),
             integer(
                 "precond_every", 1, paper(f"{PAPER} Alg. 1: factors every step; k > 1 is not in the paper"), "[1, inf)"
             ),
@@ -140,7 +172,8 @@ class Fismo(EagerStructuredOptimizer):
             state["P_inv_root"] = torch.eye(rows, **options)
             state["Q_inv_root"] = torch.eye(cols, **options)
         state["momentum"] = torch.zeros(rows, cols, **options)
-        for key in _COUNTERS:
+        counters = _COUNTERS + ((ROOT_FALLBACKS,) if uses_newton(shape, group) else ())
+        for key in counters:
             state[key] = torch.zeros((), dtype=torch.int64)
 
     def _step_bucket(self, group: dict[str, Any], params: list[Tensor], shape: tuple[int, int]) -> None:
@@ -198,13 +231,20 @@ class Fismo(EagerStructuredOptimizer):
         left = grads @ q_root_old
         damp_left = mu * (_squared_norm(q_root_old) / cols if theorem else _trace(p_old) / rows)
         stat_left = torch.baddbmm(damp_left * _eye(rows, grads), left, left.mT, alpha=1.0 / cols)
-        p_new, p_root, p_ok = self._normalised_factor(p_old, p_root_old, stat_left, damp_left, gamma, group)
+        p_new, p_root, p_ok, p_fallbacks = self._normalised_factor(
+            p_old, p_root_old, stat_left, damp_left, gamma, group
+        )
 
         p_root_right = p_root if group["order"] == "gauss_seidel" else p_root_old
         right = p_root_right @ grads
         damp_right = mu * (_squared_norm(p_root_right) / rows if theorem else _trace(q_old) / cols)
         stat_right = torch.baddbmm(damp_right * _eye(cols, grads), right.mT, right, alpha=1.0 / rows)
-        q_new, q_root, q_ok = self._normalised_factor(q_old, q_root_old, stat_right, damp_right, gamma, group)
+        q_new, q_root, q_ok, q_fallbacks = self._normalised_factor(
+            q_old, q_root_old, stat_right, damp_right, gamma, group
+        )
+        if group["root_method"] == "newton":
+            for st, p_count, q_count in zip(states, p_fallbacks, q_fallbacks, strict=True):
+                st[ROOT_FALLBACKS] += p_count + q_count
 
         outcome = []
         for i, st in enumerate(states):
@@ -218,21 +258,26 @@ class Fismo(EagerStructuredOptimizer):
     @staticmethod
     def _normalised_factor(
         old: Tensor, old_root: Tensor, stat: Tensor, damp: Tensor, gamma: float, group: Mapping[str, Any]
-    ) -> tuple[Tensor, Tensor, list[bool]]:
+    ) -> tuple[Tensor, Tensor, list[bool], list[int]]:
         """EMA, trace normalisation and symmetrisation of one factor, and its inverse square root.
 
-        Matrices whose root fails keep their previous factor and root. Returns (factor, root, ok per matrix).
+        Matrices whose root fails keep their previous factor and root. Returns (factor, root, ok per matrix,
+        eigendecomposition fallbacks of `root_method="newton"` per matrix).
         """
         dim = old.size(-1)
         blended = gamma * old + (1.0 - gamma) * stat
         scale = dim / _trace(blended)
         factor = linalg.symmetrize(blended * scale)
         floor = ((1.0 - gamma) * damp * scale).reshape(-1, 1)
-        roots = _inverse_roots(factor, floor, ROOT_DTYPES[group["root_dtype"]])
+        dtype = ROOT_DTYPES[group["root_dtype"]]
+        if group["root_method"] == "newton":
+            roots, fallbacks = _newton_inverse_roots(factor, old_root, floor, dtype, group["root_tol"])
+        else:
+            roots, fallbacks = _inverse_roots(factor, floor, dtype), [0] * len(factor)
         ok = [root is not None for root in roots]
         factor = torch.stack([f if good else o for f, o, good in zip(factor, old, ok, strict=True)])
         root = torch.stack([r if r is not None else o for r, o in zip(roots, old_root, strict=True)])
-        return factor, root, ok
+        return factor, root, ok, fallbacks
 
     def _polar(self, direction: Tensor, params: list[Tensor], group: Mapping[str, Any], failed: list[bool]) -> Tensor:
         """Polar(direction) per matrix: exact SVD (falling back to Newton–Schulz on failure) or Newton–Schulz."""
@@ -258,6 +303,11 @@ class Fismo(EagerStructuredOptimizer):
                 f"FISMO: solvers for a {tuple(param.shape)} parameter failed {int(state['solver_failures'])} "
                 "steps in a row"
             )
+
+
+def uses_newton(shape: tuple[int, int], group: Mapping[str, Any]) -> bool:
+    """Whether a matrix of `shape` has factors whose roots come from Newton–Schulz (and a fallback counter)."""
+    return group["root_method"] == "newton" and factored(shape, group["max_factor_dim"])
 
 
 def _eye(dim: int, like: Tensor) -> Tensor:
@@ -294,6 +344,31 @@ def _inverse_roots(factors: Tensor, floor: Tensor, dtype: torch.dtype) -> list[T
             continue
         found.append(root if bool(torch.isfinite(root).all()) else None)
     return found
+
+
+def _newton_inverse_roots(
+    factors: Tensor, previous: Tensor, floor: Tensor, dtype: torch.dtype, tol: float
+) -> tuple[list[Tensor | None], list[int]]:
+    """X^{-1/2} per matrix of a (k, d, d) SPD stack by Newton–Schulz: warm from `previous` (the last roots), then
+    cold, then by eigendecomposition (`_inverse_roots`) for the matrices still above `tol`. Returns the roots
+    (None where every method failed) and, per matrix, 1 where it fell back to the eigendecomposition."""
+    stack = factors.to(dtype)
+    warm = linalg.inverse_sqrt_newton_schulz(
+        stack, init=previous, tol=tol, max_iters=NEWTON_WARM_ITERS, probes=NEWTON_PROBES
+    )
+    roots = list(warm.root.unbind(0))
+    done = [bool(ok) for ok in warm.converged]
+    retry = [i for i, ok in enumerate(done) if not ok]
+    if retry:
+        cold = linalg.inverse_sqrt_newton_schulz(stack[retry], tol=tol, max_iters=NEWTON_COLD_ITERS)
+        for i, root, ok in zip(retry, cold.root.unbind(0), cold.converged, strict=True):
+            roots[i], done[i] = root, bool(ok)
+    found: list[Tensor | None] = [root.to(STATE_DTYPE) for root in roots]
+    pending = [i for i, ok in enumerate(done) if not ok]
+    if pending:
+        for i, root in zip(pending, _inverse_roots(factors[pending], floor[pending], dtype), strict=True):
+            found[i] = root
+    return found, [0 if ok else 1 for ok in done]
 
 
 def _apply(param: Tensor, delta: Tensor, lr: float, decay: float) -> None:
@@ -333,7 +408,8 @@ def fismo_state_bytes(structured: list[tuple[int, ...]], fallback: list[tuple[in
     for shape in structured:
         rows, cols = matrix_shape(shape)
         factors = 2 * rows * rows + 2 * cols * cols if factored((rows, cols), hp["max_factor_dim"]) else 0
-        total += 4 * (factors + rows * cols) + COUNTER_BYTES
+        fallback_counter = 8 if uses_newton((rows, cols), hp) else 0
+        total += 4 * (factors + rows * cols) + COUNTER_BYTES + fallback_counter
     return total + adamw_state_bytes(fallback)
 
 
@@ -360,7 +436,12 @@ _NOTES = (
     "max_factor_dim > 0 with oversize 'muon' (identity factors) | 'adamw' (routed to the fallback). Routing: "
     "hidden matrices and conv filters (out, in*kh*kw) to FISMO; 1-D params, embeddings and the head to torch "
     "AdamW with Muon's aux-Adam settings. State float32 for any parameter dtype: P, Q, P^{-1/2}, Q^{-1/2}, M "
-    "(4 (2 m^2 + 2 n^2 + m n) bytes) and two int64 counters."
+    "(4 (2 m^2 + 2 n^2 + m n) bytes) and two int64 counters. Roots: root_method 'eigh' (default, exact) or "
+    "'newton' (matrix products only: Newton–Schulz warm-started from the previous root, a probe and residual check, "
+    "a cold coupled start, then eigh; eigh fallbacks counted in root_fallbacks and the run's root_fallbacks "
+    "column; one more int64 counter per matrix). Within root_tol (1e-4 RMS of Z X Z - I) of the eigh root; "
+    "updates within 5e-4 of the float64 eigh form where the factors' condition numbers stay below about 250 "
+    "(tests/test_matrix_roots.py)."
 )
 
 FISMO = register(

@@ -72,6 +72,11 @@ class HybridOptimizer(torch.optim.Optimizer):
     def solver_failures(self) -> int:
         return sum(int(getattr(part, "solver_failures", 0)) for part in self.parts.values())
 
+    @property
+    def root_fallbacks(self) -> int:
+        """Iterative matrix roots that fell back to an eigendecomposition (FISMO's root_method="newton")."""
+        return sum(int(getattr(part, "root_fallbacks", 0)) for part in self.parts.values())
+
 
 def fallback_adamw(params: list[torch.nn.Parameter], hp: Mapping[str, Any]) -> torch.optim.AdamW:
     """`torch.optim.AdamW` from the `adamw_*` hyperparameters of a hybrid entry."""

@@ -11,6 +11,9 @@ References:
     Jordan et al. (2024), Muon: quintic Newton–Schulz coefficients.
     Guo & Higham (2006), Eq. 3.2: coupled (Schur–)Newton iteration for A^{-1/p}, as in google-research
         scalable_shampoo and 4-bit Shampoo's 32-bit baseline (Sike-Wang/low-bit-Shampoo optimizers/matrix_functions.py).
+    Higham, "Functions of Matrices" (2008), Ch. 6: the coupled Newton–Schulz iteration for A^{1/2} and A^{-1/2}
+        (the sign-function Newton–Schulz iteration of Ch. 5 applied to [[0, A], [I, 0]]); public coupled
+        inverse-root iterations: facebookresearch/optimizers distributed_shampoo/utils/matrix_functions.py.
     Wang et al. (2024), 4-bit Shampoo: Eq. 2 (Björck rectification), App. B (subspace iteration).
     Halko, Martinsson & Tropp (2011): randomized range finder (Alg. 4.1 / 4.4) and direct SVD (Alg. 5.1).
 """
@@ -18,6 +21,7 @@ References:
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import dataclass
 
 import torch
 from torch import Tensor
@@ -278,6 +282,149 @@ def inverse_root_newton(
     if not bool(torch.isfinite(root).all()):
         raise SolverError("coupled Newton inverse root returned non-finite values")
     return root
+
+
+@dataclass(frozen=True)
+class InverseSqrt:
+    """What `inverse_sqrt_newton_schulz` found: the root, its residual and how many updates it took."""
+
+    root: Tensor
+    """(..., d, d) estimate Z of A^{-1/2}, symmetric, float32 (float64 for float64 input)."""
+    residual: Tensor
+    """(...,) ||Z A Z - I||_F / sqrt(d) of the returned Z, computed in the iteration dtype."""
+    converged: Tensor
+    """(...,) bool: residual <= tol. A matrix that did not converge returns its best iterate."""
+    iterations: int
+    """Newton–Schulz updates made (the most any matrix of the batch took)."""
+
+
+def _rms_residual(product: Tensor, eye: Tensor) -> Tensor:
+    """||P - I||_F / sqrt(d) per matrix of a (..., d, d) stack: the RMS entry of P - I."""
+    return torch.linalg.matrix_norm(product - eye) / product.size(-1) ** 0.5
+
+
+PROBE_MARGIN = 2.0
+"""A warm start is accepted on probes alone only when their residual estimate is below tol / PROBE_MARGIN."""
+
+
+def inverse_sqrt_newton_schulz(
+    a: Tensor, init: Tensor | None = None, *, tol: float = 1e-4, max_iters: int = 40, probes: int = 0
+) -> InverseSqrt:
+    """A^{-1/2} of symmetric positive definite A by Newton–Schulz iterations: matrix products only.
+
+    Cold start (`init` None): the coupled iteration (Higham 2008, Ch. 6) Y_0 = A / c, Z_0 = I with
+    c = ||A||_F >= lambda_max (so the spectrum of Y_0 lies in (0, 1], inside the (0, 3) where it converges);
+    T_k = (3I - Z_k Y_k) / 2, Y_{k+1} = Y_k T_k, Z_{k+1} = T_k Z_k; Z_k -> (A / c)^{-1/2} quadratically once
+    ||Z_k Y_k - I|| < 1, and the coupled form is stable in floating point; the root is Z / sqrt(c). From a
+    cold start a small eigenvalue lambda needs about log(c / lambda) / log(2.25) updates before the quadratic
+    phase.
+
+    Warm start (`init` = Z_0, e.g. the root of the previous step's A): the coupled pair needs a start that
+    commutes with A (from any other start it converges to some pair with Z Y = I, not to A's root), so the warm
+    start iterates the equivalent single sequence Z_{k+1} = sym(Z_k (3I - Z_k A Z_k) / 2), whose only SPD fixed
+    point is A^{-1/2} (Z A Z = I). Linearised at the root, the error's component along eigenvectors i, j of A
+    is multiplied by |1/2 - (r + 1/r) / 4| per update, r = sqrt(lambda_i / lambda_j): 0 for commuting errors
+    (quadratic convergence), below 1 only while cond(A) < 34 for the rest. So a warm start converges in a few
+    updates when A moved little and is well conditioned, and can diverge otherwise: the residual check below
+    stops a matrix whose residual grows (it keeps its best iterate and reports not converged), and the caller
+    falls back (to a cold start, then an eigendecomposition).
+
+    Residual check: ||Z A Z - I||_F / sqrt(d) <= tol per matrix, on the returned Z (for the warm start the
+    products that form the next update measure it; for the cold start it is formed once at the end). Each
+    update costs three d x d products. With `probes` = s > 0 a warm start is first checked on s Gaussian
+    probe vectors V (fixed seed 0): ||(Z A Z - I) V||_F / ||V||_F estimates the residual at O(d^2 s) cost
+    (its square is unbiased for the squared residual), and a matrix whose estimate is at most
+    tol / PROBE_MARGIN keeps `init` with no d x d product; in the worst case, a rank-one Z A Z - I whose
+    direction is independent of the probes, a root with residual above tol passes only when a chi-square(s)
+    variable falls below s / 4 (s = 64: probability below 2e-9 by the Chernoff bound (x e^{1-x})^{s/2},
+    x = 1/4). The others take the full iteration with at least one update (having paid for Z A Z, one more
+    product brings the residual to rounding level, so that the probes keep the root for the next steps), and
+    after each update the same probes accept the new iterate (all of the stack's active matrices below
+    tol / PROBE_MARGIN) before the two products of a full check are spent.
+    Computed in float32 (float64 for float64 input); `a` and `init`
+    are not modified.
+    """
+    _check_square(a, "a")
+    if max_iters < 0 or not tol > 0:
+        raise ValueError(f"max_iters must be >= 0 and tol > 0; got {max_iters}, {tol}")
+    dtype = _compute_dtype(a.dtype)
+    x = symmetrize(a.to(dtype))
+    eye = torch.eye(x.size(-1), dtype=dtype, device=x.device)
+    if init is None:
+        return _coupled_newton_schulz(x, eye, tol, max_iters)
+    if init.shape != a.shape:
+        raise ValueError(f"init must have a's shape {tuple(a.shape)}; got {tuple(init.shape)}")
+    z = symmetrize(init.to(dtype))
+    if probes <= 0 or x.dim() != 3:
+        return _warm_newton_schulz(x, z, eye, tol, max_iters, 0)
+    estimate = _probe_residual(x, z, probes)
+    rest = [i for i, value in enumerate(estimate.tolist()) if value > tol / PROBE_MARGIN]
+    if not rest:
+        return InverseSqrt(z, estimate, estimate <= tol, 0)
+    found = _warm_newton_schulz(x[rest], z[rest], eye, tol, max_iters, probes)
+    z, residual = z.clone(), estimate.clone()
+    z[rest], residual[rest] = found.root, found.residual
+    return InverseSqrt(z, residual, residual <= tol, found.iterations)
+
+
+def _probe_residual(x: Tensor, z: Tensor, probes: int) -> Tensor:
+    """||(Z X Z - I) V||_F / ||V||_F per matrix of a (k, d, d) stack, V (d, probes) Gaussian with seed 0."""
+    generator = torch.Generator().manual_seed(0)
+    v = torch.randn(x.size(-1), probes, generator=generator, dtype=x.dtype).to(x.device)
+    return torch.linalg.matrix_norm(z @ (x @ (z @ v)) - v) / torch.linalg.matrix_norm(v)
+
+
+def _warm_newton_schulz(x: Tensor, z: Tensor, eye: Tensor, tol: float, max_iters: int, probes: int) -> InverseSqrt:
+    """The warm iteration; with probes (> 0) every matrix takes at least one update."""
+
+    def residual_of(root: Tensor) -> tuple[Tensor, Tensor]:
+        product = symmetrize(root @ x @ root)
+        return product, _rms_residual(product, eye)
+
+    product, residual = residual_of(z)
+    active = residual > (0.0 if probes > 0 else tol)
+    iterations = 0
+    while iterations < max_iters and bool(active.any()):
+        half_step = z @ (3.0 * eye - product)
+        candidate = torch.where(active[..., None, None], 0.25 * (half_step + half_step.mT), z)
+        iterations += 1
+        if probes > 0:
+            estimate = _probe_residual(x, candidate, probes)
+            if bool((estimate[active] <= tol / PROBE_MARGIN).all()):
+                residual = torch.where(active, estimate, residual)
+                return InverseSqrt(candidate, residual, active | (residual <= tol), iterations)
+        new_product, new_residual = residual_of(candidate)
+        better = active & (new_residual < residual)
+        z = torch.where(better[..., None, None], candidate, z)
+        product = torch.where(better[..., None, None], new_product, product)
+        residual = torch.where(better, new_residual, residual)
+        active = better & (residual > tol)
+    return InverseSqrt(z, residual, residual <= tol, iterations)
+
+
+def _coupled_newton_schulz(x: Tensor, eye: Tensor, tol: float, max_iters: int) -> InverseSqrt:
+    scale = torch.linalg.matrix_norm(x).clamp_min(torch.finfo(x.dtype).tiny)[..., None, None]
+    y = x / scale
+    z = eye.expand_as(x).clone()
+    product = y
+    residual = _rms_residual(product, eye)
+    active = residual > tol
+    iterations = 0
+    while iterations < max_iters and bool(active.any()):
+        step = 0.5 * (3.0 * eye - product)
+        new_y, new_z = y @ step, step @ z
+        new_product = new_z @ new_y
+        new_residual = _rms_residual(new_product, eye)
+        iterations += 1
+        better = active & (new_residual < residual)
+        y = torch.where(better[..., None, None], new_y, y)
+        z = torch.where(better[..., None, None], new_z, z)
+        product = torch.where(better[..., None, None], new_product, product)
+        residual = torch.where(better, new_residual, residual)
+        active = better & (residual > tol)
+    root = symmetrize(z) / scale.sqrt()
+    residual = _rms_residual(symmetrize(root @ x @ root), eye)
+    return InverseSqrt(root, residual, residual <= tol, iterations)
 
 
 def bjorck_orthonormalize(v: Tensor, steps: int = 1) -> Tensor:

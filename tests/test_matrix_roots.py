@@ -1,0 +1,189 @@
+"""Newton–Schulz inverse square roots (linalg.inverse_sqrt_newton_schulz) and FISMO's root_method="newton".
+
+Facts checked: agreement with float64 eigendecomposition roots on ill-conditioned matrices (stated condition
+numbers and tolerances), fewer updates from a warm start, a warm start that cannot converge reported as such,
+FISMO's eigendecomposition fallback taken and counted when the residual check fails, and FISMO's Newton–Schulz
+updates within a stated bound of the float64 eigendecomposition form over several steps."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import torch
+from torch import nn
+
+from structbench import measure
+from structbench.optim import linalg, registry
+from structbench.optim.fismo import Fismo
+from tests.conftest import read_runs
+
+F64 = torch.float64
+
+
+def _spd(d: int, cond: float, seed: int = 0) -> torch.Tensor:
+    """Float64 SPD matrix with eigenvalues log-spaced from 1 down to 1 / cond and a random eigenbasis."""
+    gen = torch.Generator().manual_seed(seed)
+    basis, _ = torch.linalg.qr(torch.randn(d, d, generator=gen, dtype=F64))
+    values = torch.logspace(0.0, -float(torch.log10(torch.tensor(cond))), d, dtype=F64)
+    return (basis * values) @ basis.T
+
+
+def _moved(a: torch.Tensor, seed: int = 1) -> torch.Tensor:
+    """One FISMO-like step of a factor: 0.99 A + 0.01 (a rank-d/4 statistic of A's mean eigenvalue)."""
+    gen = torch.Generator().manual_seed(seed)
+    u = torch.randn(a.size(0), a.size(0) // 4, generator=gen, dtype=F64) / a.size(0) ** 0.5
+    return 0.99 * a + 0.01 * float(a.diagonal().mean()) * (u @ u.T)
+
+
+def _exact(a: torch.Tensor) -> torch.Tensor:
+    values, vectors = torch.linalg.eigh(a.to(F64))
+    return (vectors * values.rsqrt()) @ vectors.T
+
+
+def _relative(a: torch.Tensor, b: torch.Tensor) -> float:
+    return float(torch.linalg.matrix_norm(a.to(F64) - b.to(F64)) / torch.linalg.matrix_norm(b.to(F64)))
+
+
+@pytest.mark.parametrize(("cond", "bound"), [(1e2, 1e-4), (1e4, 1e-3), (1e5, 5e-3)])
+def test_cold_root_matches_float64_eigh_on_ill_conditioned_matrices(cond: float, bound: float) -> None:
+    """d = 64 in float32: relative Frobenius error below 1e-4 (cond 1e2), 1e-3 (1e4), 5e-3 (1e5), residual below tol."""
+    a = _spd(64, cond)
+    found = linalg.inverse_sqrt_newton_schulz(a.float(), tol=bound)
+    assert bool(found.converged) and float(found.residual) <= bound
+    assert _relative(found.root, _exact(a)) < bound
+    assert torch.equal(found.root, found.root.mT)
+
+
+def test_warm_start_from_the_previous_root_takes_fewer_updates() -> None:
+    """cond 10, d = 64, a one-step move of the matrix: from the previous root the residual 1e-5 takes at most half
+    the cold start's updates (measured: 4 against 8), and both land within 1e-4 of the float64 root."""
+    previous = _spd(64, 10.0)
+    a = _moved(previous)
+    cold = linalg.inverse_sqrt_newton_schulz(a.float(), tol=1e-5)
+    warm = linalg.inverse_sqrt_newton_schulz(a.float(), init=_exact(previous).float(), tol=1e-5)
+    assert bool(cold.converged) and bool(warm.converged)
+    assert 0 < 2 * warm.iterations <= cold.iterations, (warm.iterations, cold.iterations)
+    for found in (cold, warm):
+        assert _relative(found.root, _exact(a)) < 1e-4
+
+
+def test_a_warm_start_that_cannot_converge_is_reported_not_converged() -> None:
+    """cond 1e4: the warm iteration amplifies the error components between distant eigenvalues (factor
+    |1/2 - (r + 1/r)/4| > 1 for cond > 34), so its residual stops falling above tol and it says so."""
+    previous = _spd(64, 1e4)
+    a = _moved(previous)
+    warm = linalg.inverse_sqrt_newton_schulz(a.float(), init=_exact(previous).float(), tol=1e-4, max_iters=6)
+    assert not bool(warm.converged) and float(warm.residual) > 1e-4
+
+
+def test_probe_check_keeps_a_root_that_still_fits_and_iterates_one_that_does_not() -> None:
+    a = torch.stack([_spd(48, 10.0, seed=2), _moved(_spd(48, 10.0, seed=2))]).float()
+    roots = torch.stack([_exact(a[0]), _exact(_spd(48, 10.0, seed=2))]).float()
+    found = linalg.inverse_sqrt_newton_schulz(a, init=roots, tol=1e-4, probes=64)
+    assert torch.equal(found.root[0], linalg.symmetrize(roots[0]))  # kept without a d x d product
+    assert found.iterations > 0 and bool(found.converged.all())
+    assert _relative(found.root[1], _exact(a[1])) < 1e-4
+
+
+def _fismo_run(steps: int, scale: float, shapes: list[tuple[int, int]], **hparams: object) -> tuple[list, Fismo]:
+    gen = torch.Generator().manual_seed(0)
+    params = [nn.Parameter(torch.randn(*s, generator=gen) * 0.02) for s in shapes]
+    optimizer = Fismo(params, **hparams)
+    updates = []
+    for _ in range(steps):
+        before = [p.detach().clone() for p in params]
+        for p in params:
+            p.grad = torch.randn(p.shape, generator=gen) * scale
+        optimizer.step()
+        updates.append([p.detach() - b for p, b in zip(params, before, strict=True)])
+    return updates, optimizer
+
+
+def test_fismo_falls_back_to_eigh_and_counts_it_when_the_residual_check_fails() -> None:
+    """root_tol 1e-12 is below float32's reach: every root of every step falls back, giving eigh's exact steps."""
+    shapes = [(12, 20), (12, 20), (20, 8)]
+    eigh, _ = _fismo_run(3, 1.0, shapes)
+    newton, optimizer = _fismo_run(3, 1.0, shapes, root_method="newton", root_tol=1e-12)
+    assert optimizer.root_fallbacks == 2 * len(shapes) * 3
+    for p in optimizer.param_groups[0]["params"]:
+        assert (
+            int(optimizer.state[p]["root_fallbacks"]) == 6 and optimizer.state[p]["root_fallbacks"].device.type == "cpu"
+        )
+    for ours, theirs in zip(newton, eigh, strict=True):
+        for u, v in zip(ours, theirs, strict=True):
+            assert torch.equal(u, v)
+
+
+def test_fismo_newton_state_bytes_include_the_fallback_counter() -> None:
+    model = nn.Sequential(nn.Linear(8, 16), nn.ReLU(), nn.Linear(16, 4))
+    optimizer, routing = registry.build_with_routing("fismo", model, {"root_method": "newton"})
+    model(torch.randn(5, 8)).sum().backward()
+    optimizer.step()
+    shapes = {n: tuple(p.shape) for n, p in model.named_parameters()}
+    hp = registry.resolve_hparams("fismo", {"root_method": "newton"})
+    # 16 x 8: P, Q and roots (2 * 256 + 2 * 64), M 128 floats; three int64 counters; AdamW: 2 floats per element + step
+    fismo_bytes = 4 * (2 * 256 + 2 * 64 + 128) + 3 * 8
+    fallback = [shapes[n] for n in routing.fallback]
+    adamw_bytes = sum(2 * 4 * torch.Size(s).numel() + 4 for s in fallback)
+    assert measure.state_bytes(optimizer) == fismo_bytes + adamw_bytes
+    assert registry.get("fismo").state_bytes([shapes[n] for n in routing.structured], fallback, hp) == (
+        fismo_bytes + adamw_bytes
+    )
+
+
+@pytest.mark.parametrize("scale", [1.0, 3.0, 10.0])
+def test_fismo_newton_steps_stay_within_the_bound_of_the_float64_eigh_form(scale: float) -> None:
+    """Six steps on 48 x 192 and 64 x 64 with fresh N(0, scale^2) gradients (factor condition numbers up to about
+    3 at scale 3 and 250 at scale 10; 1-4 Newton–Schulz updates per root and step): each step's update differs
+    from the float64-eigh run's by under 5e-4 relative (root_tol 1e-4), with no fallback."""
+    shapes = [(48, 192), (64, 64)]
+    reference, _ = _fismo_run(6, scale, shapes, root_dtype="float64")
+    newton, optimizer = _fismo_run(6, scale, shapes, root_method="newton")
+    assert optimizer.root_fallbacks == 0
+    for ours, theirs in zip(newton, reference, strict=True):
+        for u, v in zip(ours, theirs, strict=True):
+            assert _relative(u, v) < 5e-4
+
+
+def test_fismo_newton_on_near_singular_factors_is_no_farther_from_float64_than_float32_eigh() -> None:
+    """Scale 20: a factor reaches condition number ~5e5, float32 eigh itself drifts ~4% from float64 in six
+    steps; Newton–Schulz falls back on some roots (counted) and ends no farther than 1.5x float32 eigh's drift."""
+    shapes = [(48, 192), (64, 64)]
+    reference, _ = _fismo_run(6, 20.0, shapes, root_dtype="float64")
+    eigh, _ = _fismo_run(6, 20.0, shapes)
+    newton, optimizer = _fismo_run(6, 20.0, shapes, root_method="newton")
+    assert optimizer.root_fallbacks > 0
+    for step in range(6):
+        for i in range(len(shapes)):
+            drift = _relative(eigh[step][i], reference[step][i])
+            assert _relative(newton[step][i], reference[step][i]) <= 1.5 * drift + 5e-4
+
+
+def test_a_run_records_root_method_and_the_fallbacks(cli, tmp_path) -> None:
+    """Through the CLI: the run's hparams carry root_method, and its root_fallbacks column counts the fallbacks
+    (root_tol 1e-12 is out of float32's reach: both factors of the quadratic's matrix fall back at each of 5 steps)."""
+    settings = ("--set", "hparams.fismo.root_method=newton", "--set", "hparams.fismo.root_tol=1e-12")
+    quick = ("--suite", "quadratic", "--steps", "5", "--seed", "0", "--quiet", "--optim", "fismo")
+    result = cli("run", *quick, *settings, "--out", tmp_path)
+    assert result.exit_code == 0, result.output
+    (run,) = read_runs(tmp_path).itertuples()
+    assert json.loads(run.hparams)["root_method"] == "newton"
+    assert run.status == "ok" and run.root_fallbacks == 2 * 5
+
+
+def test_a_warm_start_is_kept_within_tol_and_iterated_above_it() -> None:
+    """Z = sqrt(1 + r) A^{-1/2} has Z A Z - I = r I: residual and probe estimate are both r. With tol 1e-3,
+    r = 4e-4 (below tol / PROBE_MARGIN = 5e-4) is kept as given; r = 7e-4 (within tol, but the probes cannot tell)
+    and r = 1.5e-3 (above tol, below tol * PROBE_MARGIN) are updated to the root: once the full check's Z A Z is
+    paid for, one more product refreshes the root."""
+    a = _spd(32, 10.0, seed=4).float().unsqueeze(0)
+    exact = _exact(a[0])
+    for residual, updates in ((4e-4, 0), (7e-4, None), (1.5e-3, None)):
+        init = ((1.0 + residual) ** 0.5 * exact).float().unsqueeze(0)
+        found = linalg.inverse_sqrt_newton_schulz(a, init=init, tol=1e-3, probes=64)
+        assert bool(found.converged)
+        if updates == 0:
+            assert found.iterations == 0 and torch.equal(found.root, linalg.symmetrize(init))
+        else:
+            assert found.iterations >= 1 and _relative(found.root[0], exact) < 1e-4
