@@ -91,14 +91,17 @@ def seeds_text(seeds: list[int], split: str) -> str:
 
 
 def paired_numbers(prefix: str, paired: Paired) -> dict[str, float]:
+    """The paired comparison's numbers that exist and are finite: the median difference, its interval (from 2
+    pairs), the p-value (from MIN_SEEDS pairs) and the number of pairs."""
     d = paired.difference
-    return {
+    values = {
         f"{prefix}_median_diff": d.median,
-        f"{prefix}_diff_lo": math.nan if d.lo is None else d.lo,
-        f"{prefix}_diff_hi": math.nan if d.hi is None else d.hi,
-        f"{prefix}_p": math.nan if paired.p_value is None else paired.p_value,
+        f"{prefix}_diff_lo": d.lo,
+        f"{prefix}_diff_hi": d.hi,
+        f"{prefix}_p": paired.p_value,
         f"{prefix}_n": float(len(paired.seeds)),
     }
+    return {k: float(v) for k, v in values.items() if v is not None and math.isfinite(v)}
 
 
 def paired_text(paired: Paired) -> str:

@@ -34,9 +34,24 @@ def check_claims(
 
     A claim whose experiment raises is recorded as not testable, with the error's last line as the reason and
     `error` set in its row (the command exits non-zero then): one broken experiment does not lose the others."""
+    threads = torch.get_num_threads()
     if context.device.type == "cpu":
         torch.set_num_threads(1)
     gc.freeze()
+    try:
+        return _check(claims, scale, context, out, on_claim)
+    finally:
+        gc.unfreeze()
+        torch.set_num_threads(threads)
+
+
+def _check(
+    claims: Sequence[ClaimDef],
+    scale: str,
+    context: Context,
+    out: Path | None,
+    on_claim: Callable[[dict[str, Any]], None] | None,
+) -> list[dict[str, Any]]:
     batch = datetime.now(UTC).strftime("%Y%m%dT%H%M%S") + "-" + uuid.uuid4().hex[:6]
     environment = measure.environment(context.device)
     rows = []

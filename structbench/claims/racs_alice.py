@@ -17,7 +17,7 @@ import torch
 from structbench import optim
 from structbench.claims.base import FAILS, HOLDS, ClaimDef, Context, Outcome
 from structbench.claims.trained import speedup_claim
-from structbench.optim.racs import fixed_point
+from structbench.optim import racs
 from structbench.tasks.language.models import build_model
 
 PAPER = "racs-alice"
@@ -89,7 +89,7 @@ def _fixed_point(scale: str, ctx: Context) -> Outcome:
         power = grads.square().mean(0)
         u, _, vh = torch.linalg.svd(power)
         for iterations in (5, 200):
-            s, q = fixed_point(power, iterations)
+            s, q = racs.fixed_point(power, iterations)
             cosine = min(
                 float((s @ vh[0]).abs() / s.norm()),
                 float((q @ u[:, 0]).abs() / q.norm()),
