@@ -73,7 +73,8 @@ class Result:
             tried = self.tuning.get(optim_name, {})
             if len(tried) > 1:
                 grid = ", ".join(f"{v:g}" for v in tried)
-                parts.append(f"{optim_name} lr {lr:g} from {{{grid}}}")
+                edge = " (at the grid's edge)" if lr in (min(tried), max(tried)) else ""
+                parts.append(f"{optim_name} lr {lr:g} from {{{grid}}}{edge}")
             else:
                 parts.append(f"{optim_name} lr {lr if lr is None else format(lr, 'g')} (untuned here)")
         return "; ".join(parts)
