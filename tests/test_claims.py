@@ -116,3 +116,12 @@ def test_a_broken_racs_iteration_flips_the_fixed_point_claim(ci_store, monkeypat
     original = racs.fixed_point
     monkeypatch.setattr(racs, "fixed_point", lambda power, iterations: original(power, 1))  # stops after one step
     assert _verdict("racs-alice", "racs-fixed-point-principal-singular-pair") == FAILS
+
+
+def test_gpu_scale_without_cuda_marks_every_claim_not_testable(cli, tmp_path):
+    result = cli("claims", "--paper", "sumo", "--scale", "gpu", "--device", "cpu", "--out", tmp_path, "--quiet")
+    assert result.exit_code == 0, result.output
+    table = pd.read_parquet(tmp_path / "claims")
+    assert len(table) == len(claims_of("sumo"))
+    assert (table.verdict == "not testable here").all()
+    assert table.reason.str.contains("needs a CUDA device").all()
