@@ -32,15 +32,17 @@ TABLE3 = {  # (optimizer, model) -> (Mem., Mem.*) in G; None where the paper has
     ("alice-0", "llama-130m"): (0.51, 0.57),
     ("alice", "llama-130m"): (0.53, 0.59),
 }
+ALICE_RANKS = {"llama-60m": 128, "llama-130m": 256}
+"""Alice's (and Alice-0's) rank r per model size: Table 11 (leading basis number l = 40 at both)."""
 TOLERANCE_G = 0.015
 """The paper prints two decimals: a value within 0.015 G rounds to the paper's or its neighbour."""
 
 
-def estimated_memory(name: str, model: torch.nn.Module) -> tuple[float, bool]:
+def estimated_memory(name: str, model: torch.nn.Module, model_name: str) -> tuple[float, bool]:
     """(GiB in bf16 of weights + the optimizer's state, whether the LM head is on Adam) from the registry's
-    analytic state size under its default routing."""
+    analytic state size under its default routing, with the paper's rank for the model size (Alice, Alice-0)."""
     entry = optim.get(name)
-    hp = optim.resolve_hparams(name, {})
+    hp = optim.resolve_hparams(name, {"rank": ALICE_RANKS[model_name]} if name.startswith("alice") else {})
     named = list(model.named_parameters())
     routing = entry.route(model, named, hp)
     shapes = {n: tuple(p.shape) for n, p in named}
@@ -58,7 +60,7 @@ def _memory(scale: str, ctx: Context) -> Outcome:
         with torch.device("meta"):
             model = build_model(model_name, vocab_size=32000, seq_len=256)
         for name in ("adamw", "racs", "alice-0", "alice"):
-            ours, head_on_adam = estimated_memory(name, model)
+            ours, head_on_adam = estimated_memory(name, model, model_name)
             paper = TABLE3[(name, model_name)][1 if head_on_adam else 0]
             column = "Mem.*" if head_on_adam else "Mem."
             key = f"{model_name}_{name}".replace("-", "_")
@@ -75,7 +77,8 @@ def _memory(scale: str, ctx: Context) -> Outcome:
         numbers,
         "; ".join(parts) + f" (bf16, GiB; holds within {TOLERANCE_G} G)",
         seeds="1 (exact count from the models' shapes)",
-        budget="analytic state sizes under each optimizer's default routing; vocabulary 32,000",
+        budget="analytic state sizes under each optimizer's default routing; vocabulary 32,000; Alice's rank "
+        "128 (60M) and 256 (130M) as in Table 11",
         reason=f"off by more than {TOLERANCE_G} G: {', '.join(misses)}" if misses else "",
     )
 
