@@ -878,7 +878,9 @@ def _compute_report(
     for problem in result.problems:
         print(f"warning: skipped unreadable file {problem.path}: {problem.reason}", file=sys.stderr)
     warnings = _warn_debris(stores)
-    if not result.suites and result.experiments.empty:
+    from structbench.report import claims_section
+
+    if not result.suites and result.experiments.empty and claims_section.load(stores).empty:
         console.print(escape(f"no runs in {', '.join(str(out) for out in stores)}"))
         return None, False
     term = None
@@ -936,6 +938,54 @@ def export_cmd(
             print(f"error: cannot write to {dest}: {exc.strerror or exc}", file=sys.stderr)
             raise typer.Exit(EXIT_RUN_ERROR) from None
     print(result.message())
+
+
+@app.command()
+@usage_errors_exit_2
+def claims(
+    paper: Annotated[str, typer.Option(help="4bit-shampoo, racs-alice, asgo, sumo, fismo or all.")] = "all",
+    scale: Annotated[str, typer.Option(help="ci (seconds), cpu (minutes per paper) or gpu (a CUDA device).")] = "cpu",
+    out: Annotated[Path, typer.Option(parser=path_value, help="Results directory.")] = Path("results"),
+    device: Annotated[str, typer.Option(help="auto, cpu or cuda.")] = "auto",
+    data_dir: Annotated[
+        Path | None,
+        typer.Option(parser=path_value, help="Data root (else $STRUCTBENCH_DATA, else ~/.cache/structbench/data)."),
+    ] = None,
+    quiet: Annotated[bool, typer.Option("--quiet", help="No per-run progress lines.")] = False,
+) -> None:
+    """Check the papers' claims at small scale: each claim's verdict (holds, does not hold at this scale, not
+    testable here) with its numbers beside the paper's, stored in OUT/claims/ and printed as a table."""
+    from structbench.claims import claims_of
+    from structbench.claims.base import SCALES, Context
+    from structbench.claims.check import check_claims
+
+    if scale not in SCALES:
+        raise UsageError(f"--scale must be one of {', '.join(SCALES)}, got {scale!r}.")
+    selected = claims_of(paper)
+    from structbench import measure, store
+    from structbench.data.root import resolve_data_root
+    from structbench.report import claims_section, terminal
+
+    context = Context(
+        device=measure.resolve_device(device),
+        data_root=resolve_data_root(data_dir),
+        progress=None if quiet else lambda line: err_console.print(escape(f"  {line}"), highlight=False),
+    )
+    store.prepare(out)
+
+    def announce(row: dict[str, Any]) -> None:
+        console.print(escape(f"{row['paper']}/{row['claim_id']}: {row['verdict']} ({row['wall_s']:.1f} s)"))
+
+    rows = check_claims(selected, scale, context, out, announce)
+    import pandas as pd
+
+    table = claims_section.claims_table(pd.DataFrame(rows))
+    if table is not None:
+        terminal.print_table(console, table)
+    failed = [f"{row['paper']}/{row['claim_id']}" for row in rows if row["error"]]
+    if failed:
+        print(f"error: the experiments of {', '.join(failed)} failed (recorded as not testable).", file=sys.stderr)
+        raise typer.Exit(EXIT_RUN_ERROR)
 
 
 @app.command()

@@ -3,6 +3,7 @@
     <out>/runs/<run_id>.parquet     one row per run
     <out>/curves/<run_id>.parquet   one row per logged point
     <out>/tables/<run_id>.parquet   a numerical experiment's result table (experiment suites only)
+    <out>/claims/<claim_row_id>.parquet   one paper claim's verdict (`structbench claims`), one row per file
 
     <out>/checkpoints/<run_key>/    the latest checkpoint of a run in progress (structbench.checkpoint)
 
@@ -227,6 +228,64 @@ def curves_dir(out: Path) -> Path:
 def tables_dir(out: Path) -> Path:
     """Numerical experiments' result tables, one file per run (a third dataset beside runs and curves)."""
     return out / "tables"
+
+
+def claims_dir(out: Path) -> Path:
+    """Verdicts of papers' claims (`structbench claims`), one file per claim checked."""
+    return out / "claims"
+
+
+CLAIMS_SCHEMA = pa.schema(
+    [
+        ("claim_row_id", pa.string()),
+        ("schema_version", pa.int32()),
+        ("paper", pa.string()),
+        ("claim_id", pa.string()),
+        ("statement", pa.string()),
+        ("source", pa.string()),
+        ("paper_value", pa.string()),
+        ("scale", pa.string()),
+        ("seeds", pa.string()),
+        ("numbers", pa.string()),
+        ("summary", pa.string()),
+        ("verdict", pa.string()),
+        ("reason", pa.string()),
+        ("budget", pa.string()),
+        ("tuning", pa.string()),
+        ("wall_s", pa.float64()),
+        ("started_at", pa.timestamp("us", tz="UTC")),
+        ("device", pa.string()),
+        ("structbench_version", pa.string()),
+        ("git_commit", pa.string()),
+    ]
+)
+"""A claim's row: `numbers` is a JSON object of the measured values by name; `verdict` one of
+structbench.claims.base.VERDICTS."""
+
+
+def write_claim(out: Path, row: Mapping[str, Any]) -> Path:
+    """Store one claim's verdict as its own file, written to a temporary name and renamed into place under the
+    writers' lock (a crash leaves the claims checked so far and at most a temporary that `clean` removes)."""
+    missing = [f.name for f in CLAIMS_SCHEMA if f.name not in row]
+    if missing:
+        raise ValueError(f"claim row lacks columns: {missing}")
+    table = pa.Table.from_pylist([{f.name: row[f.name] for f in CLAIMS_SCHEMA}], schema=CLAIMS_SCHEMA)
+    path = claims_dir(out) / f"{row['claim_row_id']}.parquet"
+    with writer_lock(out):
+        try:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            _write_atomic(table, path, _write_parquet)
+        except OSError as exc:
+            raise StoreWriteError(f"cannot write to the results store {out}: {exc.strerror or exc}") from exc
+    return path
+
+
+def load_claims(out: Path) -> tuple[pd.DataFrame, list[Problem]]:
+    """Every readable claim row and the claim files that could not be read."""
+    frame, problems = _read_dir(claims_dir(out), None)
+    if frame.empty:
+        return pd.DataFrame(columns=CLAIMS_SCHEMA.names), problems
+    return frame, problems
 
 
 def prepare(out: Path) -> None:
@@ -474,7 +533,7 @@ class Debris:
 
 def find_debris(out: Path) -> Debris:
     debris = Debris()
-    for directory in (runs_dir(out), curves_dir(out), tables_dir(out), out / MANIFESTS):
+    for directory in (runs_dir(out), curves_dir(out), tables_dir(out), claims_dir(out), out / MANIFESTS):
         if directory.is_dir():
             debris.temporaries += sorted(
                 p for p in directory.iterdir() if p.name.startswith(".") and p.name.endswith(TEMPORARY_SUFFIX)
@@ -509,15 +568,15 @@ QUARANTINE = ".quarantine"
 
 
 def unreadable_files(out: Path) -> list[Problem]:
-    """Run files that do not read as Parquet or hold another schema version than SCHEMA_VERSION, and curve files
-    that do not read as Parquet."""
+    """Run files that do not read as Parquet or hold another schema version than SCHEMA_VERSION, and curve and
+    claim files that do not read as Parquet."""
     problems: list[Problem] = []
     for path in _store_files(runs_dir(out)):
         try:
             _read_run_file(path, ["run_id"])
         except (pa.ArrowException, OSError, KeyError, ValueError) as exc:
             problems.append(_problem(path, exc))
-    for path in _store_files(curves_dir(out)):
+    for path in [*_store_files(curves_dir(out)), *_store_files(claims_dir(out))]:
         try:
             pq.read_metadata(path)
         except (pa.ArrowException, OSError) as exc:

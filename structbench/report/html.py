@@ -15,7 +15,7 @@ import base64
 from html import escape
 from pathlib import Path
 
-from structbench.report import tables
+from structbench.report import claims_section, tables
 from structbench.report.anchors import anchor
 from structbench.report.atomic import write_text_atomic
 from structbench.report.build import Report, SuiteReport
@@ -223,13 +223,21 @@ def render(report: Report, figures: list[FigureFile]) -> str:
     experiments = tables.experiment_table(report)
     if experiments is not None:
         across.append(table(experiments))
+    claims = claims_section.claims_table(claims_section.load(report.stores))
+    claims_html = (
+        f'<section id="papers-claims"><h2>{escape(claims_section.TITLE)}</h2>{table(claims, heading="")}</section>'
+        if claims is not None
+        else ""
+    )
+    if claims is not None:
+        nav += f'<li><a href="#papers-claims">{escape(claims_section.TITLE)}</a></li>'
     glossary = "".join(f"<dt>{escape(k)}</dt><dd>{escape(v)}</dd>" for k, v in DEFINITIONS)
     body = (
         f'<h1>structbench report</h1><p class="meta">{meta}</p><p class="warning" id="figure-warning"></p>'
         f'{warnings}{notes}<nav><ul><li><a href="#across-suites">Across suites</a></li>{nav}'
         '<li><a href="#how-to-read">How to read</a></li><li><a href="#runs">Runs</a></li></ul></nav>'
         f'<section id="across-suites"><h2>Across suites</h2>{"".join(across)}</section>'
-        f"{''.join(_suite(s, report, figures) for s in report.suites)}"
+        f"{''.join(_suite(s, report, figures) for s in report.suites)}{claims_html}"
         f'<section id="how-to-read"><h2>How to read</h2><dl>{glossary}</dl></section>{_runs(report)}'
     )
     title = f"structbench report — {len(report.suites)} suite(s), {len(report.runs)} run(s)"

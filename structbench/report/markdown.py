@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from pathlib import Path
 
-from structbench.report import tables
+from structbench.report import claims_section, tables
 from structbench.report.anchors import anchor
 from structbench.report.atomic import write_bytes_atomic, write_text_atomic
 from structbench.report.build import Report, SuiteReport
@@ -140,6 +140,9 @@ def render(report: Report, figures: list[FigureFile]) -> str:
     header += [f"> note: {escape(note)}\n" for note in report.notes]
     contents = ["- [Across suites](#across-suites)"]
     contents += [f"- [{escape(s.name)}](#{anchor('suite', s.name)})" for s in report.suites]
+    claims = claims_section.claims_table(claims_section.load(report.stores))
+    if claims is not None:
+        contents.append(f"- [{escape(claims_section.TITLE)}](#papers-claims)")
     header.append("\n".join([*contents, "- [How to read](#how-to-read)", "- [Runs](#runs)"]) + "\n")
     across = ['<a id="across-suites"></a>\n\n## Across suites\n']
     across += [_figure(f, figure_links(f, report)) for f in figures if f.suite is None]
@@ -153,6 +156,8 @@ def render(report: Report, figures: list[FigureFile]) -> str:
     if experiments is not None:
         across.append(table(experiments))
     suites = [part for s in report.suites for part in _suite(s, report, figures)]
+    if claims is not None:
+        suites += [f'<a id="papers-claims"></a>\n\n## {escape(claims_section.TITLE)}\n', table(claims, heading="")]
     glossary = ['<a id="how-to-read"></a>\n\n## How to read\n'] + [f"- **{k}.** {v}" for k, v in DEFINITIONS]
     return "\n".join([*header, *across, *suites, "\n".join(glossary) + "\n", *_runs(report)])
 

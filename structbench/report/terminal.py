@@ -10,7 +10,7 @@ from rich.markup import escape
 from rich.table import Table as RichTable
 from rich.text import Text
 
-from structbench.report import tables
+from structbench.report import claims_section, tables
 from structbench.report.build import Report, SuiteReport
 from structbench.report.format import fmt_bytes, fmt_num, fmt_seconds
 
@@ -118,7 +118,16 @@ def print_report(console: Console, report: Report) -> None:
             console.print(rich_table)
     for note in report.notes:
         console.print(Text(f"note: {note}", style="yellow"))
+    claims = claims_section.claims_table(claims_section.load(report.stores))
+    if claims is not None:
+        console.rule(f"[bold]{escape(claims_section.TITLE)}[/bold]")
+        print_table(console, claims)
     console.print(Text(HOW_TO_READ, style="dim"))
+
+
+def print_table(console: Console, table: tables.Table) -> None:
+    for rich_table in rich_tables(table, console.width):
+        console.print(rich_table)
 
 
 def _print_sweeps(console: Console, suite: SuiteReport) -> None:
