@@ -25,7 +25,6 @@ from rich.table import Table
 from typer.core import TyperGroup
 
 from structbench.errors import DeviceUnusableError, StoreWriteError, UsageError, did_you_mean
-from structbench.optim.registry import unknown_name_message
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -168,6 +167,8 @@ def list_cmd(
     from structbench import optim, spec, suite_lookup
 
     if what not in ("suites", "optims", "all"):
+        from structbench.optim.registry import unknown_name_message
+
         raise UsageError(unknown_name_message("list section", what, ["suites", "optims", "all"]))
     if optims and what != "optims":
         raise UsageError("--optim goes with `structbench list optims`.")
@@ -1048,6 +1049,8 @@ def check(
         optim.get(name)
     unknown = sorted(set(checks or ()) - set(conformance.check_names()))
     if unknown:
+        from structbench.optim.registry import unknown_name_message
+
         raise UsageError(unknown_name_message("check", unknown[0], conformance.check_names()))
     table = Table(title="conformance")
     for column in ("optimizer", "check", "result", "detail"):
