@@ -17,7 +17,6 @@ from structbench import spec, store
 from structbench.errors import UsageError
 from structbench.report import build, tables
 from tests.conftest import read_runs
-from tests.test_language_task import needs_shakespeare
 from tests.test_report import write_run
 
 FROM_ADAMW = {"metric": "perplexity", "from_baseline": "adamw"}
@@ -184,7 +183,6 @@ def test_set_from_baseline_is_stored_with_the_run_spec(tmp_path):
     assert fixed.run_spec("sgd", 0)["target"] == {"metric": "loss", "value": 0.5}
 
 
-@needs_shakespeare
 def test_cli_run_and_report_of_shakespeare_llama_derive_the_target_from_adamw(cli, tmp_path):
     out = tmp_path / "results"
     (tmp_path / "data").mkdir()
