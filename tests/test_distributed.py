@@ -1,9 +1,9 @@
 """One run as a torch.distributed job (DDP, gloo on CPU, 2 processes): optimizers, sharding, the runner, the store
-row, a failing rank, and a 2-task Slurm job.
+row, a failing rank, a hung rank, and a 2-task Slurm job.
 
 Each torchrun launch costs seconds (two Python processes importing torch), so the checks are grouped: one launch
-runs every optimizer, sharding and runner check (tests/ddp_checks.py, its findings asserted here), one CLI grid
-runs a failing and a healthy run, and one Slurm job runs a healthy run.
+runs every optimizer, sharding and runner check (tests/ddp_checks.py, its findings asserted here), two CLI grids
+each run a failing (raising, hanging) and a healthy run, and one Slurm job runs a healthy run.
 """
 
 from __future__ import annotations
