@@ -13,7 +13,6 @@ import os
 import subprocess
 import sys
 import textwrap
-import time
 from pathlib import Path
 from typing import Any
 
@@ -269,7 +268,6 @@ def test_a_hung_rank_is_bounded_by_the_time_limit_its_ranks_are_stopped_and_the_
     # Two launches (the hung run and the healthy one), the hung run's wait and torchrun's stopping of its ranks.
     bound = 2 * LAUNCH_ALLOWANCE_S + collective_timeout + TORCHRUN_GRACE_S
     command = ["run", "--suite", str(tmp_path / "suite.toml"), "--device", "cpu", "--nproc-per-node", "2"]
-    started = time.monotonic()
     try:
         result = subprocess.run(
             [sys.executable, "-m", "structbench", *command, "--out", str(out), "--quiet"],
@@ -279,13 +277,13 @@ def test_a_hung_rank_is_bounded_by_the_time_limit_its_ranks_are_stopped_and_the_
             env={**os.environ, "PYTHONPATH": f"{site}:{REPO}", "TMPDIR": str(scratch)},
             check=False,
         )
-        elapsed = time.monotonic() - started
         leftover = [(p.pid, p.info["cmdline"]) for p in processes_mentioning(str(tmp_path))]
+    except subprocess.TimeoutExpired:
+        pytest.fail(f"the grid with a hung rank was not over within {bound:g} s")
     finally:
         for process in processes_mentioning(str(tmp_path)):
             process.kill()
     assert not leftover, f"rank processes still running after the command ended: {leftover}"
-    assert elapsed <= bound
     assert result.returncode == EXIT_RUN_ERROR, result.stdout + result.stderr
     runs = read_runs(out).set_index("optim")
     assert len(runs) == 2 and runs.run_key.nunique() == 2, "exactly one row per run"
