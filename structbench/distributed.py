@@ -8,7 +8,9 @@ nccl for CUDA runs (one GPU per rank, the node-local rank's).
 
 Every collective is bounded by the process group's timeout: the run's `budget.max_time_s` (plus
 `COLLECTIVE_MARGIN_S` for the final evaluation, which the limit does not cover) when it sets one, else
-`DEFAULT_COLLECTIVE_TIMEOUT_S`, so a rank that hangs cannot hold the others longer than that.
+`DEFAULT_COLLECTIVE_TIMEOUT_S`, so a rank that hangs cannot hold the others longer than that (gloo raises on the
+waiting ranks; `structbench.launch` stores the run `error`, saying which collective timed out, and has the launcher
+stop the hung rank).
 
 `Comm` is what the runner sees: in a single-process run (`SINGLE`) every operation is the identity, so the runner's
 code reads the same either way.
@@ -27,6 +29,7 @@ import torch.distributed as dist
 DEFAULT_COLLECTIVE_TIMEOUT_S = 1800.0
 """A collective waits at most this long when the run has no `budget.max_time_s` (torch's own default for gloo)."""
 COLLECTIVE_MARGIN_S = 60.0
+"""What a collective may wait beyond `budget.max_time_s`: the final evaluation, which the limit does not cover."""
 
 
 @dataclass(frozen=True)
@@ -111,3 +114,18 @@ def leave() -> None:
 
 def collective_timeout(max_time_s: float) -> float:
     return max_time_s + COLLECTIVE_MARGIN_S if max_time_s > 0 else DEFAULT_COLLECTIVE_TIMEOUT_S
+
+
+def timeout_origin(max_time_s: float) -> str:
+    """Where `collective_timeout(max_time_s)` comes from, in words."""
+    if max_time_s > 0:
+        return f"budget.max_time_s {max_time_s:g} s + {COLLECTIVE_MARGIN_S:g} s"
+    return "the default collective timeout: the run sets no budget.max_time_s"
+
+
+def timed_out(error: str | None) -> bool:
+    """Whether a rank's stored traceback ends in a collective that timed out: gloo's "Timed out waiting <ms> for
+    <op> operation to complete", or the nccl watchdog's "collective operation timeout"."""
+    lines = (error or "").strip().splitlines()
+    last = lines[-1] if lines else ""
+    return ("gloo" in last and "Timed out waiting" in last) or "collective operation timeout" in last

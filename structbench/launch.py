@@ -11,7 +11,9 @@ Only rank 0 writes the store. A rank whose run ends on its own (an exception, ou
 signal) writes its status and traceback to `<out>/.distributed/<run id>/rank-<r>.json` before it leaves; its
 departure breaks the others' next collective (gloo raises at once; nccl at the process group's timeout), and under
 torchrun the launcher stops the others too. Rank 0 then stores the run with the status and traceback of the rank
-that failed first.
+that failed first. A collective that times out (a rank hung: `distributed.collective_timeout`) raises on the ranks
+waiting in it; their error says so and names the ranks that never joined. Under torchrun, rank 0 exits with status 1
+after storing a run that did not end together on every rank, so torchrun stops any rank still running.
 """
 
 from __future__ import annotations
@@ -25,9 +27,12 @@ import tempfile
 import time
 from collections.abc import Iterator, Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from structbench.executors import Finished, Job
+
+if TYPE_CHECKING:
+    from structbench.distributed import Comm
 
 FAILURES = ".distributed"
 """The store's directory of distributed runs' failure notes and launcher logs."""
@@ -69,6 +74,8 @@ def run_rank(job: Job, exit_on_failure: bool = True) -> dict[str, Any] | None:
             notes = out / FAILURES / run_id
             row = outcome.row
             if row["status"] not in SHARED_OUTCOMES:
+                if distributed.timed_out(row["error"]):
+                    row["error"] = hang_report(notes, comm, cell.suite.budget["max_time_s"], row["error"])
                 write_failure(notes, comm.rank, row["status"], row["error"])
             if not comm.is_main:
                 if row["status"] not in SHARED_OUTCOMES and exit_on_failure:
@@ -104,6 +111,26 @@ def write_failure(notes: Path, rank: int, status: str, error: str | None) -> Non
     temporary = notes / f".rank-{rank}.json.tmp"
     temporary.write_text(json.dumps({"rank": rank, "status": status, "error": error, "at": time.time()}))
     temporary.replace(notes / f"rank-{rank}.json")
+
+
+def hang_report(notes: Path, comm: Comm, max_time_s: float, error: str) -> str:
+    """The error of a rank whose collective timed out: the timeout, where it comes from, and the ranks that never
+    joined the collective (those that noted no failure of their own), then the rank's traceback."""
+    from structbench import distributed
+
+    noted = {json.loads(p.read_text())["rank"] for p in notes.glob("rank-*.json")} if notes.is_dir() else set()
+    silent = [str(r) for r in range(comm.world_size) if r != comm.rank and r not in noted]
+    if len(silent) == 1:
+        who = f"rank {silent[0]}"
+    elif silent:
+        who = f"one of ranks {', '.join(silent)}"
+    else:
+        who = "a rank"
+    timeout = distributed.collective_timeout(max_time_s)
+    return (
+        f"a collective of rank {comm.rank} of {comm.world_size} timed out after {timeout:g} s "
+        f"({distributed.timeout_origin(max_time_s)}): {who} never joined it (hung, or slower than that)\n{error}"
+    )
 
 
 def first_failure(notes: Path, world_size: int, row: dict[str, Any]) -> dict[str, Any]:
@@ -170,7 +197,10 @@ def run_torchrun(job: Job) -> Finished:
                     forwarded = True
                 time.sleep(0.2)
         if result_file.exists():
-            return Finished(job, pickle.loads(result_file.read_bytes()))
+            row = pickle.loads(result_file.read_bytes())
+            # A rank that torchrun stopped after rank 0 stored the run may have noted its end: nobody reads it now.
+            remove_notes(Path(job.out) / FAILURES / row["run_id"])
+            return Finished(job, row)
     # torchrun prefixes each rank's output with [rankN]: the last such line is the failing rank's error.
     lines = [line for line in log.read_text(errors="replace").splitlines() if line.startswith("[rank")]
     last = f": {lines[-1]}" if lines else ""
@@ -199,12 +229,17 @@ def main(argv: list[str]) -> int:
     """torchrun's entry point on every rank: the job from `argv[0]`; rank 0 writes its returned row to `argv[1]`."""
     job_file, result_file = Path(argv[0]), Path(argv[1])
     job = pickle.loads(job_file.read_bytes())
+    from structbench.runner import SHARED_OUTCOMES
+
     result = run_rank(job)
-    if result is not None:
-        temporary = result_file.with_suffix(".tmp")
-        temporary.write_bytes(pickle.dumps(result))
-        temporary.replace(result_file)
-    return 0
+    if result is None:
+        return 0
+    temporary = result_file.with_suffix(".tmp")
+    temporary.write_bytes(pickle.dumps(result))
+    temporary.replace(result_file)
+    # A run rank 0 ended on its own (or whose collective broke or timed out) can leave another rank stuck, which
+    # torchrun would wait for: rank 0 exits 1 so that torchrun stops the other ranks.
+    return 0 if result["status"] in SHARED_OUTCOMES else 1
 
 
 if __name__ == "__main__":

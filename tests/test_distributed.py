@@ -1,9 +1,9 @@
 """One run as a torch.distributed job (DDP, gloo on CPU, 2 processes): optimizers, sharding, the runner, the store
-row, a failing rank, and a 2-task Slurm job.
+row, a failing rank, a hung rank, and a 2-task Slurm job.
 
 Each torchrun launch costs seconds (two Python processes importing torch), so the checks are grouped: one launch
-runs every optimizer, sharding and runner check (tests/ddp_checks.py, its findings asserted here), one CLI grid
-runs a failing and a healthy run, and one Slurm job runs a healthy run.
+runs every optimizer, sharding and runner check (tests/ddp_checks.py, its findings asserted here), two CLI grids
+each run a failing (raising, hanging) and a healthy run, and one Slurm job runs a healthy run.
 """
 
 from __future__ import annotations
@@ -193,6 +193,109 @@ def test_a_failing_rank_ends_its_run_error_with_its_traceback_and_the_grid_goes_
     # SGD with momentum keeps one float32 buffer per parameter element, whole on every rank.
     assert json.loads(healthy.state_bytes_per_rank) == [4 * healthy.param_count] * 2
     assert healthy.state_bytes == 4 * healthy.param_count and healthy.state_bytes_total == 8 * healthy.param_count
+    assert not list((out / ".distributed").glob("*/rank-*.json")), "failure notes are removed once stored"
+
+
+HANGING_OPTIMIZER = textwrap.dedent(
+    """
+    import time
+
+    import torch
+    import torch.distributed as dist
+
+    from structbench import distributed
+    from structbench.optim import registry
+    from structbench.optim.hparams import Declaration, ours, real
+
+    distributed.COLLECTIVE_MARGIN_S = {margin}
+
+
+    class HangsOnRank1(torch.optim.SGD):
+        def step(self, closure=None):
+            while dist.is_initialized() and dist.get_rank() == 1:
+                time.sleep(0.1)
+            return super().step(closure)
+
+
+    registry.register(
+        registry.OptimizerEntry(
+            name="hang-on-rank-1",
+            summary="SGD whose step never returns on rank 1 of a distributed run",
+            reference="test",
+            hparams=Declaration(real("lr", 0.1, ours("test"), "(0, inf)")),
+            build=lambda named, routing, hp: HangsOnRank1([p for _, p in named], lr=hp["lr"]),
+        )
+    )
+    """
+)
+
+HANG_MAX_TIME_S, HANG_MARGIN_S = 1.0, 2.0
+LAUNCH_ALLOWANCE_S = 45.0
+"""One torchrun launch on a loaded 2-core machine: torchrun and two ranks start Python and import torch, build the
+task and tear down (a few seconds when the machine is quiet)."""
+TORCHRUN_GRACE_S = 30.0
+"""How long torchrun waits after SIGTERM before it SIGKILLs the ranks it stops (torch.distributed.elastic's
+`PContext.close` default)."""
+
+
+def processes_mentioning(marker: str) -> list[Any]:
+    import psutil
+
+    found = []
+    for process in psutil.process_iter(["cmdline", "status"]):
+        cmdline = process.info["cmdline"] or []
+        if process.info["status"] != psutil.STATUS_ZOMBIE and any(marker in part for part in cmdline):
+            found.append(process)
+    return found
+
+
+def test_a_hung_rank_is_bounded_by_the_time_limit_its_ranks_are_stopped_and_the_grid_goes_on(tmp_path):
+    """Rank 1's optimizer step never returns (no collective: it just sleeps), so rank 0 waits in the run's next
+    collective until the process group's timeout, budget.max_time_s + COLLECTIVE_MARGIN_S (the margin made 2 s here,
+    in every process, by the same sitecustomize). The temporary directory holding each launch's job file is put
+    under this test's tmp_path, so every rank's command line names it: the marker of leftover processes."""
+    require_torchrun()
+    import psutil  # noqa: F401
+
+    site, scratch = tmp_path / "site", tmp_path / "tmp"
+    site.mkdir()
+    scratch.mkdir()
+    (site / "sitecustomize.py").write_text(HANGING_OPTIMIZER.replace("{margin}", repr(HANG_MARGIN_S)))
+    suite = SUITE.replace("fail-on-rank-1", "hang-on-rank-1") + f"max_time_s = {HANG_MAX_TIME_S}\n"
+    (tmp_path / "suite.toml").write_text(suite)
+    out = tmp_path / "out"
+    collective_timeout = HANG_MAX_TIME_S + HANG_MARGIN_S
+    # Two launches (the hung run and the healthy one), the hung run's wait and torchrun's stopping of its ranks.
+    bound = 2 * LAUNCH_ALLOWANCE_S + collective_timeout + TORCHRUN_GRACE_S
+    command = ["run", "--suite", str(tmp_path / "suite.toml"), "--device", "cpu", "--nproc-per-node", "2"]
+    try:
+        result = subprocess.run(
+            [sys.executable, "-m", "structbench", *command, "--out", str(out), "--quiet"],
+            capture_output=True,
+            text=True,
+            timeout=bound,
+            env={**os.environ, "PYTHONPATH": f"{site}:{REPO}", "TMPDIR": str(scratch)},
+            check=False,
+        )
+        leftover = [(p.pid, p.info["cmdline"]) for p in processes_mentioning(str(tmp_path))]
+    except subprocess.TimeoutExpired:
+        pytest.fail(f"the grid with a hung rank was not over within {bound:g} s")
+    finally:
+        for process in processes_mentioning(str(tmp_path)):
+            process.kill()
+    assert not leftover, f"rank processes still running after the command ended: {leftover}"
+    assert result.returncode == EXIT_RUN_ERROR, result.stdout + result.stderr
+    runs = read_runs(out).set_index("optim")
+    assert len(runs) == 2 and runs.run_key.nunique() == 2, "exactly one row per run"
+    hung, healthy = runs.loc["hang-on-rank-1"], runs.loc["sgd"]
+    assert hung.status == "error"
+    assert hung.error.startswith(
+        f"a collective of rank 0 of 2 timed out after {collective_timeout:g} s "
+        f"(budget.max_time_s {HANG_MAX_TIME_S:g} s + {HANG_MARGIN_S:g} s): rank 1 never joined it"
+    ), hung.error
+    # Rank 0 waited the whole timeout inside its run: the limit does not cut a run short of it.
+    assert (hung.finished_at - hung.started_at).total_seconds() >= collective_timeout
+    assert healthy.status == "ok" and healthy.steps == 4 and healthy.world_size == 2
     assert not list((out / ".distributed").glob("*/rank-*.json")), "failure notes are removed once stored"
 
 
