@@ -88,7 +88,7 @@ def _rectification(scale: str, ctx: Context) -> Outcome:
     return Outcome(
         HOLDS if holds else FAILS,
         _numbers(nre, ("U", "U+OR")),
-        "4-bit NRE of A^-1/4 without / with 4 Björck steps: " + _describe(nre, ("U", "U+OR")),
+        "4-bit NRE of A^-1/4 without / with one Björck step (Table 1's setting): " + _describe(nre, ("U", "U+OR")),
         seeds="1 (matrix seed 0; one evaluation)",
         budget=_budget(scale),
     )
