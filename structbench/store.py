@@ -133,6 +133,28 @@ RUN_SCHEMA = pa.schema(
         ("root_fallbacks", pa.int64()),
     ]
 )
+PROVENANCE_COLUMNS = (
+    "gpu_name",
+    "gpu_count",
+    "cuda_version",
+    "cudnn_version",
+    "cuda_driver_version",
+    "cpu_model",
+    "cpu_count",
+    "cpu_usable",
+    "torch_threads",
+    "torch_interop_threads",
+    "thread_env",
+    "numpy_version",
+    "pytorch_optimizer_version",
+    "tokenizers_version",
+    "torchvision_version",
+    "git_dirty",
+)
+"""The environment a run ran in beyond the contract's columns (device, versions, git commit, host): GPUs and the CUDA
+stack, the CPU, thread settings, the versions of other packages that shape results, and uncommitted changes. The
+run's `command` (the exact command line) completes its provenance."""
+
 OPTIONAL_RUN_COLUMNS = frozenset(
     {
         "throughput_per_s",
@@ -157,47 +179,13 @@ OPTIONAL_RUN_COLUMNS = frozenset(
         "peak_mem_bytes_per_rank",
         "state_bytes_per_rank",
         "state_bytes_total",
-        "cuda_driver_version",
-        "gpu_name",
-        "gpu_count",
-        "cpu_model",
-        "cpu_count",
-        "cpu_usable",
-        "torch_threads",
-        "torch_interop_threads",
-        "thread_env",
-        "numpy_version",
-        "pytorch_optimizer_version",
-        "tokenizers_version",
-        "torchvision_version",
-        "git_dirty",
+        *PROVENANCE_COLUMNS,
         "command",
         "root_fallbacks",
     }
 )
 """Columns added after the first stores were written: a row may omit them (stored as null)."""
 
-PROVENANCE_COLUMNS = (
-    "gpu_name",
-    "gpu_count",
-    "cuda_version",
-    "cudnn_version",
-    "cuda_driver_version",
-    "cpu_model",
-    "cpu_count",
-    "cpu_usable",
-    "torch_threads",
-    "torch_interop_threads",
-    "thread_env",
-    "numpy_version",
-    "pytorch_optimizer_version",
-    "tokenizers_version",
-    "torchvision_version",
-    "git_dirty",
-)
-"""The environment a run ran in beyond the contract's columns (device, versions, git commit, host): GPUs and the CUDA
-stack, the CPU, thread settings, the versions of other packages that shape results, and uncommitted changes. The
-run's `command` (the exact command line) completes its provenance."""
 
 KEY_COLUMNS = ("run_id", "run_key", "status", "suite", "optim", "seed")
 

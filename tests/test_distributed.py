@@ -23,6 +23,7 @@ from structbench.cli import EXIT_RUN_ERROR
 from structbench.tasks.base import Shard
 from tests.conftest import read_runs
 from tests.slurm_cluster import quiet_submitit_sacct, require_slurm
+from tests.system_parts import missing
 
 REPO = Path(__file__).resolve().parent.parent
 U = 2.0**-24
@@ -33,9 +34,7 @@ def require_torchrun() -> None:
     try:
         import torch.distributed.run  # noqa: F401
     except ImportError as exc:
-        if os.environ.get("CI") == "true":
-            pytest.fail(f"torchrun required in CI: {exc}")
-        pytest.skip(f"no torchrun: {exc}")
+        missing(f"torchrun ({exc})", "a torch build with torch.distributed")
 
 
 @pytest.fixture(scope="module")

@@ -19,6 +19,7 @@ import pandas as pd
 import pytest
 
 from structbench import store
+from tests.system_parts import missing
 
 T0 = datetime(2026, 1, 5, 9, 30, tzinfo=UTC)
 RUNS = [
@@ -35,9 +36,7 @@ STEPS = 12
 def _needs(module: str) -> None:
     """This exporter's library; its absence fails the test in CI (the dev extra installs it) and skips it elsewhere."""
     if importlib.util.find_spec(module) is None:
-        if os.environ.get("CI") == "true":
-            pytest.fail(f"{module} is not installed; CI installs it through the dev extra")
-        pytest.skip(f"environment: {module} is not installed (pip install 'structbench[dev]')")
+        missing(f"{module} (a dev dependency)", "pip install -e '.[dev]'")
 
 
 def _curves(seed: int, validated: bool) -> list[dict]:
@@ -421,9 +420,7 @@ def test_wandb_export_never_opens_a_network_connection(stored, tmp_path):
     """Every connect(2) of the export and its children (the wandb service) goes to a local Unix socket."""
     _needs("wandb")
     if shutil.which("strace") is None:
-        if os.environ.get("CI") == "true":
-            pytest.fail("strace is not installed; .ci/run installs it")
-        pytest.skip("environment: strace is not installed")
+        missing("strace on PATH", "apt-get install strace")
     log = tmp_path / "strace.log"
     command = [sys.executable, "-m", "structbench", "export", "--to", "wandb", str(tmp_path / "wb"),
                "--out", str(stored), "--optim", "sgd"]  # fmt: skip
