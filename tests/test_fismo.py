@@ -31,6 +31,9 @@ from structbench.optim.fismo import Fismo
 from structbench.optim.muon import Muon
 
 F64 = torch.float64
+EXACT = {"root_method": "eigh"}
+"""Roots by eigendecomposition: the tests of Algorithm 1 itself (tests/test_matrix_roots.py bounds the default
+Newton–Schulz roots' distance from these)."""
 
 
 @pytest.fixture(autouse=True)
@@ -129,7 +132,7 @@ def test_one_step_by_hand_for_a_diagonal_gradient() -> None:
     expected_moment = [(1 - beta) * g / math.sqrt(pi * qi) for g, pi, qi in zip((g1, g2), p, q, strict=True)]
 
     param = nn.Parameter(torch.zeros(2, 2))
-    optimizer = Fismo([param], lr=1.0, beta=beta, gamma=gamma, mu=mu, polar="svd")
+    optimizer = Fismo([param], lr=1.0, beta=beta, gamma=gamma, mu=mu, polar="svd", **EXACT)
     param.grad = torch.diag(torch.tensor([g1, g2]))
     optimizer.step()
     state = optimizer.state[param]
@@ -159,7 +162,7 @@ def test_matches_a_float64_transcription_of_algorithm_1(switches: dict) -> None:
     hp = {"beta": 0.8, "gamma": 0.8, "mu": 0.05}
     per_param = [_random_grads(s, steps, seed=i) for i, s in enumerate(shapes)]
     params = [nn.Parameter(torch.zeros(s)) for s in shapes]
-    optimizer = Fismo(params, lr=1.0, polar="svd", **hp, **switches)
+    optimizer = Fismo(params, lr=1.0, polar="svd", **hp, **switches, **EXACT)
     got = _updates(optimizer, params, [list(step) for step in zip(*per_param, strict=True)])
     conditioning = []
     for i, (shape, grads) in enumerate(zip(shapes, per_param, strict=True)):
@@ -184,7 +187,7 @@ def test_gamma_one_with_exact_polar_gives_an_exactly_orthogonal_update() -> None
     shape, steps = (12, 8), 5
     grads = [[g] for g in _random_grads(shape, steps, scale=10.0)]
     param = nn.Parameter(torch.zeros(shape))
-    optimizer = Fismo([param], lr=1.0, gamma=1.0, polar="svd")
+    optimizer = Fismo([param], lr=1.0, gamma=1.0, polar="svd", **EXACT)
     updates = _updates(optimizer, [param], grads)
     for (update,) in updates:
         singular = torch.linalg.svdvals(update)
@@ -229,7 +232,7 @@ def test_aligned_factors_give_singular_values_one_over_sqrt_pq(shape: tuple[int,
         p, q = p_next, [n * x / sum(qt) for x in qt]
 
     param = nn.Parameter(torch.zeros(shape))
-    optimizer = Fismo([param], lr=1.0, beta=beta, gamma=gamma, mu=mu, polar="svd")
+    optimizer = Fismo([param], lr=1.0, beta=beta, gamma=gamma, mu=mu, polar="svd", **EXACT)
     (update,) = _updates(optimizer, [param], [[grad.float()]] * steps)[-1]
     state = optimizer.state[param]
     torch.testing.assert_close(u.T @ state["P"].to(F64) @ u, torch.diag(torch.tensor(p, dtype=F64)), atol=1e-5, rtol=0)
@@ -277,7 +280,7 @@ def test_gauss_seidel_order_uses_the_new_left_factor() -> None:
 def test_trace_normalisation_symmetry_and_positive_definiteness() -> None:
     shapes, steps = [(16, 8), (8, 24)], 15
     params = [nn.Parameter(torch.randn(s)) for s in shapes]
-    optimizer = Fismo(params, gamma=0.8, mu=1e-3)
+    optimizer = Fismo(params, gamma=0.8, mu=1e-3, **EXACT)
     per_param = [_random_grads(s, steps, seed=i, scale=3.0) for i, s in enumerate(shapes)]
     for step_grads in zip(*per_param, strict=True):
         for p, g in zip(params, step_grads, strict=True):
@@ -303,7 +306,7 @@ def test_step_four_is_an_ema_with_the_rewritten_rate() -> None:
     gamma, mu, steps = 0.9, 1e-3, 3
     grads = _random_grads((6, 5), steps + 1, seed=7, scale=2.0)
     param = nn.Parameter(torch.zeros(6, 5))
-    optimizer = Fismo([param], gamma=gamma, mu=mu)
+    optimizer = Fismo([param], gamma=gamma, mu=mu, **EXACT)
     for g in grads[:steps]:
         param.grad = g
         optimizer.step()
@@ -364,8 +367,9 @@ def test_state_bytes_counted_by_hand() -> None:
         optimizer.zero_grad()
         model(torch.randn(5, 8, generator=torch.Generator().manual_seed(step))).sum().backward()
         optimizer.step()
-    # 16 x 8: P 16^2, Q 8^2 and their roots, M 128 floats; 4 x 16: 2 (16 + 256) + 64; two int64 counters each.
-    fismo_bytes = 4 * (2 * 256 + 2 * 64 + 128) + 16 + 4 * (2 * 16 + 2 * 256 + 64) + 16
+    # 16 x 8: P 16^2, Q 8^2 and their roots, M 128 floats; 4 x 16: 2 (16 + 256) + 64; three int64 counters each
+    # (step, solver_failures and the default Newton–Schulz roots' root_fallbacks).
+    fismo_bytes = 4 * (2 * 256 + 2 * 64 + 128) + 24 + 4 * (2 * 16 + 2 * 256 + 64) + 24
     adamw_bytes = 2 * 4 * (16 + 4 + 3 * 4 + 3) + 4 * 4  # exp_avg + exp_avg_sq, one float32 step per tensor
     assert measure.state_bytes(optimizer) == fismo_bytes + adamw_bytes
     entry = registry.get("fismo")
@@ -449,7 +453,9 @@ def test_nesterov_and_weight_decay() -> None:
     beta, lr, wd = 0.9, 0.1, 0.5
     initial = torch.randn(5, 3, generator=torch.Generator().manual_seed(9))
     param = nn.Parameter(initial.clone())
-    optimizer = Fismo([param], lr=lr, beta=beta, nesterov=True, weight_decay=wd, polar="svd", gamma=0.7, mu=0.01)
+    optimizer = Fismo(
+        [param], lr=lr, beta=beta, nesterov=True, weight_decay=wd, polar="svd", gamma=0.7, mu=0.01, **EXACT
+    )
     param.grad = grad
     optimizer.step()
     (plain,), _, _ = _reference([grad], beta=0.0, gamma=0.7, mu=0.01)  # (1 - b) G~ + b M_1 = (2 - b)(1 - b) G~
@@ -500,7 +506,7 @@ def test_closure_loss_is_returned() -> None:
 def test_failed_eigendecompositions_keep_the_factors_and_raise_on_the_third(monkeypatch: pytest.MonkeyPatch) -> None:
     grads = _random_grads((6, 4), 5, seed=8, scale=3.0)
     param = nn.Parameter(torch.zeros(6, 4))
-    optimizer = Fismo([param], gamma=0.5)
+    optimizer = Fismo([param], gamma=0.5, **EXACT)
     param.grad = grads[0]
     optimizer.step()
     kept = {k: optimizer.state[param][k].clone() for k in ("P", "Q", "P_inv_root", "Q_inv_root")}

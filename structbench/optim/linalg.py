@@ -308,7 +308,13 @@ PROBE_MARGIN = 2.0
 
 
 def inverse_sqrt_newton_schulz(
-    a: Tensor, init: Tensor | None = None, *, tol: float = 1e-4, max_iters: int = 40, probes: int = 0
+    a: Tensor,
+    init: Tensor | None = None,
+    *,
+    tol: float = 1e-4,
+    max_iters: int = 40,
+    probes: int = 0,
+    symmetric: bool = False,
 ) -> InverseSqrt:
     """A^{-1/2} of symmetric positive definite A by Newton–Schulz iterations: matrix products only.
 
@@ -342,19 +348,21 @@ def inverse_sqrt_newton_schulz(
     after each update the same probes accept the new iterate (all of the stack's active matrices below
     tol / PROBE_MARGIN) before the two products of a full check are spent.
     Computed in float32 (float64 for float64 input); `a` and `init`
-    are not modified.
+    are not modified. Both are symmetrized first, unless the caller passes `symmetric=True` for inputs that are
+    symmetric already (a d x d transposed sum costs as much memory traffic as several products' worth of small
+    operations on large d).
     """
     _check_square(a, "a")
     if max_iters < 0 or not tol > 0:
         raise ValueError(f"max_iters must be >= 0 and tol > 0; got {max_iters}, {tol}")
     dtype = _compute_dtype(a.dtype)
-    x = symmetrize(a.to(dtype))
+    x = a.to(dtype) if symmetric else symmetrize(a.to(dtype))
     eye = torch.eye(x.size(-1), dtype=dtype, device=x.device)
     if init is None:
         return _coupled_newton_schulz(x, eye, tol, max_iters)
     if init.shape != a.shape:
         raise ValueError(f"init must have a's shape {tuple(a.shape)}; got {tuple(init.shape)}")
-    z = symmetrize(init.to(dtype))
+    z = init.to(dtype) if symmetric else symmetrize(init.to(dtype))
     if probes <= 0 or x.dim() != 3:
         return _warm_newton_schulz(x, z, eye, tol, max_iters, 0)
     estimate = _probe_residual(x, z, probes)
@@ -365,6 +373,24 @@ def inverse_sqrt_newton_schulz(
     z, residual = z.clone(), estimate.clone()
     z[rest], residual[rest] = found.root, found.residual
     return InverseSqrt(z, residual, residual <= tol, found.iterations)
+
+
+def _scaled_minus_product(z: Tensor, product: Tensor) -> Tensor:
+    """Z (3I - P) = 3 Z - Z P, as one fused product where the stack is 2- or 3-dimensional."""
+    if z.dim() == 2:
+        return torch.addmm(z, z, product, beta=3.0, alpha=-1.0)
+    if z.dim() == 3:
+        return torch.baddbmm(z, z, product, beta=3.0, alpha=-1.0)
+    return 3.0 * z - z @ product
+
+
+def _where(mask: Tensor, chosen: Tensor, other: Tensor) -> Tensor:
+    """Per matrix of a stack, `chosen` where `mask` holds, else `other` (no copy when the mask is all one way)."""
+    if bool(mask.all()):
+        return chosen
+    if not bool(mask.any()):
+        return other
+    return torch.where(mask[..., None, None], chosen, other)
 
 
 def _probe_residual(x: Tensor, z: Tensor, probes: int) -> Tensor:
@@ -378,15 +404,15 @@ def _warm_newton_schulz(x: Tensor, z: Tensor, eye: Tensor, tol: float, max_iters
     """The warm iteration; with probes (> 0) every matrix takes at least one update."""
 
     def residual_of(root: Tensor) -> tuple[Tensor, Tensor]:
-        product = symmetrize(root @ x @ root)
+        product = root @ (x @ root)
         return product, _rms_residual(product, eye)
 
     product, residual = residual_of(z)
     active = residual > (0.0 if probes > 0 else tol)
     iterations = 0
     while iterations < max_iters and bool(active.any()):
-        half_step = z @ (3.0 * eye - product)
-        candidate = torch.where(active[..., None, None], 0.25 * (half_step + half_step.mT), z)
+        half_step = _scaled_minus_product(z, product)
+        candidate = _where(active, (half_step + half_step.mT).mul_(0.25), z)
         iterations += 1
         if probes > 0:
             estimate = _probe_residual(x, candidate, probes)
@@ -395,8 +421,8 @@ def _warm_newton_schulz(x: Tensor, z: Tensor, eye: Tensor, tol: float, max_iters
                 return InverseSqrt(candidate, residual, active | (residual <= tol), iterations)
         new_product, new_residual = residual_of(candidate)
         better = active & (new_residual < residual)
-        z = torch.where(better[..., None, None], candidate, z)
-        product = torch.where(better[..., None, None], new_product, product)
+        z = _where(better, candidate, z)
+        product = _where(better, new_product, product)
         residual = torch.where(better, new_residual, residual)
         active = better & (residual > tol)
     return InverseSqrt(z, residual, residual <= tol, iterations)
