@@ -194,17 +194,17 @@ class Fismo(EagerStructuredOptimizer):
         signal = grads
         if factored(shape, group["max_factor_dim"]):
             due = [i for i, st in enumerate(states) if int(st["step"]) % group["precond_every"] == 0]
-            left_whitened = None
+            halves: tuple[Tensor | None, Tensor | None] = (None, None)
             if due:
                 everyone = len(due) == len(params)
-                fresh, left_whitened = self._refresh(group, [params[i] for i in due], grads if everyone else grads[due])
-                left_whitened = left_whitened if everyone else None
+                fresh, found = self._refresh(group, [params[i] for i in due], grads if everyone else grads[due])
+                halves = found if everyone else halves
                 for i, fail in zip(due, fresh, strict=True):
                     failed[i] = fail
             p_roots = _stacked(states, "P_inv_root")
             q_roots = _stacked(states, "Q_inv_root")
             if group["whiten_momentum"]:
-                signal = (p_roots @ grads if left_whitened is None else left_whitened) @ q_roots
+                signal = _whitened(grads, p_roots, q_roots, *halves)
         moments = [st["momentum"] for st in states]
         torch._foreach_mul_(moments, group["beta"])
         torch._foreach_add_(moments, list(signal.unbind(0)), alpha=1.0 - group["beta"])
@@ -226,9 +226,10 @@ class Fismo(EagerStructuredOptimizer):
 
     def _refresh(
         self, group: Mapping[str, Any], params: list[Tensor], grads: Tensor
-    ) -> tuple[list[bool], Tensor | None]:
+    ) -> tuple[list[bool], tuple[Tensor | None, Tensor | None]]:
         """Steps 4-5: new P, Q and their inverse roots for a (k, m, n) stack. Returns which matrices had a failure,
-        and P_t^{-1/2} G_t (formed for R_t in Gauss–Seidel order, reused by the whitening; None in Jacobi order)."""
+        and, for the whitening, P_t^{-1/2} G_t (formed for R_t in Gauss–Seidel order; None in Jacobi order) and
+        G_t Q_t^{-1/2} (formed for L_t with Q_{t-1}^{-1/2}: given only where every Q root is unchanged)."""
         states = [self.state[p] for p in params]
         rows, cols = grads.shape[-2:]
         gamma, mu = group["gamma"], group["mu"]
@@ -260,7 +261,8 @@ class Fismo(EagerStructuredOptimizer):
             failures = (not p_ok[i]) + (not q_ok[i])
             self.solver_failures += failures
             outcome.append(failures > 0)
-        return outcome, right if group["order"] == "gauss_seidel" else None
+        kept = torch.equal(q_root, q_root_old)
+        return outcome, (right if group["order"] == "gauss_seidel" else None, left if kept else None)
 
     @staticmethod
     def _normalised_factor(
@@ -316,6 +318,16 @@ class Fismo(EagerStructuredOptimizer):
 def uses_newton(shape: tuple[int, int], group: Mapping[str, Any]) -> bool:
     """Whether a matrix of `shape` has factors whose roots come from Newton–Schulz (and a fallback counter)."""
     return group["root_method"] == "newton" and factored(shape, group["max_factor_dim"])
+
+
+def _whitened(grads: Tensor, p_roots: Tensor, q_roots: Tensor, left: Tensor | None, right: Tensor | None) -> Tensor:
+    """Step 6, P^{-1/2} G Q^{-1/2} for (k, m, n) stacks, reusing `left` = P^{-1/2} G or `right` = G Q^{-1/2} (formed
+    with the current roots by the refresh, else None): the remaining product is (m x m)(m x n) from `right`,
+    m^2 n operations, or (m x n)(n x n) from `left`, m n^2; the cheaper where both are given."""
+    rows, cols = grads.shape[-2:]
+    if right is not None and (left is None or rows <= cols):
+        return p_roots @ right
+    return (p_roots @ grads if left is None else left) @ q_roots
 
 
 def _stacked(states: list[dict[str, Any]], key: str) -> Tensor:
