@@ -199,3 +199,31 @@ def test_a_warm_start_is_kept_within_tol_and_iterated_above_it() -> None:
             assert found.iterations == 0 and torch.equal(found.root, linalg.symmetrize(init))
         else:
             assert found.iterations >= 1 and _relative(found.root[0], exact) < 1e-4
+
+
+@pytest.mark.parametrize("shape", [(6, 10), (10, 6)])
+def test_fismo_step_with_kept_roots_whitens_on_both_sides(shape: tuple[int, int]) -> None:
+    """gamma = 1 freezes the factors (line 4: P_t = P_{t-1} when tr P_{t-1} = m), so the probe check keeps both
+    roots and the step reuses the refresh's half-whitened gradients. With anisotropic P, Q (trace m, n; condition
+    numbers 10 and 20) and exact roots set as the state, the update must be P^{-1/2} U V^T Q^{-1/2}, U V^T the
+    polar factor of P^{-1/2} G Q^{-1/2} (lines 6-8; momentum zero before the step, so M = (1 - beta) G~), to float32
+    rounding, for a wide and a tall matrix."""
+    rows, cols = shape
+    p_factor = rows * _spd(rows, 10.0, seed=2) / float(torch.trace(_spd(rows, 10.0, seed=2)))
+    q_factor = cols * _spd(cols, 20.0, seed=3) / float(torch.trace(_spd(cols, 20.0, seed=3)))
+    param = nn.Parameter(torch.zeros(shape))
+    optimizer = Fismo([param], lr=1.0, gamma=1.0, polar="svd")
+    param.grad = torch.ones(shape)
+    optimizer.step()
+    state = optimizer.state[param]
+    roots = {"P_inv_root": _exact(p_factor).float(), "Q_inv_root": _exact(q_factor).float()}
+    state.update(P=p_factor.float(), Q=q_factor.float(), momentum=torch.zeros(shape), **roots)
+    grad = torch.randn(shape, generator=torch.Generator().manual_seed(5))
+    before = param.detach().clone()
+    param.grad = grad
+    optimizer.step()
+    assert all(torch.equal(state[k], v) for k, v in roots.items()) and optimizer.root_fallbacks == 0
+    p_root, q_root = (state[k].to(F64) for k in ("P_inv_root", "Q_inv_root"))
+    u, _, vh = torch.linalg.svd(p_root @ grad.to(F64) @ q_root, full_matrices=False)
+    expected = p_root @ (u @ vh) @ q_root
+    assert _relative(before - param.detach(), expected) < 1e-5
