@@ -183,3 +183,13 @@ def test_clean_removes_a_temporary_index_file_a_crash_left(indexed_store):
     leftover.write_bytes(b"partial")
     assert store.clean(indexed_store).temporaries == [leftover]
     assert not leftover.exists() and index_file(indexed_store, "runs").is_file()
+
+
+def test_refreshing_ignores_a_store_that_cannot_be_listed(indexed_store, monkeypatch):
+    def unlistable(directory: Path) -> dict[str, str]:
+        raise PermissionError(13, "Permission denied", str(directory))
+
+    monkeypatch.setattr(cached_read, "_identities", unlistable)
+    before = index_file(indexed_store, "runs").read_bytes()
+    refresh_index(indexed_store)  # returns: an index it cannot bring up to date is no error of the run's
+    assert index_file(indexed_store, "runs").read_bytes() == before
