@@ -101,7 +101,6 @@ def main(
 ) -> None:
     pass
 
-
 F = TypeVar("F", bound=Callable[..., Any])
 
 

@@ -18,7 +18,8 @@ copy from another store) is read afresh, rows whose file is gone are dropped, an
 Files that cannot be read are never indexed, so they are reported on every read. The index is an optimisation
 only: when it is unreadable, of another format or column set, or its directory is not writable, the files are
 read directly and nothing else changes. Its files are Arrow, not Parquet, in their own directory, so no reader of
-the store's datasets takes them for run data.
+the store's datasets takes them for run data. Names starting with "." or "_" in a dataset's directory are not store
+files (pyarrow skips them too; the store's temporaries start with ".").
 
 Reading the files themselves (no index: about 0.5 ms of CPU per run file, a little less per curve file, nearly all
 of it in Arrow's C++ code, which releases the GIL) runs on one thread per core.
