@@ -3,10 +3,12 @@
 Writes a synthetic store through `store.write_run` (real Parquet files, one run row and one curve file per
 run): suites x optimizers x learning rates x seeds runs (5,000 by default) whose curves decay at rates set
 by the optimizer and learning rate, with diverged and out-of-memory runs among them, half the suites with
-a loss target and half with an accuracy target. It then times the real command line for each format,
-first with a cold report cache (`<out>/.report-cache` removed) and then warm, and prints wall-clock and
-CPU time (CPU time, the command's and its worker processes', is the better guide on a shared machine;
-with --repeat N each figure is the median of N cold-then-warm pairs):
+a loss target and half with an accuracy target. It then brings the store index up to date with the same call
+`structbench run` makes at the end of a grid (`report.load.refresh_index`), timing it, and times the real command
+line for each format three ways: cold (the report cache `<out>/.report-cache` removed, the index as `run` leaves
+it), cold without the index either (`<out>/index` removed too: the worst case, e.g. runs copied in from another
+store), and warm (right after the cold report). It prints wall-clock and CPU time (CPU time, the command's and its
+worker processes', is the better guide on a shared machine; with --repeat N each figure is the median of N rounds):
 
     python benchmarks/report_scale.py                       # 5,000 runs in a temporary directory
     python benchmarks/report_scale.py --keep big-store       # keep (and reuse) the store there
@@ -26,12 +28,14 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import numpy as np
 
 from structbench import store
+from structbench.report.load import refresh_index
 
 STEPS, LOG_EVERY, EVAL_EVERY = 400, 10, 40
 FORMATS = ("term", "md", "html", "all")
@@ -172,6 +176,13 @@ def timed(command: list[str]) -> tuple[float, float]:
     return wall, (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
 
 
+def timed_here(work: Callable[[], None]) -> tuple[float, float]:
+    """(wall-clock, CPU seconds of this process, all its threads) of one call of `work`."""
+    started, cpu = time.perf_counter(), time.process_time()
+    work()
+    return time.perf_counter() - started, time.process_time() - cpu
+
+
 def report_command(out: Path, fmt: str, to: Path) -> list[str]:
     return [sys.executable, "-m", "structbench", "report", "--out", str(out), "--format", fmt, "--to", str(to)]
 
@@ -197,19 +208,33 @@ def main() -> None:
         print(f"writing {expected} runs to {out} ...", file=sys.stderr)
         generate(out, args.suites, args.optims, args.lrs, args.seeds)
         print(f"  written in {time.perf_counter() - started:.0f} s", file=sys.stderr)
+    shutil.rmtree(store.index_dir(out), ignore_errors=True)
+    build = timed_here(lambda: refresh_index(out))
+    current = timed_here(lambda: refresh_index(out))
     wall, cpu = timed([sys.executable, "-m", "structbench", "--help"])
     print(f"\n{expected} runs, {args.suites} suites, {os.cpu_count()} CPUs, load average {os.getloadavg()[0]:.1f}")
-    print(f"CLI start-up alone (structbench --help): {wall:.2f} s wall, {cpu:.2f} s CPU\n")
-    print(f"{'format':8}{'cold wall':>11}{'cold CPU':>10}{'warm wall':>11}{'warm CPU':>10}   (seconds)")
+    print(f"CLI start-up alone (structbench --help): {wall:.2f} s wall, {cpu:.2f} s CPU")
+    print(
+        f"index refresh at the end of a grid: {build[0]:.2f} s wall, {build[1]:.2f} s CPU building it; "
+        f"{current[0]:.2f} s wall, {current[1]:.2f} s CPU when up to date\n"
+    )
+    header = ("cold", "no index", "warm")
+    print(f"{'format':8}" + "".join(f"{f'{h} wall':>15}{f'{h} CPU':>14}" for h in header) + "   (seconds)")
     for fmt in args.formats or FORMATS:
         command = report_command(out, fmt, root / "report")
-        pairs = []
+        rounds = []
         for _ in range(args.repeat):
             shutil.rmtree(out / ".report-cache", ignore_errors=True)
+            refresh_index(out)
             cold, warm = timed(command), timed(command)
-            pairs.append((*cold, *warm))
-        cells = [statistics.median(column) for column in zip(*pairs, strict=True)]
-        print(f"{fmt:8}{cells[0]:11.2f}{cells[1]:10.2f}{cells[2]:11.2f}{cells[3]:10.2f}")
+            shutil.rmtree(out / ".report-cache", ignore_errors=True)
+            shutil.rmtree(store.index_dir(out), ignore_errors=True)
+            bare = timed(command)
+            rounds.append((*cold, *bare, *warm))
+        cells = [statistics.median(column) for column in zip(*rounds, strict=True)]
+        print(
+            f"{fmt:8}" + "".join(f"{wall:15.2f}{cpu:14.2f}" for wall, cpu in zip(cells[::2], cells[1::2], strict=True))
+        )
     print(f"load average after: {os.getloadavg()[0]:.1f}")
     if args.keep is None:
         shutil.rmtree(root)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import math
 import signal
@@ -430,7 +431,20 @@ def run(
         print(f"error: {exc}; the {stored} run(s) stored before by this command are intact.", file=sys.stderr)
         raise typer.Exit(EXIT_RUN_ERROR) from None
     signum = signals.received() or (signal.SIGINT if interrupted else None)
+    if signum is None:
+        signum = index_store(out)
     finish_run_command(rows, failures, checks, signum, out, stored_before, planned)
+
+
+def index_store(out: Path) -> int | None:
+    """Bring the store index up to date at the end of a grid (errors are ignored: the index is an optimisation); a
+    signal stops it at once. Returns the signal received meanwhile, or None."""
+    from structbench import signals
+    from structbench.report.load import refresh_index
+
+    with contextlib.suppress(signals.Interrupted), signals.armed():
+        refresh_index(out)
+    return signals.received()
 
 
 def check_executor_options(executor: str, jobs: int | None, wait: bool, slurm_given: dict[str, Any]) -> None:

@@ -6,6 +6,8 @@
     <out>/claims/<claim_row_id>.parquet   one paper claim's verdict (`structbench claims`), one row per file
 
     <out>/checkpoints/<run_key>/    the latest checkpoint of a run in progress (structbench.checkpoint)
+    <out>/index/runs.arrow, curves.arrow   the store index: a derived copy of the columns the report reads, kept up
+                                    to date by `run` and the report, safe to delete (structbench.report.cached_read)
 
 Each file is written to a hidden temporary name in the same directory and renamed into place, so a
 crash never leaves a half-written file where readers look (pyarrow ignores names starting with '.').
@@ -36,6 +38,7 @@ from structbench.errors import StoreWriteError, UsageError
 SCHEMA_VERSION = 1
 TEMPORARY_SUFFIX = ".tmp"
 LOCK_FILE = ".lock"
+INDEX_DIR = "index"
 MANIFESTS = ".grids"
 """Where structbench.grid_status keeps each grid's manifest."""
 STATUSES = ("ok", "diverged", "oom", "solver_error", "timeout", "error", "interrupted")
@@ -211,6 +214,11 @@ def runs_dir(out: Path) -> Path:
 
 def curves_dir(out: Path) -> Path:
     return out / "curves"
+
+
+def index_dir(out: Path) -> Path:
+    """The store index (structbench.report.cached_read): Arrow files, never read as store data."""
+    return out / INDEX_DIR
 
 
 def tables_dir(out: Path) -> Path:
@@ -521,7 +529,14 @@ class Debris:
 
 def find_debris(out: Path) -> Debris:
     debris = Debris()
-    for directory in (runs_dir(out), curves_dir(out), tables_dir(out), claims_dir(out), out / MANIFESTS):
+    for directory in (
+        runs_dir(out),
+        curves_dir(out),
+        tables_dir(out),
+        claims_dir(out),
+        out / MANIFESTS,
+        index_dir(out),
+    ):
         if directory.is_dir():
             debris.temporaries += sorted(
                 p for p in directory.iterdir() if p.name.startswith(".") and p.name.endswith(TEMPORARY_SUFFIX)

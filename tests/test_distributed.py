@@ -24,6 +24,7 @@ from structbench.tasks.base import Shard
 from tests.conftest import read_runs
 from tests.slurm_cluster import quiet_submitit_sacct, require_slurm
 from tests.system_parts import missing
+from tests.test_store_index import assert_indexes_the_store
 
 REPO = Path(__file__).resolve().parent.parent
 U = 2.0**-24
@@ -193,6 +194,7 @@ def test_a_failing_rank_ends_its_run_error_with_its_traceback_and_the_grid_goes_
     assert json.loads(healthy.state_bytes_per_rank) == [4 * healthy.param_count] * 2
     assert healthy.state_bytes == 4 * healthy.param_count and healthy.state_bytes_total == 8 * healthy.param_count
     assert not list((out / ".distributed").glob("*/rank-*.json")), "failure notes are removed once stored"
+    assert_indexes_the_store(out)  # a grid with a failed run is indexed too
 
 
 HANGING_OPTIMIZER = textwrap.dedent(
@@ -310,6 +312,7 @@ def test_a_two_task_slurm_job_runs_one_run_at_world_size_2(cli, tmp_path):
     assert row.status == "ok" and row.steps == 4
     assert row.world_size == 2 and row.distributed_backend == "gloo" and row.executor == "slurm"
     assert len(json.loads(row.peak_mem_bytes_per_rank)) == 2
+    assert_indexes_the_store(tmp_path)
 
 
 @pytest.mark.parametrize(

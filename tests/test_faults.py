@@ -221,12 +221,11 @@ def _mount_tmpfs(path: Path, size: str) -> bool:
 
 
 def _fill(directory: Path) -> None:
-    """Write a filler file until the filesystem is full."""
-    with (directory / "filler").open("wb") as handle:
+    """Write a filler file until the filesystem is full (unbuffered: nothing is left to write when it is closed)."""
+    with (directory / "filler").open("wb", buffering=0) as handle:
         try:
             while True:
                 handle.write(b"\0" * 65536)
-                handle.flush()
         except OSError as exc:
             assert exc.errno == errno.ENOSPC
 

@@ -22,7 +22,6 @@ from PIL import Image
 
 from structbench import store
 from structbench.report import build, render, tables
-from structbench.report.cached_read import CACHE_DIR
 from structbench.report.figure_file import optimizer_looks
 from tests.conftest import read_curves, read_runs
 
@@ -388,26 +387,6 @@ def test_store_without_analytic_column_shows_a_dash(cli, tmp_path):
     row = table.rows[0]
     assert row[names.index("state (analytic)")].text == "-" and row[names.index("routing")].text == "-"
     assert row[names.index("state (measured)")].text == "4.0 KiB"
-
-
-def test_cache_follows_the_store(cli, tmp_path):
-    out = tmp_path / "results"
-    store.prepare(out)
-    write_run(out, "a-0", "adamw", 0, adamw_evals(0))
-    first = build.build_report(out)
-    assert (out / CACHE_DIR / "runs.arrow").is_file()
-    assert first.suites[0].selected["adamw"].final_loss.median == pytest.approx(0.2)
-    # A new run and a rewritten run are both picked up; a vanished one is dropped.
-    write_run(out, "a-1", "adamw", 1, adamw_evals(1))
-    write_run(out, "a-0", "adamw", 0, [(0, 0.0, 2.0, 0.1), (20, 2.0, 0.05, 0.9)])
-    second = build.build_report(out)
-    assert second.suites[0].selected["adamw"].final_loss.median == pytest.approx((0.05 + 0.2) / 2)
-    (out / "runs" / "a-1.parquet").unlink()
-    assert len(build.build_report(out).runs) == 1
-    (out / CACHE_DIR / "runs.arrow").write_bytes(b"garbage")
-    assert len(build.build_report(out).runs) == 1
-    # The cache sits outside the store's datasets.
-    assert len(pd.read_parquet(out / "runs")) == 1
 
 
 @pytest.mark.parametrize("version", [0, 99])

@@ -17,6 +17,7 @@ from structbench import grid, optim, spec, sweep
 from structbench.errors import UsageError
 from tests.conftest import read_curves, read_runs
 from tests.slurm_cluster import quiet_submitit_sacct, require_slurm
+from tests.test_store_index import assert_indexes_the_store
 
 # 2 optimizers x 3 learning rates x 2 seeds on the quadratic suite, short enough for CI.
 GRID = (
@@ -167,6 +168,7 @@ def test_inline_and_local_executors_store_the_same_keys_bit_identically(cli, tmp
     runs = read_runs(local)
     assert set(runs.executor) == {"local"} and set(runs.parallel_runs) == {2}
     assert set(read_runs(inline).executor) == {"inline"}
+    assert_indexes_the_store(local)
 
 
 def test_slurm_executor_stores_the_same_keys_bit_identically(cli, tmp_path):
@@ -178,6 +180,7 @@ def test_slurm_executor_stores_the_same_keys_bit_identically(cli, tmp_path):
     assert result.exit_code == 0, result.stderr
     pd.testing.assert_frame_equal(_final_losses(inline), _final_losses(slurm), check_exact=True)
     assert set(read_runs(slurm).executor) == {"slurm"}
+    assert_indexes_the_store(slurm)
     assert list((slurm / ".submitit").iterdir()), "job logs under the store's .submitit/"
     status = cli("status", "--out", slurm)
     assert status.exit_code == 0

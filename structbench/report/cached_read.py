@@ -1,22 +1,31 @@
-"""Read selected columns of a directory of small Parquet files, with a cache keyed by file identity.
+"""Read selected columns of a directory of small Parquet files through the store index, a consolidated copy keyed
+by file identity.
 
-The store keeps one file per run, and opening a Parquet file costs about a millisecond whatever its size
-(the footer is parsed), so a store of thousands of runs is slow to read file by file. The report therefore
-keeps, beside the store, one consolidated copy of the columns it reads:
+The store keeps one file per run, and opening a Parquet file costs about a millisecond whatever its size (the footer
+is parsed), so a store of thousands of runs is slow to read file by file. The store therefore keeps one consolidated
+copy of the columns the report reads, its index (structbench.store.index_dir):
 
-    <out>/.report-cache/<name>.arrow       the columns read, plus each row's source file and its identity
+    <out>/index/runs.arrow      the run columns the report reads, plus each row's source file and its identity
+    <out>/index/curves.arrow    the same for the curve files
 
-A file's identity is its name, size, modification time (ns) and inode; the store replaces files by
-renaming a new file into place, so any rewrite changes the identity. On each read, cached rows whose file
-is still present with the same identity are reused, every other file is read afresh, and the cache is
-rewritten (atomically, in Arrow's IPC format as one record batch: it is memory-mapped, not decoded) when
-anything changed. Files that cannot be read are never cached, so they are reported on every read. The
-cache is an optimisation only: when it is unreadable, stale in format, or its directory is not writable,
-the files are read directly and nothing else changes. Names starting with "." or "_" are not store files
-(pyarrow skips them too), which also keeps the cache out of the store's datasets.
+The index is derived data: `structbench run` brings it up to date once at the end of a grid (report.load's
+`refresh_index`), the report on every read, and deleting it loses nothing (the next read rebuilds it). A file's
+identity is its name, size, modification time (ns) and inode; the store replaces files by renaming a new file into
+place, so any rewrite changes the identity. On each read, indexed rows whose file is still present with the same
+identity are reused, every other file (new, rewritten, or written by a command that does not index, such as a
+copy from another store) is read afresh, rows whose file is gone are dropped, and the index is rewritten
+(atomically, in Arrow's IPC format as one record batch: it is memory-mapped, not decoded) when anything changed.
+Files that cannot be read are never indexed, so they are reported on every read. The index is an optimisation
+only: when it is unreadable, of another format or column set, or its directory is not writable, the files are
+read directly and nothing else changes. Its files are Arrow, not Parquet, in their own directory, so no reader of
+the store's datasets takes them for run data. Names starting with "." or "_" in a dataset's directory are not store
+files (pyarrow skips them too; the store's temporaries start with ".").
 
-Reading the files themselves (a cold cache: about 0.5 ms of CPU per run file, a little less per curve file,
-nearly all of it in Arrow's C++ code, which releases the GIL) runs on one thread per core.
+Reading the files themselves (no index: about 0.5 ms of CPU per run file, a little less per curve file, nearly all
+of it in Arrow's C++ code, which releases the GIL) runs on one thread per core.
+
+The report's own caches (its output and figures) stay in CACHE_DIR (`<out>/.report-cache`), which is re-exported
+here for the figure cache.
 """
 
 from __future__ import annotations
@@ -37,7 +46,9 @@ from structbench.report.cache_dir import CACHE_DIR
 from structbench.report.parallel import usable_cores
 from structbench.store import Problem
 
-CACHE_FORMAT = "3"
+__all__ = ["CACHE_DIR", "Validate", "read_columns"]
+
+INDEX_FORMAT = "1"
 _FILE, _ID = "_file", "_identity"
 CHUNK = 250
 """Files read as one task; a store file takes about half a millisecond of CPU to read."""
@@ -59,32 +70,32 @@ def _identities(directory: Path) -> dict[str, str]:
     return found
 
 
-def _cache_meta(schema: pa.Schema) -> dict[bytes, bytes]:
-    return {b"structbench_report_cache": CACHE_FORMAT.encode(), b"columns": ",".join(schema.names).encode()}
+def _index_meta(schema: pa.Schema) -> dict[bytes, bytes]:
+    return {b"structbench_store_index": INDEX_FORMAT.encode(), b"columns": ",".join(schema.names).encode()}
 
 
-def _read_cache(path: Path, schema: pa.Schema) -> pa.Table | None:
+def _read_index(path: Path, schema: pa.Schema) -> pa.Table | None:
     try:
         with pa.memory_map(str(path)) as source:
             table = pa.ipc.open_file(source).read_all()
     except (pa.ArrowException, OSError):
         return None
     meta = table.schema.metadata or {}
-    if any(meta.get(k) != v for k, v in _cache_meta(schema).items()):
+    if any(meta.get(k) != v for k, v in _index_meta(schema).items()):
         return None
     expected = schema.append(pa.field(_FILE, pa.string())).append(pa.field(_ID, pa.string()))
     return table.replace_schema_metadata(None) if table.schema.remove_metadata().equals(expected) else None
 
 
-def _write_cache(path: Path, table: pa.Table, schema: pa.Schema) -> None:
+def _write_index(path: Path, table: pa.Table, schema: pa.Schema) -> None:
     try:
         path.parent.mkdir(exist_ok=True)
         with (
             replacing(path) as tmp,
             pa.OSFile(str(tmp), "wb") as sink,
-            pa.ipc.new_file(sink, table.schema.with_metadata(_cache_meta(schema))) as w,
+            pa.ipc.new_file(sink, table.schema.with_metadata(_index_meta(schema))) as w,
         ):
-            w.write_table(table.replace_schema_metadata(_cache_meta(schema)))
+            w.write_table(table.replace_schema_metadata(_index_meta(schema)))
     except OSError:
         return
 
@@ -161,34 +172,34 @@ def _read_files(
     return [t for t, _ in parts if t is not None], [p for _, problems in parts for p in problems]
 
 
-def _still_valid(cached: pa.Table, identities: dict[str, str]) -> pa.Table:
-    """The cached rows whose file is still present with the identity it had when cached."""
-    pairs = cached.select([_FILE, _ID]).group_by([_FILE, _ID]).aggregate([])
+def _still_valid(indexed: pa.Table, identities: dict[str, str]) -> pa.Table:
+    """The indexed rows whose file is still present with the identity it had when indexed."""
+    pairs = indexed.select([_FILE, _ID]).group_by([_FILE, _ID]).aggregate([])
     names = [
         n for n, i in zip(*(pairs.column(c).to_pylist() for c in (_FILE, _ID)), strict=True) if identities.get(n) == i
     ]
     if len(names) == pairs.num_rows:
-        return cached
-    return cached.filter(pc.is_in(cached.column(_FILE), value_set=pa.array(names, pa.string())))
+        return indexed
+    return indexed.filter(pc.is_in(indexed.column(_FILE), value_set=pa.array(names, pa.string())))
 
 
 def read_columns(
     directory: Path,
     schema: pa.Schema,
     required: Collection[str],
-    cache_name: str,
+    index: Path,
     only: Collection[str] | None = None,
     validate: Validate | None = None,
 ) -> tuple[pa.Table, list[Problem]]:
-    """Rows of every readable file in `directory` (or of the file names in `only`), `schema`'s columns.
+    """Rows of every readable file in `directory` (or of the file names in `only`), `schema`'s columns, reusing the
+    index file `index` where it is valid and bringing it up to date (module docstring).
 
     Returns the table (with the schema's columns only) and the files that could not be read or that `validate`
-    rejects (those are never cached, so they are reported on every read).
+    rejects (those are never indexed, so they are reported on every read).
     """
     identities = _identities(directory)
-    cache_path = directory.parent / CACHE_DIR / f"{cache_name}.arrow"
-    cached = _read_cache(cache_path, schema)
-    valid = _still_valid(cached, identities) if cached is not None else None
+    indexed = _read_index(index, schema)
+    valid = _still_valid(indexed, identities) if indexed is not None else None
     have = set(valid.column(_FILE).unique().to_pylist()) if valid is not None else set()
     wanted = set(identities) if only is None else set(identities) & set(only)
     fresh, problems = _read_files(
@@ -198,8 +209,8 @@ def read_columns(
     if not parts:
         return schema.empty_table(), problems
     everything = pa.concat_tables(parts).combine_chunks()
-    if fresh or (cached is not None and valid is not None and valid.num_rows != cached.num_rows):
-        _write_cache(cache_path, everything, schema)
+    if fresh or (indexed is not None and valid is not None and valid.num_rows != indexed.num_rows):
+        _write_index(index, everything, schema)
     if only is not None and len(wanted) < len(identities):
         names = pa.array(sorted(wanted), pa.string())
         everything = everything.filter(pc.is_in(everything.column(_FILE), value_set=names))

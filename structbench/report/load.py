@@ -1,5 +1,5 @@
-"""What the report reads from the results store (docs/results-schema.md): only the
-columns it needs, through the cache."""
+"""What the report reads from the results store (docs/results-schema.md): only the columns it needs, through the
+store index (cached_read), which `structbench run` brings up to date at the end of a grid with `refresh_index`."""
 
 from __future__ import annotations
 
@@ -77,6 +77,29 @@ RUN_READ_SCHEMA = _schema(store.RUN_SCHEMA, RUN_COLUMNS)
 CURVE_READ_SCHEMA = _schema(store.CURVE_SCHEMA, CURVE_COLUMNS)
 
 
+def _read_runs(out: Path) -> tuple[pa.Table, list[Problem]]:
+    index = store.index_dir(out) / "runs.arrow"
+    return read_columns(
+        store.runs_dir(out), RUN_READ_SCHEMA, REQUIRED_RUN_COLUMNS, index, validate=store.unsupported_version
+    )
+
+
+def _read_curves(out: Path, only: Collection[str] | None) -> tuple[pa.Table, list[Problem]]:
+    index = store.index_dir(out) / "curves.arrow"
+    return read_columns(store.curves_dir(out), CURVE_READ_SCHEMA, REQUIRED_CURVE_COLUMNS, index, only)
+
+
+def refresh_index(out: Path) -> None:
+    """Bring the store index up to date with every run and curve file in the store (`structbench run` calls this
+    once at the end of a grid). The index is an optimisation: a failure to read or write it is ignored, and the
+    files it could not read are left for the report to warn about."""
+    try:
+        _read_runs(out)
+        _read_curves(out, None)
+    except (OSError, pa.ArrowException):
+        return
+
+
 def _plain(frame: pd.DataFrame) -> pd.DataFrame:
     """Text columns as Python objects: one consolidated block, so slicing thousands of small groups stays fast."""
     text = [c for c in frame.columns if pd.api.types.is_string_dtype(frame[c])]
@@ -88,17 +111,13 @@ def load_runs(out: Path) -> tuple[pd.DataFrame, list[Problem]]:
 
     Files of a schema version this structbench does not read are reported as problems and skipped
     (store.unsupported_version)."""
-    table, problems = read_columns(
-        store.runs_dir(out), RUN_READ_SCHEMA, REQUIRED_RUN_COLUMNS, "runs", validate=store.unsupported_version
-    )
+    table, problems = _read_runs(out)
     runs = _plain(table.to_pandas())
     return runs.sort_values(["suite", "optim", "seed", "started_at", "run_id"]).reset_index(drop=True), problems
 
 
 def load_curves(out: Path, run_ids: Collection[str]) -> tuple[pd.DataFrame, list[Problem]]:
     """Curve points of the given runs, in (run, split, step) order."""
-    table, problems = read_columns(
-        store.curves_dir(out), CURVE_READ_SCHEMA, REQUIRED_CURVE_COLUMNS, "curves", {f"{r}.parquet" for r in run_ids}
-    )
+    table, problems = _read_curves(out, {f"{r}.parquet" for r in run_ids})
     curves = _plain(table.to_pandas())
     return curves.sort_values(["run_id", "split", "step"], kind="stable").reset_index(drop=True), problems

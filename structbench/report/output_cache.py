@@ -6,7 +6,8 @@ prints it without reading the store or computing anything (nor importing pandas)
 
 The key is a SHA-256 over everything the output depends on:
 - every store's contents: the path and identity (size, modification time in ns, inode) of every file under it, except
-  the report cache itself and the report directories (`<out>/report` and the `--to` directory). The store writes a
+  the report cache itself, the store index (`<out>/index`: derived from the run and curve files, which are counted)
+  and the report directories (`<out>/report` and the `--to` directory). The store writes a
   file under a temporary name and renames it into place, so any new, removed or rewritten file changes the key; the
   warnings about a store's debris (leftover temporaries, orphaned files, stale checkpoints) are a function of the
   same files, so they are kept with the output;
@@ -36,6 +37,8 @@ from structbench.report.atomic import write_text_atomic
 from structbench.report.cache_dir import CACHE_DIR
 
 KEEP = 8
+STORE_INDEX_DIR = "index"
+"""store.INDEX_DIR, spelled here because the store module loads pandas, which a cache hit must not."""
 FORMAT = "1"
 LIBRARIES = ("structbench", "rich", "pandas", "pyarrow", "numpy", "matplotlib")
 _PACKAGE = Path(__file__).resolve().parent.parent
@@ -103,7 +106,7 @@ def key(stores: Sequence[Path], target: Path, request: Mapping[str, object]) -> 
     digest.update(f"target {target.resolve()}\n".encode())
     for out in stores:
         root = out.resolve()
-        skip = {root / CACHE_DIR, root / "report", target.resolve()}
+        skip = {root / CACHE_DIR, root / STORE_INDEX_DIR, root / "report", target.resolve()}
         digest.update(f"store {out} {root}\n".encode())
         for line in sorted(_tree(root, skip)):
             digest.update(line.encode())
