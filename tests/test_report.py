@@ -327,7 +327,7 @@ def test_sweeps_reruns_and_filters(cli, tmp_path):
     assert list(suite.superseded["run_id"]) == ["adamw-old"]
     assert any("superseded" in note for note in suite.notes)
     figures = render.render_figures(report, workers=1, cache=False)
-    sweep = next(f for f in figures if f.name == "hand-sweep-sgd")
+    sweep = next(f for f in figures if f.name == "hand-sweeps")
     assert {"sgd-10.0-0", "sgd-0.01-1"} <= set(sweep.run_ids)
     # --since drops the old run entirely; --optim keeps the baseline; --baseline changes the reference.
     since = build.build_report(out, since=pd.Timestamp("2025-03-02", tz="UTC"))
