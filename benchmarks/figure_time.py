@@ -6,10 +6,10 @@ figure ("draw") and turning it into PNG bytes ("save"), and the PNG bytes. It al
 with the figures saved the way matplotlib's own `savefig(bbox_inches="tight")` does at zlib's default level,
 interleaved suite by suite with the first pass so both see the same load, and prints the ratio of the two:
 
-    python benchmarks/figure_time.py --out big-store/results
-    python benchmarks/figure_time.py --out big-store/results --tree ../old-checkout   # also another source tree
+    python -m benchmarks.figure_time --out big-store/results
+    python -m benchmarks.figure_time --out big-store/results --tree ../old-checkout   # also another source tree
 
-A store to measure: `python benchmarks/report_scale.py --keep big-store` writes (and keeps) 5,000 runs.
+A store to measure: `python -m benchmarks.report_scale --keep big-store` writes (and keeps) 5,000 runs.
 With `--tree DIR` the same measurement also runs on the structbench sources under DIR (a checkout of another
 commit: `git worktree add ../old-checkout <commit>`), in a child process, and the totals are printed side by side.
 CPU time counts this process only: the report's forked figure workers are not used here.
@@ -29,12 +29,15 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from benchmarks.arguments import Parser, at_least
+
 if TYPE_CHECKING:
     from matplotlib.figure import Figure
 
     from structbench.report.build import SuiteReport
     from structbench.report.figure_file import Look
 
+ROOT = Path(__file__).resolve().parent.parent
 KINDS = ("loss-vs-step", "loss-vs-time", "metric-vs-step", "memory", "quality-vs-memory", "step-time", "sweeps")
 
 
@@ -136,17 +139,17 @@ def print_table(result: dict, label: str) -> None:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser = Parser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--out", type=Path, required=True, help="results store (a directory with runs/ and curves/)")
-    parser.add_argument("--suites", type=int, default=None, help="time only the first N suites")
+    parser.add_argument("--suites", type=at_least(1), default=None, help="time only the first N suites")
     parser.add_argument("--tree", type=Path, action="append", default=[], help="also time the sources under DIR")
     parser.add_argument("--json", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if not (args.out / "runs").is_dir():
-        parser.exit(2, f"error: {args.out} holds no runs/ directory (write a store with benchmarks/report_scale.py)\n")
+        parser.error(f"{args.out} holds no runs/ directory (write a store with benchmarks/report_scale.py --keep)")
     for tree in args.tree:
         if not (tree / "structbench" / "report" / "plots.py").is_file():
-            parser.exit(2, f"error: {tree} holds no structbench/report/plots.py\n")
+            parser.error(f"{tree} holds no structbench/report/plots.py")
     if args.json:
         print(json.dumps(measure(args.out, args.suites)))
         return
@@ -156,7 +159,7 @@ def main() -> None:
         command = [sys.executable, str(Path(__file__).resolve()), "--out", str(args.out), "--json"]
         if args.suites:
             command += ["--suites", str(args.suites)]
-        env = {**os.environ, "PYTHONPATH": str(tree.resolve())}
+        env = {**os.environ, "PYTHONPATH": os.pathsep.join((str(tree.resolve()), str(ROOT)))}
         done = subprocess.run(command, env=env, cwd=tree, stdout=subprocess.PIPE, text=True, check=True)
         results[str(tree)] = json.loads(done.stdout)
     for label, result in results.items():
