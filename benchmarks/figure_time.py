@@ -12,12 +12,14 @@ interleaved suite by suite with the first pass so both see the same load, and pr
 A store to measure: `python -m benchmarks.report_scale --keep big-store` writes (and keeps) 5,000 runs.
 With `--tree DIR` the same measurement also runs on the structbench sources under DIR (a checkout of another
 commit: `git worktree add ../old-checkout <commit>`), in a child process, and the totals are printed side by side.
-CPU time counts this process only: the report's forked figure workers are not used here.
+CPU time counts this process only: the report's forked figure workers are not used here. The objects that exist
+before drawing are frozen out of the garbage collector, as the report does while it draws.
 """
 
 from __future__ import annotations
 
 import argparse
+import gc
 import io
 import json
 import os
@@ -103,6 +105,8 @@ def measure(out: Path, suites: int | None) -> dict:
     looks = optimizer_looks(report.optims)
     chosen = report.suites[: suites or len(report.suites)]
     plots.suite_figures(chosen[0], looks)
+    gc.collect()
+    gc.freeze()  # as the report does while it draws (render.py), in every tree measured
     current, reference = [], []
     for i, suite in enumerate(chosen):
         print(f"  suite {i + 1}/{len(chosen)}: {suite.name}", file=sys.stderr, flush=True)
