@@ -1,7 +1,8 @@
 """How the report's figures become PNGs and how their log axes are labelled, against matplotlib's own output.
 
-The PNG is cut to the drawn extent measured in one layout pass (plots.drawn_extent): its pixels must equal those of
-matplotlib's own `savefig(bbox_inches="tight")` for every kind of figure. Log and symmetric-log tick labels are
+The PNG is cut to the drawn extent measured in one layout pass (plots.drawn_extent) and written by png.py: its pixels
+must equal those of matplotlib's own `savefig(bbox_inches="tight")` for every kind of figure, and Pillow must read
+back every pixel, the alpha channel where there is one, the resolution and the text. Log and symmetric-log tick labels are
 written in plain text with Unicode superscripts (log_ticks.py): no label may go through matplotlib's mathtext
 parser, every character must be in the font that draws it, and the ticks labelled must be those matplotlib's own
 formatter labels.
@@ -26,6 +27,7 @@ from PIL import Image
 from structbench import store
 from structbench.report import build, plots, render
 from structbench.report.log_ticks import PlainLogFormatter
+from structbench.report.png import encode
 from tests.report_store import Point, write_run
 
 
@@ -179,3 +181,18 @@ def test_drawing_a_suites_figures_parses_no_mathtext(suite_store, drawn, monkeyp
     figures = render.render_figures(build.build_report(suite_store, plotted=True), workers=1, cache=False)
     assert len(figures) == len(drawn)
     assert calls == []
+
+
+def test_png_encoder_round_trips_pixels_alpha_resolution_and_text_through_pillow():
+    rng = np.random.default_rng(0)
+    opaque = rng.integers(0, 256, (7, 5, 4), dtype=np.uint8)
+    opaque[..., 3] = 255
+    translucent = opaque.copy()
+    translucent[3, 2, 3] = 17
+    metadata = {"Title": "suite τ: loss", "Description": "runs: a b"}  # τ is not Latin-1: an iTXt chunk
+    for rgba, mode in ((opaque, "RGB"), (translucent, "RGBA")):
+        image = Image.open(io.BytesIO(encode(rgba, 200, metadata, 1)))
+        assert image.mode == mode and image.size == (5, 7)
+        assert np.array_equal(np.asarray(image.convert("RGBA")), rgba)
+        assert image.text == metadata
+        assert image.info["dpi"] == pytest.approx((200, 200), abs=0.01)
