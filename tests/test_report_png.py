@@ -2,10 +2,10 @@
 
 The PNG is cut to the drawn extent measured in one layout pass (plots.drawn_extent) and written by png.py: its pixels
 must equal those of matplotlib's own `savefig(bbox_inches="tight")` for every kind of figure, and Pillow must read
-back every pixel, the alpha channel where there is one, the resolution and the text. Log and symmetric-log tick labels are
-written in plain text with Unicode superscripts (log_ticks.py): no label may go through matplotlib's mathtext
-parser, every character must be in the font that draws it, and the ticks labelled must be those matplotlib's own
-formatter labels.
+back every pixel, the alpha channel where there is one, the resolution and the text. Log and symmetric-log tick
+labels are written in plain text with Unicode superscripts (log_ticks.py): no label may go through matplotlib's
+mathtext parser, every character must be in the font that draws it, and the ticks labelled must be those
+matplotlib's own formatter labels.
 """
 
 from __future__ import annotations
