@@ -359,13 +359,13 @@ def test_a_dense_lr_grid_keeps_its_tick_labels_apart_and_labels_the_selected_val
     out = tmp_path / "results"
     store.prepare(out)
     grid = [0.001 * 1.8**i for i in range(10)]
-    write_grid(out, {lr: (abs(i - 6) * 0.1 + 0.1,) for i, lr in enumerate(grid)})  # lr grid[6] is best
+    write_grid(out, {lr: (abs(i - 7) * 0.1 + 0.1,) for i, lr in enumerate(grid)})  # grid[7]: best, not a multiple
     [suite] = build.build_report(out).suites
     figure = plots.sweeps_figure(suite.sweeps, optimizer_looks(["sgd"]))
     FigureCanvasAgg(figure).draw()
     [ax] = figure.axes
     shown = [t for t in ax.xaxis.get_ticklabels() if t.get_text()]
     assert 2 <= len(shown) < 10
-    assert f"{grid[6]:.3g}" in [t.get_text() for t in shown]
+    assert f"{grid[7]:.3g}" in [t.get_text() for t in shown]
     boxes = sorted((t.get_window_extent().x0, t.get_window_extent().x1) for t in shown)
     assert all(right < left for (_, right), (left, _) in itertools.pairwise(boxes))
