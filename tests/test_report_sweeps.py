@@ -369,3 +369,22 @@ def test_a_dense_lr_grid_keeps_its_tick_labels_apart_and_labels_the_selected_val
     assert f"{grid[7]:.3g}" in [t.get_text() for t in shown]
     boxes = sorted((t.get_window_extent().x0, t.get_window_extent().x1) for t in shown)
     assert all(right < left for (_, right), (left, _) in itertools.pairwise(boxes))
+
+
+def test_sweeps_selected_on_different_metrics_label_every_panel_and_leave_the_metric_out_of_the_title(tmp_path):
+    out = tmp_path / "results"
+    store.prepare(out)
+    for lr, loss in ((0.01, 0.5), (0.1, 0.3)):
+        for seed in range(2):
+            sweep_run(out, "adamw", {"lr": lr}, seed, train_loss=loss, final_val_metric=1 - loss)  # validated
+            sweep_run(out, "sgd", {"lr": lr}, seed, train_loss=loss)  # training loss only
+    report = build.build_report(out, plotted=True)
+    [suite] = report.suites
+    assert [s.criterion.describe() for s in suite.sweeps] == [
+        "selected on validation accuracy",
+        "selected on training loss (no validation split)",
+    ]
+    adamw_ax, sgd_ax = plots.sweeps_figure(suite.sweeps, optimizer_looks(report.optims)).axes
+    assert (adamw_ax.get_ylabel(), sgd_ax.get_ylabel()) == ("final validation accuracy ↑", "final training loss ↓")
+    [png] = [f for f in render.render_figures(report, workers=1, cache=False) if f.name == "hand-sweeps"]
+    assert png.title == "hand: sweeps"
