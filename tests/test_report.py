@@ -326,7 +326,7 @@ def test_sweeps_reruns_and_filters(cli, tmp_path):
     assert list(suite.superseded["run_id"]) == ["adamw-old"]
     assert any("superseded" in note for note in suite.notes)
     figures = render.render_figures(report, workers=1, cache=False)
-    sweep = next(f for f in figures if f.name == "hand-sweep-sgd")
+    sweep = next(f for f in figures if f.name == "hand-sweeps")
     assert {"sgd-10.0-0", "sgd-0.01-1"} <= set(sweep.run_ids)
     # --since drops the old run entirely; --optim keeps the baseline; --baseline changes the reference.
     since = build.build_report(out, since=pd.Timestamp("2025-03-02", tz="UTC"))
@@ -484,6 +484,26 @@ def test_forked_figure_workers_give_the_same_figures(hand_store):
     report = build.build_report(hand_store, plotted=True)
     serial = render.render_figures(report, workers=1, cache=False)
     assert render.render_figures(report, workers=2, cache=False) == serial  # same PNG bytes, names and run ids
+
+
+def test_the_report_is_frozen_out_of_the_garbage_collector_only_while_figures_are_drawn(hand_store, monkeypatch):
+    import gc
+
+    from structbench.report import plots
+
+    report = build.build_report(hand_store, plotted=True)
+
+    def collected(target: object) -> bool:
+        """Whether the collector's generations hold the object (frozen ones sit in a permanent generation)."""
+        return any(o is target for o in gc.get_objects())
+
+    seen: list[bool] = []
+    draw = plots.suite_figures
+    monkeypatch.setattr(plots, "suite_figures", lambda *a: seen.append(collected(report.suites[0])) or draw(*a))
+    assert collected(report.suites[0])
+    render.render_figures(report, workers=1, cache=False)
+    assert seen == [False]  # frozen while drawing
+    assert collected(report.suites[0]) and gc.get_freeze_count() == 0  # and back in the collector's care after
 
 
 def test_figure_cache_reuses_unchanged_suites_only(tmp_path, monkeypatch):

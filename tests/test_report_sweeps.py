@@ -7,12 +7,14 @@ out by hand from the numbers written into the store.
 
 from __future__ import annotations
 
+import itertools
 import statistics
 from pathlib import Path
 
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
+from matplotlib.backends.backend_agg import FigureCanvasAgg
 
 from structbench import store
 from structbench.report import build, plots, render, tables
@@ -242,8 +244,8 @@ def test_two_swept_keys_hold_the_others_at_the_selected_setting(tmp_path):
     assert sweep.warnings == [
         "adamw: best weight_decay 0.1 is at the upper edge of the grid [0, 0.1]: widen the grid (with lr=0.02)"
     ]
-    figure = plots.sweep_figure(sweep, (0.1, 0.2, 0.7, 1.0))
-    lr_ax, wd_ax = figure.axes
+    figure = plots.sweeps_figure([sweep], optimizer_looks(["adamw"]))
+    lr_ax, wd_ax = figure.axes  # one panel per swept key
     assert lr_ax.get_xscale() == "log"  # a learning rate
     assert wd_ax.get_xscale() == "linear"  # 0 is not positive
     assert "weight_decay=0.1" in lr_ax.get_xlabel()
@@ -263,8 +265,7 @@ def test_other_keys_are_log_only_when_positive_and_wider_than_a_factor_10(tmp_pa
     [suite] = build.build_report(out).suites
     adamw, sgd = suite.sweeps
     assert (adamw.names, sgd.names) == (["eps"], ["momentum"])  # lr did not vary
-    [eps_ax] = plots.sweep_figure(adamw, (0.1, 0.2, 0.7, 1.0)).axes
-    [momentum_ax] = plots.sweep_figure(sgd, (0.1, 0.2, 0.7, 1.0)).axes
+    eps_ax, momentum_ax = plots.sweeps_figure(suite.sweeps, optimizer_looks(["adamw", "sgd"])).axes
     assert eps_ax.get_xscale() == "log" and momentum_ax.get_xscale() == "linear"
     # Both best values are in the middle of their grids: no warning.
     assert suite.selected["adamw"].label == "adamw eps=1e-06" and suite.selected["sgd"].label == "sgd momentum=0.9"
@@ -280,12 +281,12 @@ def test_markdown_and_html_carry_the_sweep_table_and_figure_with_a_log_lr_axis(t
     [suite] = report.suites
     [sweep] = suite.sweeps  # adamw ran one setting: no sweep
     assert sweep.optim == "sgd" and sweep.warnings == []
-    figure = plots.sweep_figure(sweep, optimizer_looks(report.optims)["sgd"].color)
+    figure = plots.sweeps_figure([sweep], optimizer_looks(report.optims))
     [ax] = figure.axes
     assert ax.get_xscale() == "log"
     assert ax.get_xlabel() == "lr"
     drawn = render.render_figures(report, workers=1)
-    [png] = [f for f in drawn if f.name == "hand-sweep-sgd"]
+    [png] = [f for f in drawn if f.name == "hand-sweeps"]
     assert set(png.run_ids) == {f"sgd-lr{lr}-s{s}" for lr in (0.001, 0.01, 0.1) for s in range(2)}
     with monkeypatch.context() as patched:  # the sweep figure is kept in the figure cache like the others
         patched.setattr(render, "_draw", lambda task: pytest.fail(f"drew the figures of task {task} again"))
@@ -293,14 +294,97 @@ def test_markdown_and_html_carry_the_sweep_table_and_figure_with_a_log_lr_axis(t
 
     result = cli("report", "--out", out, "--format", "all", "--to", tmp_path / "rep")
     assert result.exit_code == 0, result.output
-    assert (tmp_path / "rep" / "figures" / "hand-sweep-sgd.png").is_file()
+    assert (tmp_path / "rep" / "figures" / "hand-sweeps.png").is_file()
     md = (tmp_path / "rep" / "report.md").read_text()
     assert "### hand: sweeps" in md and "#### hand: sgd over lr" in md
-    assert "figures/hand-sweep-sgd.png" in md
-    assert md.index("### hand: sweeps") < md.index("figures/hand-sweep-sgd.png")
+    assert md.count("figures/hand-sweeps.png") == 1
+    assert md.index("### hand: sweeps") < md.index("figures/hand-sweeps.png") < md.index("#### hand: sgd over lr")
     # lr 0.01: median (0.4 + 0.5) / 2 = 0.45, range 0.4 - 0.5, two seeds, selected.
     assert "| [lr=0.01](#runs-hand-sgd-lr-0-01) | 2 | **0.45** | 0.4 – 0.5 | ◀ selected |" in md
     assert "Selected on training loss (no validation split)" in md
     html = (tmp_path / "rep" / "report.html").read_text()
-    assert 'id="sweeps-hand"' in html and 'id="fig-hand-sweep-sgd"' in html
+    assert 'id="sweeps-hand"' in html and html.count('id="fig-hand-sweeps"') == 1
     assert "selected on training loss (no validation split)" in html
+
+
+@pytest.mark.parametrize(
+    ("count", "anchor", "width", "spacing", "expected"),
+    [
+        (10, 7, 30.0, 20.0, [1, 3, 5, 7, 9]),  # 30 * 1.2 / 20 = 1.8: every second, counted from the selected
+        (10, 0, 60.0, 20.0, [0, 4, 8]),  # 72 / 20 = 3.6: every fourth
+        (5, 2, 10.0, 40.0, [0, 1, 2, 3, 4]),  # room for every label
+        (1, 0, 30.0, 0.0, [0]),
+    ],
+)
+def test_labelled_ticks_thin_to_every_kth_from_the_selected_value(count, anchor, width, spacing, expected):
+    assert plots.labelled_ticks(count, anchor, width, spacing) == expected
+
+
+def test_the_suites_sweeps_are_small_multiples_with_the_seed_counts_written_once(tmp_path):
+    """Five swept optimizers: five panels, four to a row, the y axis labelled on the first column; a panel whose
+    points all have both seeds says so in its title and annotates nothing; one seed diverging at one lr is written
+    above that point only."""
+    out = tmp_path / "results"
+    store.prepare(out)
+    optims = ["adamw", "lion", "muon", "sgd", "soap"]
+    for optim in optims:
+        for lr, loss in ((0.001, 0.5), (0.01, 0.3), (0.1, 0.4)):
+            for seed in range(2):
+                diverged = optim == "sgd" and lr == 0.1 and seed == 1
+                status = "diverged" if diverged else "ok"
+                sweep_run(out, optim, {"lr": lr}, seed, train_loss=loss + 0.01 * seed, status=status)
+    report = build.build_report(out, plotted=True)
+    [suite] = report.suites
+    looks = optimizer_looks(report.optims)
+    figure = plots.sweeps_figure(suite.sweeps, looks)
+    assert len(figure.axes) == 5
+    assert [ax.get_subplotspec().get_geometry()[:2] for ax in figure.axes] == [(2, 4)] * 5
+    assert [ax.get_ylabel() != "" for ax in figure.axes] == [True, False, False, False, True]
+    for ax, optim in zip(figure.axes, optims, strict=True):
+        [errorbar] = ax.containers
+        assert errorbar.lines[0].get_color() == looks[optim].color
+        if optim == "sgd":
+            assert ax.get_title(loc="left") == "sgd\nn=2 unless marked"
+            [note] = ax.texts
+            assert note.get_text() == "n=1/2, 1 diverged" and note.xy[0] == pytest.approx(0.1)
+        else:
+            assert ax.get_title(loc="left") == f"{optim}\nn=2 at each point"
+            assert len(ax.texts) == 0
+    [png] = [f for f in render.render_figures(report, workers=1, cache=False) if f.name == "hand-sweeps"]
+    assert png.title == "hand: sweeps, selected on training loss (no validation split)"
+    assert len(png.run_ids) == 5 * 3 * 2
+
+
+def test_a_dense_lr_grid_keeps_its_tick_labels_apart_and_labels_the_selected_value(tmp_path):
+    out = tmp_path / "results"
+    store.prepare(out)
+    grid = [0.001 * 1.8**i for i in range(10)]
+    write_grid(out, {lr: (abs(i - 7) * 0.1 + 0.1,) for i, lr in enumerate(grid)})  # grid[7]: best, not a multiple
+    [suite] = build.build_report(out).suites
+    figure = plots.sweeps_figure(suite.sweeps, optimizer_looks(["sgd"]))
+    FigureCanvasAgg(figure).draw()
+    [ax] = figure.axes
+    shown = [t for t in ax.xaxis.get_ticklabels() if t.get_text()]
+    assert 2 <= len(shown) < 10
+    assert f"{grid[7]:.3g}" in [t.get_text() for t in shown]
+    boxes = sorted((t.get_window_extent().x0, t.get_window_extent().x1) for t in shown)
+    assert all(right < left for (_, right), (left, _) in itertools.pairwise(boxes))
+
+
+def test_sweeps_selected_on_different_metrics_label_every_panel_and_leave_the_metric_out_of_the_title(tmp_path):
+    out = tmp_path / "results"
+    store.prepare(out)
+    for lr, loss in ((0.01, 0.5), (0.1, 0.3)):
+        for seed in range(2):
+            sweep_run(out, "adamw", {"lr": lr}, seed, train_loss=loss, final_val_metric=1 - loss)  # validated
+            sweep_run(out, "sgd", {"lr": lr}, seed, train_loss=loss)  # training loss only
+    report = build.build_report(out, plotted=True)
+    [suite] = report.suites
+    assert [s.criterion.describe() for s in suite.sweeps] == [
+        "selected on validation accuracy",
+        "selected on training loss (no validation split)",
+    ]
+    adamw_ax, sgd_ax = plots.sweeps_figure(suite.sweeps, optimizer_looks(report.optims)).axes
+    assert (adamw_ax.get_ylabel(), sgd_ax.get_ylabel()) == ("final validation accuracy ↑", "final training loss ↓")
+    [png] = [f for f in render.render_figures(report, workers=1, cache=False) if f.name == "hand-sweeps"]
+    assert png.title == "hand: sweeps"

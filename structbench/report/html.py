@@ -147,7 +147,8 @@ def _suite(suite: SuiteReport, report: Report, figures: list[FigureFile]) -> str
 
 
 def _sweeps(suite: SuiteReport, report: Report, figures: list[FigureFile]) -> str:
-    """The suite's Sweeps section: per swept optimizer its table, edge-of-grid warnings and figure."""
+    """The suite's Sweeps section: the figure of every sweep, then per swept optimizer its table and edge-of-grid
+    warnings."""
     if not suite.sweeps:
         return ""
     parts = [
@@ -156,11 +157,11 @@ def _sweeps(suite: SuiteReport, report: Report, figures: list[FigureFile]) -> st
         "the test split).</p>"
     ]
     by_name = {f.name: f for f in figures if f.suite == suite.name}
+    names = dict.fromkeys(s.figure_name for s in suite.sweeps)
+    parts.append(_figures([by_name[name] for name in names if name in by_name], report))
     for sweep in suite.sweeps:
         parts.append(table(tables.sweep_table(sweep), heading="h4"))
         parts += [f'<p class="warning">{escape(w)}</p>' for w in sweep.warnings]
-        if sweep.figure_name in by_name:
-            parts.append(_figures([by_name[sweep.figure_name]], report))
     return "".join(parts)
 
 

@@ -91,7 +91,8 @@ def _suite(suite: SuiteReport, report: Report, figures: list[FigureFile]) -> lis
 
 
 def _sweeps(suite: SuiteReport, report: Report, figures: list[FigureFile]) -> list[str]:
-    """The suite's Sweeps section: per swept optimizer its table, edge-of-grid warnings and figure."""
+    """The suite's Sweeps section: the figure of every sweep, then per swept optimizer its table and edge-of-grid
+    warnings."""
     if not suite.sweeps:
         return []
     parts = [
@@ -100,11 +101,12 @@ def _sweeps(suite: SuiteReport, report: Report, figures: list[FigureFile]) -> li
         "each swept hyperparameter (never the test split).\n",
     ]
     by_name = {f.name: f for f in figures if f.suite == suite.name}
+    for name in dict.fromkeys(s.figure_name for s in suite.sweeps):
+        if name in by_name:
+            parts.append(_figure(by_name[name], figure_links(by_name[name], report)))
     for sweep in suite.sweeps:
         parts.append(table(tables.sweep_table(sweep), heading="####"))
         parts += [f"> warning: {escape(w)}\n" for w in sweep.warnings]
-        if sweep.figure_name in by_name:
-            parts.append(_figure(by_name[sweep.figure_name], figure_links(by_name[sweep.figure_name], report)))
     return parts
 
 

@@ -3,26 +3,33 @@
 Per suite: training loss against step and against wall-clock, the evaluation metric against step (on the validation
 split where the runs hold one out; median over seeds, band from the smallest to the largest seed's value), peak
 memory and optimizer-state bytes, final metric against memory with the Pareto front marked (on CPU only against
-optimizer-state bytes: a resident set is approximate), the step-time breakdown, and for each optimizer run under
-several hyperparameter settings its sweep: the selection metric (never the test split) against each swept
-hyperparameter (sweeps.py). Across suites: the performance profiles.
+optimizer-state bytes: a resident set is approximate), the step-time breakdown, and, where optimizers were run under
+several hyperparameter settings, their sweeps in one figure of small multiples: for each optimizer and swept
+hyperparameter a panel of the selection metric (never the test split) against the hyperparameter (sweeps.py).
+Across suites: the performance profiles.
 Curves show each optimizer's selected setting (build.py); a run that did not end ok is a marked point at
 the step where it stopped, never a missing line. Every PNG carries the ids of the runs it draws in its
 "Description" text chunk.
 
 Readability: figures are drawn at twice the screen resolution (DPI 200); each optimizer keeps one look (colour and
 line style, figure_file.optimizer_looks) in every figure; legends sit outside the axes, in as many columns as keep
-them at most LEGEND_ROWS tall, and the saved image is cut to the drawn extent (bbox "tight"), so a legend always lies
-inside it; a y axis is logarithmic when its values are positive and span more than a factor WIDE, and symmetric-log
-when they reach zero or below and span more than WIDE times their small magnitudes (so one noisy curve does not
-flatten the others).
+them at most LEGEND_ROWS tall, and the saved image is cut to the drawn extent (what savefig's bbox "tight" cuts to,
+drawn_extent), so a legend always lies inside it; a y axis is logarithmic when its values are positive and span more
+than a factor WIDE, and symmetric-log when they reach zero or below and span more than WIDE times their small
+magnitudes (so one noisy curve does not flatten the others).
+
+Speed (a 5,000-run report draws some hundred figures): each figure is laid out once to find its extent and drawn
+once; log-axis tick labels are plain text with superscripts (log_ticks.py), not mathtext; the PNG is written
+unfiltered at zlib level PNG_COMPRESSION (png.py); a sweep point's seed count is written once per panel where most
+points share it.
 """
 
 from __future__ import annotations
 
 import io
 import math
-from collections.abc import Callable, Sequence
+from collections import Counter
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
 import matplotlib
@@ -32,12 +39,15 @@ from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 from matplotlib.lines import Line2D
 from matplotlib.ticker import NullLocator
+from matplotlib.transforms import Bbox
 
+from structbench.report import png
 from structbench.report.build import Report, SuiteReport
 from structbench.report.curve_index import CurveIndex
 from structbench.report.figure_file import PIXEL_RATIO, FigureFile, Look
+from structbench.report.log_ticks import PlainLogFormatter
 from structbench.report.profiles import TAU_GRID, TAU_MAX, Profile
-from structbench.report.selection import Criterion
+from structbench.report.selection import Score
 from structbench.report.summary import VariantSummary
 from structbench.report.sweeps import Axis, Sweep, value_text
 
@@ -49,6 +59,15 @@ LEGEND_ROWS = 14
 WIDE = 30.0
 """A y axis whose values span more than this factor is logarithmic (symmetric-log when they reach zero)."""
 PAD_INCHES = 0.08
+SWEEP_COLUMNS = 4
+"""Panels to a row in a suite's sweeps figure."""
+PANEL_SIZE = (3.2, 2.6)
+"""Inches per panel of the sweeps figure, its titles, labels and the gaps included."""
+TICK_FONT_WIDTH = 0.64
+"""A tick label's width per character in units of the font size (DejaVu Sans digits: 0.64 em), for thinning."""
+PNG_COMPRESSION = 1
+"""zlib level of the PNGs (png.py): about 60% of level 6's encoding time for files about a fifth larger (measured on
+one suite's figures: 0.96 MB, the size matplotlib's own PNGs have at level 6)."""
 FAILURE_MARKERS = {"diverged": "X", "oom": "s", "solver_error": "D", "error": "P", "interrupted": "v"}
 OPTIMIZER_FAILURES = ("diverged", "oom", "solver_error")
 STYLE = {
@@ -67,19 +86,21 @@ def _slug(text: str) -> str:
     return "".join(c if c.isalnum() or c in "-_" else "-" for c in text).strip("-").lower()
 
 
+def drawn_extent(fig: Figure) -> Bbox:
+    """Everything drawn (the legends included) plus a margin of PAD_INCHES, in inches: the extent that savefig's
+    bbox_inches="tight" computes, measured without its extra layout pass over the whole figure."""
+    return fig.get_tightbbox(FigureCanvasAgg(fig).get_renderer()).padded(PAD_INCHES)
+
+
 def _png(fig: Figure, title: str, run_ids: Sequence[str]) -> bytes:
-    """The figure as PNG bytes, cut to everything drawn (the legends included) plus a small margin."""
+    """The figure as PNG bytes (png.py), cut to drawn_extent, compressed at PNG_COMPRESSION."""
+    extent = drawn_extent(fig)
     buffer = io.BytesIO()
-    FigureCanvasAgg(fig)
-    fig.savefig(
-        buffer,
-        format="png",
-        dpi=DPI,
-        bbox_inches="tight",
-        pad_inches=PAD_INCHES,
-        metadata={"Title": title, "Software": "structbench report", "Description": "runs: " + " ".join(run_ids)},
-    )
-    return buffer.getvalue()
+    fig.savefig(buffer, format="rgba", dpi=DPI, bbox_inches=extent)
+    # The canvas savefig draws on is the extent in pixels, each side truncated (backend_agg.RendererAgg).
+    rgba = np.frombuffer(buffer.getbuffer(), np.uint8).reshape(int(extent.height * DPI), int(extent.width * DPI), 4)
+    metadata = {"Title": title, "Software": "structbench report", "Description": "runs: " + " ".join(run_ids)}
+    return png.encode(rgba, DPI, metadata, PNG_COMPRESSION)
 
 
 def png_size(png: bytes) -> tuple[int, int]:
@@ -125,13 +146,15 @@ def y_scale(values: np.ndarray) -> tuple[str, float]:
 
 
 def _log_if_wide(ax: Axes, values: np.ndarray) -> None:
-    """The y axis y_scale chooses (no minor ticks on a log axis: faster)."""
+    """The y axis y_scale chooses (no minor ticks on a log axis, tick labels without mathtext: faster)."""
     scale, threshold = y_scale(values)
     if scale == "log":
         ax.set_yscale("log")
         ax.yaxis.set_minor_locator(NullLocator())
     elif scale == "symlog":
         ax.set_yscale("symlog", linthresh=threshold)
+    if scale != "linear":
+        ax.yaxis.set_major_formatter(PlainLogFormatter(base=10))
 
 
 @dataclass(frozen=True)
@@ -467,34 +490,73 @@ def _step_time_figure(suite: SuiteReport, looks: dict[str, Look]) -> FigureFile 
     return _finish(fig, f"{suite.name}: step time", f"{_slug(suite.name)}-step-time", caption, run_ids, suite.name)
 
 
-def _panel(ax: Axes, axis: Axis, criterion: Criterion, color: tuple[float, ...]) -> None:
-    """One swept key: the selection metric's median (bars: min to max over seeds) at each value, the selected
-    setting ringed, each point's ok seeds written above it, settings without an ok run marked at the top."""
+def seeds_text(score: Score) -> str:
+    """The ok seeds behind a sweep point: "n=5", or "n=3/5, 2 diverged" when some of its runs did not count."""
+    text = f"n={score.n}" if score.n == score.runs else f"n={score.n}/{score.runs}"
+    return text + "".join(f", {n} {status}" for status, n in score.failures.items())
+
+
+def tick_text(value: object) -> str:
+    """A swept value as a tick label: floats to three significant digits (the sweep table has them in full)."""
+    return f"{value:.3g}" if isinstance(value, float) else value_text(value)
+
+
+def labelled_ticks(count: int, anchor: int, label_width: float, spacing: float) -> list[int]:
+    """Which of `count` evenly spaced ticks carry a label: every k-th, counted from `anchor` (the selected value's),
+    k the smallest step at which labels `label_width` wide keep a fifth of their width apart at `spacing` between
+    neighbouring ticks (both in points)."""
+    step = max(1, math.ceil(label_width * 1.2 / spacing)) if spacing > 0 else 1
+    return [i for i in range(count) if (i - anchor) % step == 0]
+
+
+def _value_ticks(ax: Axes, axis: Axis, positions: list[float], width: float) -> None:
+    """Ticks at the swept values of a log or categorical axis (`width`: the axes' width in points). Labels of a log
+    axis are thinned to labelled_ticks (its values are usually a geometric grid); categories are all labelled."""
+    texts = [tick_text(p.value) for p in axis.points]
+    keep = list(range(len(texts)))
+    if axis.log and len(positions) > 1:
+        logs = np.log(positions)
+        span = math.log(ax.get_xlim()[1] / ax.get_xlim()[0])
+        spacing = width * float(np.diff(logs).min()) / span
+        label_width = max(map(len, texts)) * TICK_FONT_WIDTH * float(STYLE["font.size"])
+        anchor = next((i for i, p in enumerate(axis.points) if p.selected), 0)
+        keep = labelled_ticks(len(texts), anchor, label_width, spacing)
+    ax.set_xticks([positions[i] for i in keep], [texts[i] for i in keep])
+
+
+def _panel(ax: Axes, sweep: Sweep, axis: Axis, color: tuple[float, ...], ylabel: bool, width: float) -> None:
+    """One optimizer's swept key: the selection metric's median (bars: min to max over seeds) at each value, the
+    selected setting ringed, settings without an ok run marked at the top with their status. The ok seeds are
+    written once, in the panel's title, when most points share them, and upright above each point that differs
+    (upright, neighbouring points' texts stay apart)."""
     positions = [float(p.value) for p in axis.points] if axis.numeric else list(range(len(axis.points)))
     scored = [(x, p) for x, p in zip(positions, axis.points, strict=True) if p.score.n]
+    seeds = "no ok run"
     if scored:
         xs = [x for x, _ in scored]
         ys = np.array([p.score.median for _, p in scored])
         lo = ys - np.array([p.score.lo for _, p in scored])
         hi = np.array([p.score.hi for _, p in scored]) - ys
         ax.errorbar(xs, ys, yerr=[lo, hi], color=color, marker="o", ms=4, lw=1.2, capsize=2.5)
-        for x, p in scored:
-            seeds = f"n={p.score.n}" if p.score.n == p.score.runs else f"n={p.score.n}/{p.score.runs}"
-            seeds += "".join(f", {n} {status}" for status, n in p.score.failures.items())
-            ax.annotate(seeds, (x, p.score.hi), xytext=(0, 4), textcoords="offset points", ha="center", fontsize=6.5)
+        texts = [seeds_text(p.score) for _, p in scored]
+        common = Counter(texts).most_common(1)[0][0]
+        for (x, p), text in zip(scored, texts, strict=True):
+            if text != common:
+                ax.annotate(
+                    text,
+                    (x, p.score.hi),
+                    xytext=(0, 4),
+                    textcoords="offset points",
+                    ha="center",
+                    va="bottom",
+                    rotation=90,
+                    fontsize=6.5,
+                )
+        seeds = f"{common} at each point" if len(set(texts)) == 1 else f"{common} unless marked"
         _log_if_wide(ax, np.concatenate([ys - lo, ys + hi]))
     for x, p in zip(positions, axis.points, strict=True):
         if p.selected and p.score.n:
             ax.scatter([x], [p.score.median], s=150, facecolors="none", edgecolors="black", lw=1.1, zorder=4)
-            last = x == max(positions)
-            ax.annotate(
-                "selected",
-                (x, p.score.median),
-                xytext=(-7 if last else 7, -10),
-                textcoords="offset points",
-                ha="right" if last else "left",
-                fontsize=7,
-            )
         if not p.score.n:
             status = next((s for s, n in p.variant.statuses.items() if n and s != "ok"), "error")
             ax.scatter(
@@ -520,42 +582,72 @@ def _panel(ax: Axes, axis: Axis, criterion: Criterion, color: tuple[float, ...])
     if axis.log:
         ax.set_xscale("log")
         ax.xaxis.set_minor_locator(NullLocator())
-    if axis.log or not axis.numeric:
-        ax.set_xticks(positions, [value_text(p.value) for p in axis.points])
-    if axis.log:
         ax.set_xlim(min(positions) / 1.5, max(positions) * 1.5)
     elif len(positions) > 1:
         span = max(positions) - min(positions)
         ax.set_xlim(min(positions) - 0.1 * span, max(positions) + 0.1 * span)
+    if axis.log or not axis.numeric:
+        _value_ticks(ax, axis, positions, width)
     ax.set_xlabel(axis.name + (f"  ({axis.fixed_text})" if axis.fixed else ""))
-    ax.set_ylabel(f"final {criterion.name} {criterion.arrow}")
+    if ylabel:
+        ax.set_ylabel(f"final {sweep.criterion.name} {sweep.criterion.arrow}")
+    ax.set_title(f"{sweep.optim}\n{seeds}", loc="left", fontsize=8)
     if axis.warning:
-        ax.set_title("selected value at the edge of the grid", color="#b00020", fontsize=8)
+        ax.set_title("edge of the grid", loc="right", color="#b00020", fontsize=7.5)
 
 
-def sweep_figure(sweep: Sweep, color: tuple[float, ...]) -> Figure:
-    """The sweep's figure: one panel per swept key (sweeps.py), drawn in the optimizer's colour."""
-    count = len(sweep.axes)
+def sweeps_figure(sweeps: Sequence[Sweep], looks: Mapping[str, Look]) -> Figure:
+    """A suite's sweeps as small multiples: one panel per optimizer and swept key (sweeps.py), each in the
+    optimizer's colour, SWEEP_COLUMNS to a row; one panel alone is drawn at SIZE. The y axis is labelled on the
+    first column only when every optimizer was selected on the same metric."""
+    panels = [(sweep, axis) for sweep in sweeps for axis in sweep.axes]
+    columns = min(len(panels), SWEEP_COLUMNS)
+    rows = math.ceil(len(panels) / columns)
+    same_metric = len({s.criterion.name for s in sweeps}) == 1
+    width, height = SIZE if len(panels) == 1 else (PANEL_SIZE[0] * columns, PANEL_SIZE[1] * rows)
+    left, right, top, bottom = 0.75, 0.15, 0.8, 0.5
+    row_gap, column_gap = 0.85, 0.55 if same_metric else 0.85
+    axes_width = (width - left - right - (columns - 1) * column_gap) / columns
+    axes_height = (height - top - bottom - (rows - 1) * row_gap) / rows
     with matplotlib.rc_context(STYLE):
-        fig, axes = _figure(count, (min(SIZE[0] * (1 + 0.75 * (count - 1)), 18.0), SIZE[1]))
-        fig.subplots_adjust(left=0.12 / count**0.5, right=0.97, wspace=0.3)
-        for ax, axis in zip(axes, sweep.axes, strict=True):
-            _panel(ax, axis, sweep.criterion, color)
+        fig = Figure(figsize=(width, height), dpi=DPI)
+        fig.subplots_adjust(
+            left=left / width,
+            right=1 - right / width,
+            top=1 - top / height,
+            bottom=bottom / height,
+            wspace=column_gap / axes_width,
+            hspace=row_gap / axes_height,
+        )
+        for i, (sweep, axis) in enumerate(panels):
+            ax = fig.add_subplot(rows, columns, i + 1)
+            ylabel = i % columns == 0 or not same_metric
+            _panel(ax, sweep, axis, looks[sweep.optim].color, ylabel, axes_width * 72)
     return fig
 
 
-def _sweep_file(sweep: Sweep, looks: dict[str, Look]) -> FigureFile:
-    fig = sweep_figure(sweep, looks[sweep.optim].color)
-    run_ids = list(dict.fromkeys(r for axis in sweep.axes for p in axis.points for r in p.variant.variant.run_ids))
-    caption = (
-        f"{sweep.optim}: {sweep.criterion.describe()}. Median over the ok seeds of the final {sweep.criterion.name} "
-        "against each swept hyperparameter; bars: the smallest to the largest seed; n: ok seeds (of the runs); "
-        "ringed: the selected setting; a marker at the top: a setting without an ok run, with its status."
+def _sweeps_file(suite: SuiteReport, looks: dict[str, Look]) -> FigureFile | None:
+    if not suite.sweeps:
+        return None
+    fig = sweeps_figure(suite.sweeps, looks)
+    run_ids = list(
+        dict.fromkeys(
+            r for sweep in suite.sweeps for axis in sweep.axes for p in axis.points for r in p.variant.variant.run_ids
+        )
     )
-    if len(sweep.axes) > 1:
-        caption += " Each panel holds the other swept hyperparameters at the selected setting's values (in brackets)."
-    title = f"{sweep.suite}: {sweep.optim} sweep, {sweep.criterion.describe()}"
-    return _finish(fig, title, sweep.figure_name, caption, run_ids, sweep.suite)
+    criteria = {s.criterion.describe() for s in suite.sweeps}
+    caption = (
+        "One panel per optimizer and swept hyperparameter: the median over the ok seeds of the final metric that "
+        "selected the setting, against the hyperparameter's values; bars: the smallest to the largest seed; ringed: "
+        "the selected setting; n: ok seeds (of the runs), in the panel's title when most points share it and beside "
+        "each point that differs; a marker at the top: a setting without an ok run, with its status. Tick labels are "
+        "thinned where they would overlap: the sweep tables list every setting."
+    )
+    if any(len(s.axes) > 1 for s in suite.sweeps):
+        caption += " A panel of an optimizer that swept several hyperparameters holds the others at the selected "
+        caption += "setting's values (in brackets)."
+    title = f"{suite.name}: sweeps" + (f", {next(iter(criteria))}" if len(criteria) == 1 else "")
+    return _finish(fig, title, suite.sweeps[0].figure_name, caption, run_ids, suite.name)
 
 
 def _profile_figure(report: Report, looks: dict[str, Look]) -> FigureFile | None:
@@ -612,6 +704,6 @@ def suite_figures(suite: SuiteReport, looks: dict[str, Look]) -> list[FigureFile
             _memory_figure(suite, looks),
             _quality_memory_figure(suite, looks),
             _step_time_figure(suite, looks),
-            *(_sweep_file(sweep, looks) for sweep in suite.sweeps),
+            _sweeps_file(suite, looks),
         ]
     return [f for f in figures if f is not None]

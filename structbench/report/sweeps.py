@@ -122,8 +122,9 @@ class Sweep:
 
     @property
     def figure_name(self) -> str:
-        """The name of the sweep's figure (plots.py draws it, the writers place it)."""
-        return f"{_slug(self.suite)}-sweep-{_slug(self.optim)}"
+        """The name of the figure that holds the sweep: its suite's sweeps figure, one panel per optimizer and swept
+        key (plots.py draws it, the writers place it)."""
+        return f"{_slug(self.suite)}-sweeps"
 
     def setting_text(self, point: Point) -> str:
         """The setting's values of the swept keys: "lr=0.01, weight_decay=0"."""
