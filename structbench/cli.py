@@ -876,8 +876,9 @@ def _compute_report(
 ) -> tuple[Output | None, bool]:
     """Build the report, print its terminal text and write what `formats` asks for (md/html to `target`): the
     output (output_cache.Output; None when there are no runs) and whether to keep it (not when files were
-    unreadable: their warnings come from reading)."""
-    from structbench.report import build, output_cache, terminal
+    unreadable: their warnings come from reading). The figures are drawn in forked workers while this process writes
+    the text around them."""
+    from structbench.report import build, claims_section, output_cache, terminal
 
     plotted = bool(formats & {"md", "html"})
     result = build.build_report(
@@ -892,12 +893,14 @@ def _compute_report(
     )
     for problem in result.problems:
         print(f"warning: skipped unreadable file {problem.path}: {problem.reason}", file=sys.stderr)
-    warnings = _warn_debris(stores)
-    from structbench.report import claims_section
-
     if not result.suites and result.experiments.empty and claims_section.load(stores).empty:
+        _warn_debris(stores)
         console.print(escape(f"no runs in {', '.join(str(out) for out in stores)}"))
         return None, False
+    from structbench.report import html, markdown, render
+
+    drawing = render.start_figures(result) if plotted else None
+    warnings = _warn_debris(stores)
     term = None
     if "term" in formats:
         with console.capture() as captured:
@@ -906,17 +909,17 @@ def _compute_report(
         _write_term(term)
     written: list[Path] = []
     files: list[Path] = []
-    if plotted:
-        from structbench.report import html, markdown, render
-
-        figures = render.render_figures(result)
+    if drawing is not None:
+        md_page = markdown.layout(result) if "md" in formats else None
+        html_page = html.layout(result) if "html" in formats else None
+        figures = drawing.figures()
         try:
             target.mkdir(parents=True, exist_ok=True)
-            if "md" in formats:
-                written.append(markdown.write(result, figures, target))
+            if md_page is not None:
+                written.append(markdown.write(md_page, figures, target))
                 files += sorted((target / markdown.FIGURE_DIR).glob("*.png"))
-            if "html" in formats:
-                written.append(html.write(result, figures, target))
+            if html_page is not None:
+                written.append(html.write(html_page, figures, target))
         except OSError as exc:
             print(f"error: cannot write the report to {target}: {exc.strerror or exc}", file=sys.stderr)
             raise typer.Exit(EXIT_RUN_ERROR) from None

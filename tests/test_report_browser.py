@@ -202,7 +202,7 @@ def many(tmp_path_factory):
         report = build.build_report(out, plotted=True)
         figures = render.render_figures(report, workers=1, cache=False)
     (root / "rep").mkdir()
-    page = html.write(report, figures, root / "rep")
+    page = html.write(html.layout(report), figures, root / "rep")
     return page, drawn
 
 

@@ -7,11 +7,15 @@ widening it, and long prose columns (messages, claims, evidence) wrap to a reada
 reachable at any window width. Runs, their specs and environments are listed at the end, collapsed. A small
 inline script checks on load that every figure decoded: it records "decoded/total" in the root element's
 `data-figures` attribute and shows a warning if any failed.
+
+The page is laid out before its figures exist (`layout`: text, with a slot where each group of figures goes) and
+filled in once they are drawn (`fill`), so that the text is written while the figures are drawn.
 """
 
 from __future__ import annotations
 
 import base64
+from collections.abc import Callable
 from html import escape
 from pathlib import Path
 
@@ -59,6 +63,10 @@ details { margin: .3rem 0; } summary { cursor: pointer; } pre { background: var(
   overflow-x: auto; font-size: .8rem; } dt { font-weight: 600; } dd { margin: 0 0 .6rem 1rem; }
 nav ul { columns: 3; } #figure-warning { display: none; }
 """
+
+Slot = Callable[[list[FigureFile]], str]
+"""Where a group of figures goes: the group's HTML from all of the report's figures."""
+Layout = list[str | Slot]
 
 WIDE_FIGURE = 700
 """CSS pixels above which a figure spans the whole row of the figure grid."""
@@ -122,7 +130,7 @@ def _figures(figures: list[FigureFile], report: Report) -> str:
     return f'<div class="figures">{"".join(_figure(f, report) for f in figures)}</div>' if figures else ""
 
 
-def _suite(suite: SuiteReport, report: Report, figures: list[FigureFile]) -> str:
+def _suite(suite: SuiteReport, report: Report) -> Layout:
     targets = "; ".join(t.describe() for t in suite.targets) or "none"
     baseline = suite.baseline.label if suite.baseline is not None else f"{report.baseline} (no runs here)"
     parts = [
@@ -141,28 +149,34 @@ def _suite(suite: SuiteReport, report: Report, figures: list[FigureFile]) -> str
     parts += [table(t) for t in (tables.comparison_table(suite), tables.failure_table(suite)) if t is not None]
     parts += [f'<p class="note">{escape(note)}</p>' for note in suite.notes]
     sweep_figures = {s.figure_name for s in suite.sweeps}
-    parts.append(_figures([f for f in figures if f.suite == suite.name and f.name not in sweep_figures], report))
-    parts.append(_sweeps(suite, report, figures))
-    return "".join(parts) + "</section>"
+
+    def figures_of_suite(figures: list[FigureFile]) -> str:
+        return _figures([f for f in figures if f.suite == suite.name and f.name not in sweep_figures], report)
+
+    return [*parts, figures_of_suite, *_sweeps(suite, report), "</section>"]
 
 
-def _sweeps(suite: SuiteReport, report: Report, figures: list[FigureFile]) -> str:
+def _sweeps(suite: SuiteReport, report: Report) -> Layout:
     """The suite's Sweeps section: the figure of every sweep, then per swept optimizer its table and edge-of-grid
     warnings."""
     if not suite.sweeps:
-        return ""
-    parts = [
+        return []
+    names = dict.fromkeys(s.figure_name for s in suite.sweeps)
+
+    def sweep_figures(figures: list[FigureFile]) -> str:
+        by_name = {f.name: f for f in figures if f.suite == suite.name}
+        return _figures([by_name[name] for name in names if name in by_name], report)
+
+    parts: Layout = [
         f'<h3 id="{anchor("sweeps", suite.name)}">Sweeps</h3><p class="meta">Each optimizer run under several '
         "hyperparameter settings: the metric that selected its setting against each swept hyperparameter (never "
-        "the test split).</p>"
+        "the test split).</p>",
+        sweep_figures,
     ]
-    by_name = {f.name: f for f in figures if f.suite == suite.name}
-    names = dict.fromkeys(s.figure_name for s in suite.sweeps)
-    parts.append(_figures([by_name[name] for name in names if name in by_name], report))
     for sweep in suite.sweeps:
         parts.append(table(tables.sweep_table(sweep), heading="h4"))
         parts += [f'<p class="warning">{escape(w)}</p>' for w in sweep.warnings]
-    return "".join(parts)
+    return parts
 
 
 def _runs(report: Report) -> str:
@@ -200,7 +214,8 @@ window.addEventListener("load", openTarget);
 """
 
 
-def render(report: Report, figures: list[FigureFile]) -> str:
+def layout(report: Report) -> Layout:
+    """The page without its figures: text, and a slot where each group of figures goes (module docstring)."""
     meta = (
         f"Generated {report.generated:%Y-%m-%d %H:%M} UTC from <code>{escape(str(report.out))}</code> · "
         f"{len(report.suites)} suite(s) · {len(report.runs)} run(s) · "
@@ -214,7 +229,7 @@ def render(report: Report, figures: list[FigureFile]) -> str:
     )
     notes = "".join(f'<p class="note">{escape(n)}</p>' for n in report.notes)
     nav = "".join(f'<li><a href="#{anchor("suite", s.name)}">{escape(s.name)}</a></li>' for s in report.suites)
-    across = [_figures([f for f in figures if f.suite is None], report)]
+    across = []
     for profile, basis in ((report.profile_seconds, "time"), (report.profile_steps, "steps")):
         if profile is not None:
             across.append(table(tables.profile_table(profile, basis)))
@@ -233,24 +248,39 @@ def render(report: Report, figures: list[FigureFile]) -> str:
     if claims is not None:
         nav += f'<li><a href="#papers-claims">{escape(claims_section.TITLE)}</a></li>'
     glossary = "".join(f"<dt>{escape(k)}</dt><dd>{escape(v)}</dd>" for k, v in DEFINITIONS)
-    body = (
+    title = f"structbench report — {len(report.suites)} suite(s), {len(report.runs)} run(s)"
+
+    def across_figures(figures: list[FigureFile]) -> str:
+        return _figures([f for f in figures if f.suite is None], report)
+
+    return [
+        f'<!DOCTYPE html><html lang="en"><head><meta charset="utf-8">'
+        f'<meta name="viewport" content="width=device-width, initial-scale=1"><title>{escape(title)}</title>'
+        f"<style>{STYLE}</style></head><body>"
         f'<h1>structbench report</h1><p class="meta">{meta}</p><p class="warning" id="figure-warning"></p>'
         f'{warnings}{notes}<nav><ul><li><a href="#across-suites">Across suites</a></li>{nav}'
         '<li><a href="#how-to-read">How to read</a></li><li><a href="#runs">Runs</a></li></ul></nav>'
-        f'<section id="across-suites"><h2>Across suites</h2>{"".join(across)}</section>'
-        f"{''.join(_suite(s, report, figures) for s in report.suites)}{claims_html}"
-        f'<section id="how-to-read"><h2>How to read</h2><dl>{glossary}</dl></section>{_runs(report)}'
-    )
-    title = f"structbench report — {len(report.suites)} suite(s), {len(report.runs)} run(s)"
-    return (
-        f'<!DOCTYPE html><html lang="en"><head><meta charset="utf-8">'
-        f'<meta name="viewport" content="width=device-width, initial-scale=1"><title>{escape(title)}</title>'
-        f"<style>{STYLE}</style></head><body>{body}<script>{SCRIPT}{OPEN_TARGET}</script></body></html>\n"
-    )
+        '<section id="across-suites"><h2>Across suites</h2>',
+        across_figures,
+        f"{''.join(across)}</section>",
+        *(part for s in report.suites for part in _suite(s, report)),
+        f'{claims_html}<section id="how-to-read"><h2>How to read</h2><dl>{glossary}</dl></section>{_runs(report)}'
+        f"<script>{SCRIPT}{OPEN_TARGET}</script></body></html>\n",
+    ]
 
 
-def write(report: Report, figures: list[FigureFile], directory: Path) -> Path:
-    """Write report.html, replaced whole (atomic.py): a failed write leaves the previous report as it was."""
+def fill(page: Layout, figures: list[FigureFile]) -> str:
+    """The page of `layout` with its figures in their slots."""
+    return "".join(part if isinstance(part, str) else part(figures) for part in page)
+
+
+def render(report: Report, figures: list[FigureFile]) -> str:
+    return fill(layout(report), figures)
+
+
+def write(page: Layout, figures: list[FigureFile], directory: Path) -> Path:
+    """Write report.html (the page of `layout`, with `figures`), replaced whole (atomic.py): a failed write leaves the
+    previous report as it was."""
     path = directory / "report.html"
-    write_text_atomic(path, render(report, figures))
+    write_text_atomic(path, fill(page, figures))
     return path

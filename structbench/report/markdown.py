@@ -1,8 +1,12 @@
-"""The Markdown report: `report.md` with the tables, and its figures as PNG files in `figures/` beside it."""
+"""The Markdown report: `report.md` with the tables, and its figures as PNG files in `figures/` beside it.
+
+The text is laid out before the figures exist (`layout`: parts, with a slot where each group of figures goes) and
+filled in once they are drawn (`fill`), so that it is written while the figures are drawn.
+"""
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from pathlib import Path
 
 from structbench.report import claims_section, tables
@@ -13,6 +17,9 @@ from structbench.report.figure_file import FigureFile, figure_links
 from structbench.report.glossary import DEFINITIONS
 
 FIGURE_DIR = "figures"
+Slot = Callable[[list[FigureFile]], list[str]]
+"""Where a group of figures goes: the group's parts (one per figure) from all of the report's figures."""
+Layout = list[str | Slot]
 
 
 LITERAL = str.maketrans({c: f"&#{ord(c)};" for c in "&<>\\`*_[]|#~$"})
@@ -64,10 +71,10 @@ def _figure(figure: FigureFile, links: Iterable[tuple[str, str]]) -> str:
     )
 
 
-def _suite(suite: SuiteReport, report: Report, figures: list[FigureFile]) -> list[str]:
+def _suite(suite: SuiteReport, report: Report) -> Layout:
     targets = "; ".join(t.describe() for t in suite.targets) or "none"
     baseline = suite.baseline.label if suite.baseline is not None else f"{report.baseline} (no runs here)"
-    parts = [
+    parts: Layout = [
         f'<a id="{anchor("suite", suite.name)}"></a>\n\n## {escape(suite.name)}\n',
         f"Task {_code(suite.task)} · {suite.run_count} runs · eval metric {_code(suite.metric_name)} "
         f"({'lower' if suite.metric_mode == 'min' else 'higher'} is better) · target: {escape(targets)} · "
@@ -84,26 +91,34 @@ def _suite(suite: SuiteReport, report: Report, figures: list[FigureFile]) -> lis
             parts.append(table(extra))
     parts += [f"> note: {escape(note)}\n" for note in suite.notes]
     sweep_figures = {s.figure_name for s in suite.sweeps}
-    parts += [
-        _figure(f, figure_links(f, report)) for f in figures if f.suite == suite.name and f.name not in sweep_figures
-    ]
-    return parts + _sweeps(suite, report, figures)
+
+    def figures_of_suite(figures: list[FigureFile]) -> list[str]:
+        return [
+            _figure(f, figure_links(f, report))
+            for f in figures
+            if f.suite == suite.name and f.name not in sweep_figures
+        ]
+
+    return [*parts, figures_of_suite, *_sweeps(suite, report)]
 
 
-def _sweeps(suite: SuiteReport, report: Report, figures: list[FigureFile]) -> list[str]:
+def _sweeps(suite: SuiteReport, report: Report) -> Layout:
     """The suite's Sweeps section: the figure of every sweep, then per swept optimizer its table and edge-of-grid
     warnings."""
     if not suite.sweeps:
         return []
-    parts = [
+    names = dict.fromkeys(s.figure_name for s in suite.sweeps)
+
+    def sweep_figures(figures: list[FigureFile]) -> list[str]:
+        by_name = {f.name: f for f in figures if f.suite == suite.name}
+        return [_figure(by_name[name], figure_links(by_name[name], report)) for name in names if name in by_name]
+
+    parts: Layout = [
         f'<a id="{anchor("sweeps", suite.name)}"></a>\n\n### {escape(suite.name)}: sweeps\n',
         "Each optimizer run under several hyperparameter settings: the metric that selected its setting against "
         "each swept hyperparameter (never the test split).\n",
+        sweep_figures,
     ]
-    by_name = {f.name: f for f in figures if f.suite == suite.name}
-    for name in dict.fromkeys(s.figure_name for s in suite.sweeps):
-        if name in by_name:
-            parts.append(_figure(by_name[name], figure_links(by_name[name], report)))
     for sweep in suite.sweeps:
         parts.append(table(tables.sweep_table(sweep), heading="####"))
         parts += [f"> warning: {escape(w)}\n" for w in sweep.warnings]
@@ -130,7 +145,8 @@ def _runs(report: Report) -> list[str]:
     return parts
 
 
-def render(report: Report, figures: list[FigureFile]) -> str:
+def layout(report: Report) -> Layout:
+    """The report's parts without its figures, and a slot where each group of figures goes (module docstring)."""
     runs = len(report.runs)
     header = [
         "# structbench report\n",
@@ -146,8 +162,11 @@ def render(report: Report, figures: list[FigureFile]) -> str:
     if claims is not None:
         contents.append(f"- [{escape(claims_section.TITLE)}](#papers-claims)")
     header.append("\n".join([*contents, "- [How to read](#how-to-read)", "- [Runs](#runs)"]) + "\n")
-    across = ['<a id="across-suites"></a>\n\n## Across suites\n']
-    across += [_figure(f, figure_links(f, report)) for f in figures if f.suite is None]
+
+    def across_figures(figures: list[FigureFile]) -> list[str]:
+        return [_figure(f, figure_links(f, report)) for f in figures if f.suite is None]
+
+    across: Layout = ['<a id="across-suites"></a>\n\n## Across suites\n', across_figures]
     for profile, basis in ((report.profile_seconds, "time"), (report.profile_steps, "steps")):
         if profile is not None:
             across.append(table(tables.profile_table(profile, basis)))
@@ -157,17 +176,26 @@ def render(report: Report, figures: list[FigureFile]) -> str:
     experiments = tables.experiment_table(report)
     if experiments is not None:
         across.append(table(experiments))
-    suites = [part for s in report.suites for part in _suite(s, report, figures)]
+    suites = [part for s in report.suites for part in _suite(s, report)]
     if claims is not None:
         suites += [f'<a id="papers-claims"></a>\n\n## {escape(claims_section.TITLE)}\n', table(claims, heading="")]
     glossary = ['<a id="how-to-read"></a>\n\n## How to read\n'] + [f"- **{k}.** {v}" for k, v in DEFINITIONS]
-    return "\n".join([*header, *across, *suites, "\n".join(glossary) + "\n", *_runs(report)])
+    return [*header, *across, *suites, "\n".join(glossary) + "\n", *_runs(report)]
 
 
-def write(report: Report, figures: list[FigureFile], directory: Path) -> Path:
-    """Write report.md and its PNGs, each replaced whole (atomic.py); then remove the PNGs of an earlier report in
-    the same place that this one does not have."""
-    text = render(report, figures)
+def fill(page: Layout, figures: list[FigureFile]) -> str:
+    """The text of `layout` with its figures in their slots."""
+    return "\n".join(text for part in page for text in ([part] if isinstance(part, str) else part(figures)))
+
+
+def render(report: Report, figures: list[FigureFile]) -> str:
+    return fill(layout(report), figures)
+
+
+def write(page: Layout, figures: list[FigureFile], directory: Path) -> Path:
+    """Write report.md (the text of `layout`, with `figures`) and its PNGs, each replaced whole (atomic.py); then
+    remove the PNGs of an earlier report in the same place that this one does not have."""
+    text = fill(page, figures)
     figure_dir = directory / FIGURE_DIR
     figure_dir.mkdir(parents=True, exist_ok=True)
     for figure in figures:

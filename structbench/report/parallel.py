@@ -6,7 +6,8 @@ travel back. It pays only for tasks of a second or more: for many small ones (re
 measured) the copy-on-write and pickling overhead eats the gain, and threads do better where the work
 releases the GIL (cached_read.py reads on threads). Where fork is unavailable (not Linux),
 with one core, with fewer than `min_tasks` tasks, or if the pool fails, the function runs here: the
-results are the same either way.
+results are the same either way. `fork_start` hands the tasks to the workers and returns at once, so that this process
+can do other work while they run (`Pending.results` collects them).
 """
 
 from __future__ import annotations
@@ -15,9 +16,9 @@ import multiprocessing
 import os
 import sys
 from collections.abc import Callable, Sequence
-from concurrent.futures import ProcessPoolExecutor
+from concurrent.futures import Future, ProcessPoolExecutor
 from concurrent.futures.process import BrokenProcessPool
-from typing import TypeVar
+from typing import Generic, TypeVar
 
 MAX_WORKERS = 8
 T = TypeVar("T")
@@ -36,13 +37,37 @@ def workers_for(tasks: int, min_tasks: int) -> int:
     return min(usable_cores(), tasks)
 
 
-def fork_map(fn: Callable[[T], R], tasks: Sequence[T], min_tasks: int, workers: int | None = None) -> list[R]:
-    """[fn(t) for t in tasks], in forked processes when `workers` (default: the usable cores) is above 1."""
-    count = workers_for(len(tasks), min_tasks) if workers is None else workers
-    if count > 1:
+class Pending(Generic[T, R]):
+    """Tasks handed to forked workers (or, without workers, run here when their results are asked for)."""
+
+    def __init__(self, fn: Callable[[T], R], tasks: Sequence[T], count: int) -> None:
+        self._fn, self._tasks = fn, list(tasks)
+        self._pool: ProcessPoolExecutor | None = None
+        self._futures: list[Future[R]] = []
+        if count > 1:
+            try:
+                self._pool = ProcessPoolExecutor(count, mp_context=multiprocessing.get_context("fork"))
+                self._futures = [self._pool.submit(fn, task) for task in self._tasks]
+            except (BrokenProcessPool, OSError):
+                self._close()
+
+    def _close(self) -> None:
+        if self._pool is not None:
+            self._pool.shutdown(cancel_futures=True)
+        self._pool, self._futures = None, []
+
+    def results(self) -> list[R]:
+        """[fn(t) for t in tasks], in the tasks' order (run here for any the workers could not finish)."""
         try:
-            with ProcessPoolExecutor(count, mp_context=multiprocessing.get_context("fork")) as pool:
-                return list(pool.map(fn, tasks))
+            if self._futures:
+                return [future.result() for future in self._futures]
         except (BrokenProcessPool, OSError):
             pass
-    return [fn(task) for task in tasks]
+        finally:
+            self._close()
+        return [self._fn(task) for task in self._tasks]
+
+
+def fork_start(fn: Callable[[T], R], tasks: Sequence[T], min_tasks: int, workers: int | None = None) -> Pending[T, R]:
+    """Start [fn(t) for t in tasks] in forked processes when `workers` (default: the usable cores) is above 1."""
+    return Pending(fn, tasks, workers_for(len(tasks), min_tasks) if workers is None else workers)

@@ -1,7 +1,9 @@
 """Draw the report's figures: reuse the figures of a suite (and the cross-suite ones) from the figure cache when
 their data did not change, and draw the rest suite by suite in forked workers (parallel.py) when there are enough
 suites to pay for it; forking shares the assembled report with the workers without copying it, and only the PNG
-bytes travel back. While figures are drawn, the objects that exist before (the report, some hundred thousand at
+bytes travel back. `start_figures` returns as soon as the workers are started, so that the report's text can be
+written while they draw (`Drawing.figures` waits for them); the short cross-suite task goes last, to even out the
+workers' ends. While figures are drawn, the objects that exist before (the report, some hundred thousand at
 5,000 runs) are frozen out of the garbage collector (gc.freeze): the collections that drawing triggers do not walk
 them again, and a forked worker does not copy the memory pages they sit on. The plotting module (and matplotlib's
 drawing machinery) is loaded only when something is drawn.
@@ -17,7 +19,7 @@ from collections.abc import Mapping
 from structbench.report import figure_cache
 from structbench.report.build import Report
 from structbench.report.figure_file import FigureFile, Look, optimizer_looks
-from structbench.report.parallel import fork_map
+from structbench.report.parallel import Pending, fork_start
 
 MIN_TASKS_FOR_WORKERS = 4
 ACROSS = -1
@@ -47,25 +49,55 @@ def _cache_slot(report: Report, task: int, looks: Mapping[str, Look]) -> tuple[s
     return suite.name, suite.digest, {o: looks[o] for o in suite.selected}
 
 
+class Drawing:
+    """The figures of a report, some perhaps still being drawn by forked workers."""
+
+    def __init__(self, report: Report, workers: int | None, cache: bool) -> None:
+        global _shared
+        self._report, self._cache = report, cache
+        looks = optimizer_looks(report.optims)
+        self._tasks = [ACROSS, *range(len(report.suites))]
+        self._slots = {task: _cache_slot(report, task, looks) for task in self._tasks}
+        self._found = {t: figure_cache.load(report.out, *self._slots[t]) if cache else None for t in self._tasks}
+        self._missing = [task for task in [*self._tasks[1:], ACROSS] if self._found[task] is None]
+        self._pending: Pending[int, list[FigureFile]] | None = None
+        if self._missing:
+            importlib.import_module("structbench.report.plots")  # once here, before forking, rather than in each worker
+            _shared = (report, looks)
+            gc.freeze()  # the report's objects: never traversed again by the collections drawing triggers (nor copied)
+            try:
+                self._pending = fork_start(_draw, self._missing, MIN_TASKS_FOR_WORKERS, workers)
+            except BaseException:
+                self._release()
+                raise
+
+    @staticmethod
+    def _release() -> None:
+        global _shared
+        gc.unfreeze()
+        _shared = None
+
+    def figures(self) -> list[FigureFile]:
+        """Every figure: cross-suite first, then suite by suite (waits for the workers; call once)."""
+        if self._pending is not None:
+            try:
+                drawn = self._pending.results()
+            finally:
+                self._pending = None
+                self._release()
+            for task, figures in zip(self._missing, drawn, strict=True):
+                self._found[task] = figures
+                if self._cache:
+                    figure_cache.store(self._report.out, *self._slots[task], figures)
+        return [f for task in self._tasks for f in self._found[task] or []]
+
+
+def start_figures(report: Report, workers: int | None = None, cache: bool = True) -> Drawing:
+    """Take the report's figures from the cache and start drawing the others (`workers`: processes; default from the
+    cores), in forked workers where that pays; `Drawing.figures` hands them over."""
+    return Drawing(report, workers, cache)
+
+
 def render_figures(report: Report, workers: int | None = None, cache: bool = True) -> list[FigureFile]:
     """Every figure: cross-suite first, then suite by suite (`workers`: processes; default from the cores)."""
-    global _shared
-    looks = optimizer_looks(report.optims)
-    tasks = [ACROSS, *range(len(report.suites))]
-    slots = {task: _cache_slot(report, task, looks) for task in tasks}
-    found = {task: figure_cache.load(report.out, *slots[task]) if cache else None for task in tasks}
-    missing = [task for task in tasks if found[task] is None]
-    if missing:
-        importlib.import_module("structbench.report.plots")  # once here, before forking, rather than in each worker
-        _shared = (report, looks)
-        gc.freeze()  # the report's objects: never traversed again by the collections drawing triggers (nor copied)
-        try:
-            drawn = fork_map(_draw, missing, MIN_TASKS_FOR_WORKERS, workers)
-        finally:
-            gc.unfreeze()
-            _shared = None
-        for task, figures in zip(missing, drawn, strict=True):
-            found[task] = figures
-            if cache:
-                figure_cache.store(report.out, *slots[task], figures)
-    return [f for task in tasks for f in found[task] or []]
+    return start_figures(report, workers, cache).figures()
