@@ -18,8 +18,10 @@ from PIL.PngImagePlugin import PngInfo
 
 def encode(rgba: np.ndarray, dpi: float, metadata: Mapping[str, str], level: int) -> bytes:
     """The PNG of an (height, width, 4) uint8 image at `dpi`, compressed at zlib `level`; `metadata` as text."""
-    opaque = bool((rgba[..., 3] == 255).all())
-    image = Image.fromarray(np.ascontiguousarray(rgba[..., :3]) if opaque else rgba)
+    height, width, _ = rgba.shape
+    image = Image.frombuffer("RGBA", (width, height), np.ascontiguousarray(rgba), "raw", "RGBA", 0, 1)
+    if image.getextrema()[3] == (255, 255):  # opaque: the alpha channel dropped
+        image = image.convert("RGB")
     info = PngInfo()
     for keyword, value in metadata.items():
         info.add_text(keyword, value)

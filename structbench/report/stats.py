@@ -121,13 +121,21 @@ def bootstrap_interval(data: np.ndarray) -> tuple[float, float]:
     return _bounds({k: float(medians[k]) for k in positions})
 
 
+def sorted_median(data: np.ndarray) -> float:
+    """The median of sorted `data` (NaN when empty): what np.median gives, without its overhead on a few values."""
+    n = len(data)
+    if n == 0:
+        return math.nan
+    return float(data[(n - 1) // 2]) if n % 2 else float((data[n // 2 - 1] + data[n // 2]) / 2)
+
+
 def median_ci(values: Iterable[float]) -> Estimate:
     """Median with its interval (module docstring); NaN values are ignored."""
     data = np.sort(np.asarray([v for v in values if not math.isnan(v)], dtype=float))
     n = len(data)
     if n == 0:
         return EMPTY
-    median = float(data[(n - 1) // 2]) if n % 2 else float((data[n // 2 - 1] + data[n // 2]) / 2)
+    median = sorted_median(data)
     if n == 1:
         return Estimate(median, None, None, 1)
     if n < MIN_SEEDS:

@@ -35,7 +35,7 @@ import pandas as pd
 from structbench.report.curve_index import CurveIndex
 from structbench.report.provenance import source_of
 from structbench.report.selection import column_values
-from structbench.report.stats import EMPTY, Estimate, median_ci
+from structbench.report.stats import EMPTY, Estimate, median_ci, sorted_median
 from structbench.report.targets import Crossing, Target, interpolate
 from structbench.report.variants import Variant
 from structbench.store import STATUSES
@@ -130,8 +130,7 @@ class VariantSummary:
 
 
 def _median(values: np.ndarray) -> float:
-    finite = values[~np.isnan(values)]
-    return float(np.median(finite)) if len(finite) else math.nan
+    return sorted_median(np.sort(values[~np.isnan(values)]))
 
 
 @functools.lru_cache(maxsize=1024)

@@ -101,7 +101,7 @@ def flatten(spec: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
     flat: dict[str, Any] = {}
     for key, value in spec.items():
         name = f"{prefix}{key}"
-        if isinstance(value, Mapping):
+        if isinstance(value, dict):  # what JSON objects read as (a plain type check: far cheaper than Mapping's)
             flat.update(flatten(value, f"{name}."))
         else:
             flat[name] = json.dumps(value) if isinstance(value, list) else value
