@@ -9,6 +9,7 @@ from __future__ import annotations
 import itertools
 import json
 import math
+import os
 import statistics
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -564,3 +565,42 @@ def test_figure_cache_key_covers_every_report_module(tmp_path):
         edited.write_bytes(original + b"\n")
         assert figure_cache.source_digest(copy) != figure_cache.source_digest(package), name
         edited.write_bytes(original)
+
+
+def test_page_laid_out_while_figures_draw_is_the_page_rendered_after(hand_store):
+    """The html/md text laid out before the figures exist, filled once forked workers drew them, is byte for byte the
+    page rendered from finished figures; every figure sits in its slot exactly once."""
+    from structbench.report import html, markdown
+
+    report = build.build_report(hand_store, plotted=True)
+    drawing = render.start_figures(report, workers=2, cache=False)
+    pages = html.layout(report), markdown.layout(report)
+    figures = drawing.figures()
+    serial = render.render_figures(report, workers=1, cache=False)
+    assert figures == serial and len(figures) >= 4
+    assert html.fill(pages[0], figures) == html.render(report, serial)
+    assert markdown.fill(pages[1], figures) == markdown.render(report, serial)
+    page = html.fill(pages[0], figures)
+    for figure in figures:
+        assert page.count(f'id="fig-{figure.name}"') == 1
+        assert markdown.fill(pages[1], figures).count(f"({markdown.FIGURE_DIR}/{figure.name}.png)") == 1
+    assert 'id="fig-' not in html.fill(pages[0], [])
+    for figure in figures:  # each in its own section: the cross-suite ones before the first suite's heading
+        at = page.index(f'id="fig-{figure.name}"')
+        suite_at = page.index('<section id="suite-') if figure.suite is None else page.index(f"<h2>{figure.suite}</h2>")
+        assert (at < suite_at) if figure.suite is None else (suite_at < at < page.index("</section>", suite_at))
+
+
+_PARENT = os.getpid()
+
+
+def _dies_in_a_worker(task: int) -> int:
+    if os.getpid() != _PARENT:
+        os._exit(1)  # the worker process dies: the pool breaks
+    return task * task
+
+
+def test_tasks_of_a_broken_worker_pool_run_here_with_the_same_results():
+    from structbench.report.parallel import fork_start
+
+    assert fork_start(_dies_in_a_worker, [1, 2, 3, 4], 1, workers=2).results() == [1, 4, 9, 16]
