@@ -30,6 +30,7 @@ Across suites (profiles.py): each optimizer over the suites it ran, with its cov
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import math
@@ -214,19 +215,20 @@ class Report:
         several = "store" in self.runs.columns and (self.runs["store"] != "").any()
         return (["store"] if several else []) + list(ENV_COLUMNS)
 
+    @functools.cached_property
+    def _env_keys(self) -> pd.DataFrame:
+        """Each run's environment fields as text (_env_text), worked out once for every table that lists them."""
+        return self.runs[self._env_columns()].map(_env_text)
+
     def environments(self) -> pd.DataFrame:
         """Distinct environments (E1, E2, ...) with the number of runs in each (and their store, over several)."""
-        env = self.runs[self._env_columns()].map(_env_text)
-        table = env.value_counts(sort=False).reset_index(name="runs")
+        table = self._env_keys.value_counts(sort=False).reset_index(name="runs")
         table.insert(0, "env", [f"E{i + 1}" for i in range(len(table))])
         return table
 
     def environment_of_runs(self) -> dict[str, str]:
         """run_id -> environment id."""
-        columns = self._env_columns()
-        env = self.environments()
-        keys = self.runs[columns].map(_env_text)
-        merged = keys.merge(env, on=columns, how="left")
+        merged = self._env_keys.merge(self.environments(), on=self._env_columns(), how="left")
         return dict(zip(self.runs["run_id"], merged["env"], strict=True))
 
 

@@ -89,8 +89,10 @@ def _classes(column: tables.Column) -> str:
     return " ".join(c for c in ("l" if column.left else "", "p" if column.prose else "") if c)
 
 
-def _cell(cell: tables.Cell, column: tables.Column) -> str:
-    classes = " ".join(c for c in (_classes(column), cell.tone) if c)
+def _cell(cell: tables.Cell, classes: str) -> str:
+    """A cell of a column with `classes` (_classes)."""
+    if cell.tone:
+        classes = f"{classes} {cell.tone}" if classes else cell.tone
     text = escape(cell.text)
     if cell.link:
         text = f'<a href="#{escape(cell.link)}">{text}</a>'
@@ -100,9 +102,10 @@ def _cell(cell: tables.Cell, column: tables.Column) -> str:
 
 
 def table(t: tables.Table, heading: str = "h3") -> str:
-    head = "".join(f'<th class="{_classes(c)}">{escape(c.name)}</th>' for c in t.columns)
+    classes = [_classes(c) for c in t.columns]
+    head = "".join(f'<th class="{k}">{escape(c.name)}</th>' for k, c in zip(classes, t.columns, strict=True))
     body = "".join(
-        "<tr>" + "".join(_cell(cell, c) for cell, c in zip(row, t.columns, strict=True)) + "</tr>" for row in t.rows
+        "<tr>" + "".join(_cell(cell, k) for cell, k in zip(row, classes, strict=True)) + "</tr>" for row in t.rows
     )
     title = f'<{heading} id="{escape(t.key)}">{escape(t.title)}</{heading}>' if heading and t.key else ""
     if heading and not t.key:
