@@ -23,6 +23,7 @@ from structbench.errors import UsageError
 SMOKE = "smoke"
 
 
+@functools.lru_cache(maxsize=256)
 def _path(name: str) -> Path:
     return Path(str(resources.files("structbench") / "suites")) / f"{name}.toml"
 
