@@ -604,3 +604,21 @@ def test_tasks_of_a_broken_worker_pool_run_here_with_the_same_results():
     from structbench.report.parallel import fork_start
 
     assert fork_start(_dies_in_a_worker, [1, 2, 3, 4], 1, workers=2).results() == [1, 4, 9, 16]
+
+
+def test_markdown_blocks_are_set_apart_by_blank_lines(hand_report):
+    """CommonMark: a GitHub table only starts after a blank line when it follows a paragraph, and every heading here
+    opens a section: each heading and each table's first row follows a blank line."""
+    from structbench.report import markdown
+
+    lines = markdown.render(hand_report, render.render_figures(hand_report, workers=1)).split("\n")
+    starts = [i for i, line in enumerate(lines) if line.startswith("#") or line.startswith("|")]
+    firsts = [i for i in starts if not (lines[i].startswith("|") and lines[i - 1].startswith("|"))]
+    assert len(firsts) >= 10 and all(i == 0 or lines[i - 1] == "" for i in firsts)
+
+
+def test_a_toned_cell_keeps_its_columns_alignment(hand_report):
+    """The failed run's status is text (a left-aligned column, class "l") and a failure (class "bad"): both."""
+    from structbench.report import html
+
+    assert '<td class="l bad"><span>diverged</span></td>' in html.render(hand_report, [])
