@@ -503,7 +503,7 @@ def test_the_report_is_frozen_out_of_the_garbage_collector_only_while_figures_ar
     monkeypatch.setattr(plots, "suite_figures", lambda *a: seen.append(collected(report.suites[0])) or draw(*a))
     assert collected(report.suites[0])
     render.render_figures(report, workers=1, cache=False)
-    assert seen == [False]  # frozen while drawing
+    assert seen and not any(seen)  # frozen while drawing (each part of the suite's figures)
     assert collected(report.suites[0]) and gc.get_freeze_count() == 0  # and back in the collector's care after
 
 

@@ -691,19 +691,32 @@ def cross_suite_figures(report: Report, looks: dict[str, Look]) -> list[FigureFi
     return [figure] if figure is not None else []
 
 
-def suite_figures(suite: SuiteReport, looks: dict[str, Look]) -> list[FigureFile]:
-    """The suite's figures, in reading order; the metric is plotted on the validation split where there is one."""
+SUITE_PARTS = 3
+"""A suite's figures come in this many parts of about equal drawing time (the curves; memory, quality against
+memory and step time; the sweeps), which separate processes may draw."""
+
+
+def suite_figures(suite: SuiteReport, looks: dict[str, Look], part: int | None = None) -> list[FigureFile]:
+    """The suite's figures (`part` of SUITE_PARTS, or all), in reading order; the metric is plotted on the validation
+    split where there is one."""
     train = CurveIndex(suite.curves, "train")
     evals = CurveIndex(suite.curves, "val" if suite.validated else "eval")
     split = "validation" if suite.validated else ("exact" if suite.eval_split == "exact" else "test")
+    parts: list[list[Callable[[], FigureFile | None]]] = [
+        [
+            lambda: _curve_figure(suite, train, looks, "loss", "step", "training loss", "loss-vs-step"),
+            lambda: _curve_figure(suite, train, looks, "loss", "wall_s", "training loss", "loss-vs-time"),
+            lambda: _curve_figure(
+                suite, evals, looks, "metric", "step", f"{split} {suite.metric_name}", "metric-vs-step"
+            ),
+        ],
+        [
+            lambda: _memory_figure(suite, looks),
+            lambda: _quality_memory_figure(suite, looks),
+            lambda: _step_time_figure(suite, looks),
+        ],
+        [lambda: _sweeps_file(suite, looks)],
+    ]
     with matplotlib.rc_context(STYLE):
-        figures = [
-            _curve_figure(suite, train, looks, "loss", "step", "training loss", "loss-vs-step"),
-            _curve_figure(suite, train, looks, "loss", "wall_s", "training loss", "loss-vs-time"),
-            _curve_figure(suite, evals, looks, "metric", "step", f"{split} {suite.metric_name}", "metric-vs-step"),
-            _memory_figure(suite, looks),
-            _quality_memory_figure(suite, looks),
-            _step_time_figure(suite, looks),
-            _sweeps_file(suite, looks),
-        ]
+        figures = [draw() for chosen in (parts if part is None else [parts[part]]) for draw in chosen]
     return [f for f in figures if f is not None]

@@ -1,12 +1,13 @@
 """Draw the report's figures: reuse the figures of a suite (and the cross-suite ones) from the figure cache when
-their data did not change, and draw the rest suite by suite in forked workers (parallel.py) when there are enough
-suites to pay for it; forking shares the assembled report with the workers without copying it, and only the PNG
-bytes travel back. `start_figures` returns as soon as the workers are started, so that the report's text can be
-written while they draw (`Drawing.figures` waits for them); the short cross-suite task goes last, to even out the
-workers' ends. While figures are drawn, the objects that exist before (the report, some hundred thousand at
-5,000 runs) are frozen out of the garbage collector (gc.freeze): the collections that drawing triggers do not walk
-them again, and a forked worker does not copy the memory pages they sit on. The plotting module (and matplotlib's
-drawing machinery) is loaded only when something is drawn.
+their data did not change, and draw the rest in forked workers (parallel.py) when there are enough suites to pay for
+it; forking shares the assembled report with the workers without copying it, and only the PNG bytes travel back.
+`start_figures` returns as soon as the workers are started, so that the report's text can be written while they draw
+(`Drawing.figures` waits for them). A suite's figures are drawn in parts (plots.SUITE_PARTS) and the short
+cross-suite task goes last, so that the workers end at about the same time. While figures are drawn, the objects
+that exist before (the report, some hundred thousand at 5,000 runs) are frozen out of the garbage collector
+(gc.freeze): the collections that drawing triggers do not walk them again, and a forked worker does not copy the
+memory pages they sit on. The plotting module (and matplotlib's drawing machinery) is loaded only when something is
+drawn.
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ from collections.abc import Mapping
 from structbench.report import figure_cache
 from structbench.report.build import Report
 from structbench.report.figure_file import FigureFile, Look, optimizer_looks
-from structbench.report.parallel import Pending, fork_start
+from structbench.report.parallel import Pending, fork_start, workers_for
 
 MIN_TASKS_FOR_WORKERS = 4
 ACROSS = -1
@@ -28,15 +29,17 @@ ACROSS = -1
 _shared: tuple[Report, dict[str, Look]] | None = None
 
 
-def _draw(task: int) -> list[FigureFile]:
-    """The figures of one task (ACROSS or a suite's index). Reads the report the parent shared by forking."""
+def _draw(job: tuple[int, int]) -> list[FigureFile]:
+    """The figures of one task (ACROSS or a suite's index), or of one part of a suite's (plots.SUITE_PARTS). Reads
+    the report the parent shared by forking."""
     from structbench.report import plots
 
     assert _shared is not None
     report, looks = _shared
+    task, part = job
     if task == ACROSS:
         return plots.cross_suite_figures(report, looks)
-    return plots.suite_figures(report.suites[task], looks)
+    return plots.suite_figures(report.suites[task], looks, part)
 
 
 def _cache_slot(report: Report, task: int, looks: Mapping[str, Look]) -> tuple[str, str, dict[str, Look]]:
@@ -59,14 +62,18 @@ class Drawing:
         self._tasks = [ACROSS, *range(len(report.suites))]
         self._slots = {task: _cache_slot(report, task, looks) for task in self._tasks}
         self._found = {t: figure_cache.load(report.out, *self._slots[t]) if cache else None for t in self._tasks}
-        self._missing = [task for task in [*self._tasks[1:], ACROSS] if self._found[task] is None]
-        self._pending: Pending[int, list[FigureFile]] | None = None
-        if self._missing:
-            importlib.import_module("structbench.report.plots")  # once here, before forking, rather than in each worker
+        missing = [task for task in [*self._tasks[1:], ACROSS] if self._found[task] is None]
+        self._jobs: list[tuple[int, int]] = []
+        self._pending: Pending[tuple[int, int], list[FigureFile]] | None = None
+        if missing:
+            # Loaded once here, before forking, rather than in each worker.
+            parts = importlib.import_module("structbench.report.plots").SUITE_PARTS
+            self._jobs = [(task, part) for task in missing for part in range(1 if task == ACROSS else parts)]
+            count = workers_for(len(missing), MIN_TASKS_FOR_WORKERS) if workers is None else workers
             _shared = (report, looks)
             gc.freeze()  # the report's objects: never traversed again by the collections drawing triggers (nor copied)
             try:
-                self._pending = fork_start(_draw, self._missing, MIN_TASKS_FOR_WORKERS, workers)
+                self._pending = fork_start(_draw, self._jobs, MIN_TASKS_FOR_WORKERS, count)
             except BaseException:
                 self._release()
                 raise
@@ -85,10 +92,11 @@ class Drawing:
             finally:
                 self._pending = None
                 self._release()
-            for task, figures in zip(self._missing, drawn, strict=True):
-                self._found[task] = figures
-                if self._cache:
-                    figure_cache.store(self._report.out, *self._slots[task], figures)
+            for (task, _), figures in zip(self._jobs, drawn, strict=True):
+                self._found[task] = [*(self._found[task] or []), *figures]
+            if self._cache:
+                for task in dict.fromkeys(task for task, _ in self._jobs):
+                    figure_cache.store(self._report.out, *self._slots[task], self._found[task] or [])
         return [f for task in self._tasks for f in self._found[task] or []]
 
 
