@@ -570,7 +570,7 @@ def test_figure_cache_key_covers_every_report_module(tmp_path):
 def test_page_laid_out_while_figures_draw_is_the_page_rendered_after(hand_store):
     """The html/md text laid out before the figures exist, filled once forked workers drew them, is byte for byte the
     page rendered from finished figures; every figure sits in its slot exactly once."""
-    from structbench.report import html, markdown
+    from structbench.report import html, markdown, plots
 
     report = build.build_report(hand_store, plotted=True)
     drawing = render.start_figures(report, workers=2, cache=False)
@@ -578,6 +578,8 @@ def test_page_laid_out_while_figures_draw_is_the_page_rendered_after(hand_store)
     figures = drawing.figures()
     serial = render.render_figures(report, workers=1, cache=False)
     assert figures == serial and len(figures) >= 4
+    whole = plots.suite_figures(report.suites[0], optimizer_looks(report.optims))  # in one call, not in parts
+    assert [f for f in figures if f.suite is not None] == whole
     assert html.fill(pages[0], figures) == html.render(report, serial)
     assert markdown.fill(pages[1], figures) == markdown.render(report, serial)
     page = html.fill(pages[0], figures)
