@@ -140,6 +140,8 @@ def test_the_reports_environments_table_shows_the_provenance_and_the_runs_their_
     assert sorted(rows["torch_threads"]) == ["-", "4"] and sorted(rows["cpu_count"]) == ["-", "64"]
     assert sorted(rows["thread_env"]) == ["-", '{"OMP_NUM_THREADS": "4"}']
     assert sorted(rows["numpy_version"]) == ["-", "2.4.6"] and rows["runs"] == ["1", "1"]
+    dirty = ["E1", "E2"][rows["git_dirty"].index("True")]
+    assert report.environment_of_runs() == {"r0": dirty, "r1": ({"E1", "E2"} - {dirty}).pop()}
     [suite] = report.suites
     runs = tables.runs_of_variant(suite.variants[0].variant, report.environment_of_runs())
     commands = {row[0].text: row[-1].text for row in runs.rows}
