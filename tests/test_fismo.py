@@ -11,7 +11,8 @@
   q_i) from a scalar recursion; Gauss–Seidel order (R_t from the new P_t) differs measurably from Jacobi;
   tr P = m and tr Q = n after every step; step 4 equals its rewrite P_t = (1 - a) P_{t-1} + a (m/tr L) L.
 - Gradient-scale non-invariance, quantified: Muon's update is unchanged under G -> c G, FISMO's is not.
-- State bytes counted by hand: P, Q, their inverse roots and M in float32 plus three int64 counters (with the default Newton–Schulz roots).
+- State bytes counted by hand: P, Q, their inverse roots and M in float32 plus three int64 counters (the third,
+  root_fallbacks, with the default Newton–Schulz roots).
 """
 
 from __future__ import annotations
