@@ -157,6 +157,17 @@ PROVENANCE_COLUMNS = (
 """The environment a run ran in beyond the contract's columns (device, versions, git commit, host): GPUs and the CUDA
 stack, the CPU, thread settings, the versions of other packages that shape results, and uncommitted changes. The
 run's `command` (the exact command line) completes its provenance."""
+ENVIRONMENT_COLUMNS = (
+    "device",
+    "device_name",
+    "torch_version",
+    "structbench_version",
+    "git_commit",
+    "hostname",
+    "python_version",
+    *PROVENANCE_COLUMNS,
+)
+"""Every column that describes the environment a run ran in: the contract's, then PROVENANCE_COLUMNS."""
 
 OPTIONAL_RUN_COLUMNS = frozenset(
     {

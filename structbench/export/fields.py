@@ -22,7 +22,7 @@ from typing import Any
 import pandas as pd
 import pyarrow as pa
 
-from structbench.store import PROVENANCE_COLUMNS, RUN_SCHEMA
+from structbench.store import ENVIRONMENT_COLUMNS, RUN_SCHEMA
 
 SUMMARY_COLUMNS = (
     "final_train_loss",
@@ -52,14 +52,7 @@ TAG_COLUMNS = (
     "eval_metric_name",
     "started_at",
     "finished_at",
-    "device",
-    "device_name",
-    "torch_version",
-    "structbench_version",
-    "git_commit",
-    "hostname",
-    "python_version",
-    *PROVENANCE_COLUMNS,
+    *ENVIRONMENT_COLUMNS,
     "command",
 )
 CURVE_FIELDS = ("loss", "metric", "lr", "step_time_s", "optim_time_s", "grad_norm", "wall_s")

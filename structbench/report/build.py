@@ -59,16 +59,7 @@ from structbench.store import Problem
 EXPERIMENT_PREFIX = "experiment:"
 EXACT_TASKS = ("quadratic",)
 """Tasks whose evaluation is an exact objective rather than a data split."""
-ENV_COLUMNS = (
-    "device",
-    "device_name",
-    "torch_version",
-    "structbench_version",
-    "git_commit",
-    "hostname",
-    "python_version",
-    *store.PROVENANCE_COLUMNS,
-)
+ENV_COLUMNS = store.ENVIRONMENT_COLUMNS
 """What tells environments apart (the run's own command line is shown with the run instead)."""
 
 

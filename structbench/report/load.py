@@ -49,14 +49,7 @@ RUN_COLUMNS = (
     "solver_failures",
     "routing",
     "claims",
-    "device",
-    "device_name",
-    "torch_version",
-    "structbench_version",
-    "git_commit",
-    "hostname",
-    "python_version",
-    *store.PROVENANCE_COLUMNS,
+    *store.ENVIRONMENT_COLUMNS,
     "command",
 )
 REQUIRED_RUN_COLUMNS = ("run_id", "suite", "optim", "seed", "status")
