@@ -17,7 +17,7 @@ import pytest
 
 from structbench import store
 from structbench.report import build, cached_read
-from structbench.report.cached_read import CACHE_DIR
+from structbench.report.cache_dir import CACHE_DIR
 from structbench.report.load import refresh_index
 from tests.conftest import read_curves, read_runs
 from tests.test_report import adamw_evals, muon_evals, write_run

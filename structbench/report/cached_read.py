@@ -24,8 +24,7 @@ files (pyarrow skips them too; the store's temporaries start with ".").
 Reading the files themselves (no index: about 0.5 ms of CPU per run file, a little less per curve file, nearly all
 of it in Arrow's C++ code, which releases the GIL) runs on one thread per core.
 
-The report's own caches (its output and figures) stay in CACHE_DIR (`<out>/.report-cache`), which is re-exported
-here for the figure cache.
+The report's own caches (its output and figures) stay in `<out>/.report-cache` (cache_dir.py).
 """
 
 from __future__ import annotations
@@ -42,11 +41,8 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from structbench.report.atomic import replacing
-from structbench.report.cache_dir import CACHE_DIR
 from structbench.report.parallel import usable_cores
 from structbench.store import Problem
-
-__all__ = ["CACHE_DIR", "Validate", "read_columns"]
 
 INDEX_FORMAT = "1"
 _FILE, _ID = "_file", "_identity"

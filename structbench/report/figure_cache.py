@@ -23,7 +23,7 @@ from pathlib import Path
 import matplotlib
 
 from structbench.report.atomic import replacing
-from structbench.report.cached_read import CACHE_DIR
+from structbench.report.cache_dir import CACHE_DIR
 from structbench.report.figure_file import FigureFile, Look
 
 KEEP = 3
