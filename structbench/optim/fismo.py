@@ -254,10 +254,9 @@ class Fismo(EagerStructuredOptimizer):
                 st[ROOT_FALLBACKS] += p_count + q_count
 
         outcome = []
-        own = _owned if len(states) > 1 else _as_is
-        for i, st in enumerate(states):
-            st["P"], st["P_inv_root"] = own(p_new[i]), own(p_root[i])
-            st["Q"], st["Q_inv_root"] = own(q_new[i]), own(q_root[i])
+        matrices = zip(_own_rows(p_new), _own_rows(p_root), _own_rows(q_new), _own_rows(q_root), strict=True)
+        for i, (st, (p, p_inv_root, q, q_inv_root)) in enumerate(zip(states, matrices, strict=True)):
+            st["P"], st["P_inv_root"], st["Q"], st["Q_inv_root"] = p, p_inv_root, q, q_inv_root
             failures = (not p_ok[i]) + (not q_ok[i])
             self.solver_failures += failures
             outcome.append(failures > 0)
@@ -337,14 +336,10 @@ def _stacked(states: list[dict[str, Any]], key: str) -> Tensor:
     return torch.stack([st[key] for st in states])
 
 
-def _owned(matrix: Tensor) -> Tensor:
-    """A matrix of a stack as state of its own (a copy: a view would keep the whole stack alive)."""
-    return matrix.clone()
-
-
-def _as_is(matrix: Tensor) -> Tensor:
-    """The one matrix of a one-matrix stack: its storage holds nothing else, so no copy is needed."""
-    return matrix
+def _own_rows(stack: Tensor) -> tuple[Tensor, ...]:
+    """The matrices of a (k, d, d) stack as state tensors of their own: the view when k is 1 (the storage holds
+    nothing else), else copies (a view would keep the whole stack alive)."""
+    return stack.unbind(0) if stack.size(0) == 1 else tuple(matrix.clone() for matrix in stack)
 
 
 def _blend(old: Tensor, a: Tensor, b: Tensor, alpha: float, damp: Tensor, gamma: float) -> Tensor:

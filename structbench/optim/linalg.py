@@ -443,9 +443,9 @@ def _coupled_newton_schulz(x: Tensor, eye: Tensor, tol: float, max_iters: int) -
         new_residual = _rms_residual(new_product, eye)
         iterations += 1
         better = active & (new_residual < residual)
-        y = torch.where(better[..., None, None], new_y, y)
-        z = torch.where(better[..., None, None], new_z, z)
-        product = torch.where(better[..., None, None], new_product, product)
+        y = _where(better, new_y, y)
+        z = _where(better, new_z, z)
+        product = _where(better, new_product, product)
         residual = torch.where(better, new_residual, residual)
         active = better & (residual > tol)
     root = symmetrize(z) / scale.sqrt()
