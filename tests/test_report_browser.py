@@ -7,7 +7,7 @@ window, with 21 optimizers and an experiment's long claims, no table may reach p
 horizontally scrolling container that itself fits (so every column can be scrolled to), and the page itself must
 not scroll sideways; a script added to a copy of the page measures this in the browser. Every figure's legend must
 lie inside its image: the figures are drawn here, in this process, and each legend's extent is placed in the saved
-image's pixels.
+image's pixels (where the image lies in the figure comes from figure_oracle.py).
 """
 
 from __future__ import annotations
@@ -26,6 +26,7 @@ from PIL import Image, ImageStat
 
 from structbench import store
 from structbench.report import build, html, plots, render
+from tests.figure_oracle import drawn_by_matplotlib, pixels, same_drawing
 from tests.report_store import Point
 from tests.report_store import write_run as write_validated_run
 from tests.test_report import adamw_evals, muon_evals, write_run
@@ -213,9 +214,11 @@ def test_every_figure_legend_lies_inside_its_image(many):
         image = np.asarray(Image.open(io.BytesIO(png)).convert("L"))
         height, width = image.shape
         assert width > 1000  # drawn at DPI 200: a figure at 100 would be under 640 pixels wide
+        # The PNG is matplotlib's drawing cut to its ink (test_report_png.py); the cut says where the image lies.
+        cut = drawn_by_matplotlib(fig)
+        assert same_drawing(pixels(png), cut.pixels), fig.get_suptitle()
         renderer = fig.canvas.get_renderer()
-        tight = fig.get_tightbbox(renderer)
-        origin_x, origin_y = (tight.x0 - plots.PAD_INCHES) * plots.DPI, (tight.y0 - plots.PAD_INCHES) * plots.DPI
+        origin_x, origin_y = cut.left * plots.DPI, cut.top * plots.DPI - height
         for legend in [ax.get_legend() for ax in fig.axes if ax.get_legend() is not None] + list(fig.legends):
             box = legend.get_window_extent(renderer)
             left, right = box.x0 - origin_x, box.x1 - origin_x

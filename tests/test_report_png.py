@@ -1,8 +1,10 @@
 """How the report's figures become PNGs and how their log axes are labelled, against matplotlib's own output.
 
-The PNG is cut to the drawn extent measured in one layout pass (plots.drawn_extent) and written by png.py: its pixels
-must equal those of matplotlib's own `savefig(bbox_inches="tight")` for every kind of figure, and Pillow must read
-back every pixel, the alpha channel where there is one, the resolution and the text. Log and symmetric-log tick
+The figure is drawn once and cut to what it drew (canvas.py), then written by png.py: for every kind of figure its
+pixels must be matplotlib's own drawing of the figure on an ample canvas, cut by Pillow to the pixels that differ from
+the background plus the padding (figure_oracle.py), and the cut no looser than matplotlib's own
+`savefig(bbox_inches="tight")`; Pillow must read back every pixel, the alpha channel where there is one, the
+resolution and the text. Log and symmetric-log tick
 labels are written in plain text with Unicode superscripts (log_ticks.py): no label may go through matplotlib's
 mathtext parser, every character must be in the font that draws it, and the ticks labelled must be those
 matplotlib's own formatter labels.
@@ -28,6 +30,7 @@ from structbench import store
 from structbench.report import build, plots, render
 from structbench.report.log_ticks import PlainLogFormatter
 from structbench.report.png import encode
+from tests.figure_oracle import drawn_by_matplotlib, pixels, same_drawing
 from tests.report_store import Point, write_run
 
 
@@ -72,20 +75,19 @@ def drawn(suite_store) -> list[tuple[str, Figure, bytes]]:
     return [(f.name, fig, png) for f, (fig, png) in zip(files, figures, strict=True)]
 
 
-def pixels(png: bytes) -> np.ndarray:
-    return np.asarray(Image.open(io.BytesIO(png)).convert("RGBA"))
-
-
-def test_every_png_equals_matplotlibs_tight_crop_pixel_for_pixel(drawn):
+def test_every_png_is_matplotlibs_drawing_cut_to_what_it_drew(drawn):
     kinds = {name.removeprefix("vision-") for name, _, _ in drawn}
     assert {"loss-vs-step", "memory", "quality-vs-memory", "step-time", "sweeps"} <= kinds
     for name, fig, png in drawn:
+        ours, theirs = pixels(png), drawn_by_matplotlib(fig).pixels
+        assert same_drawing(ours, theirs), (name, ours.shape, theirs.shape)
         buffer = io.BytesIO()
         with rc_context(plots.STYLE):
             fig.savefig(buffer, format="png", dpi=plots.DPI, bbox_inches="tight", pad_inches=plots.PAD_INCHES)
-        ours, theirs = pixels(png), pixels(buffer.getvalue())
-        assert ours.shape == theirs.shape, name
-        assert np.array_equal(ours, theirs), (name, int((ours != theirs).any(axis=2).sum()))
+        tight = pixels(buffer.getvalue())
+        # The cut is by ink, the tight box by layout extents: these hold blank ascents and side bearings, but the ink
+        # of a glyph or of a line's antialiased edge may reach a pixel or two past them; never more.
+        assert ours.shape[0] <= tight.shape[0] + 4 and ours.shape[1] <= tight.shape[1] + 4, (name, tight.shape)
 
 
 def zlib_level_class(png: bytes) -> int:
@@ -196,3 +198,19 @@ def test_png_encoder_round_trips_pixels_alpha_resolution_and_text_through_pillow
         assert np.array_equal(np.asarray(image.convert("RGBA")), rgba)
         assert image.text == metadata
         assert image.info["dpi"] == pytest.approx((200, 200), abs=0.01)
+
+
+def test_every_figure_draws_its_text_without_hinting(suite_store, monkeypatch):
+    """Read where the Agg renderer asks which FreeType hinting to apply, while every figure of the suite is drawn."""
+    from matplotlib.backends import backend_agg
+
+    asked = []
+    flag = backend_agg.get_hinting_flag
+    monkeypatch.setattr(backend_agg, "get_hinting_flag", lambda: asked.append(flag()) or asked[-1])
+    with rc_context({"text.hinting": "no_hinting"}):
+        unhinted = flag()
+    with rc_context({"text.hinting": "default"}):
+        assert flag() != unhinted
+    figures = render.render_figures(build.build_report(suite_store, plotted=True), workers=1, cache=False)
+    assert len(figures) >= 5
+    assert len(asked) > 100 and set(asked) == {unhinted}
