@@ -31,6 +31,7 @@ if TYPE_CHECKING:
     import pandas as pd
 
     from structbench.report.output_cache import Output
+    from structbench.report.render import Drawing
     from structbench.runner import Progress as RunProgress
     from structbench.runner import RunOutcome
 
@@ -876,20 +877,42 @@ def _compute_report(
 ) -> tuple[Output | None, bool]:
     """Build the report, print its terminal text and write what `formats` asks for (md/html to `target`): the
     output (output_cache.Output; None when there are no runs) and whether to keep it (not when files were
-    unreadable: their warnings come from reading). The figures are drawn in forked workers while this process writes
-    the text around them."""
+    unreadable: their warnings come from reading). The figures are drawn in forked workers as the suites are built
+    and while this process writes the text around them (report/render.py)."""
+    from structbench.report import render
+
+    drawing = render.Drawing(stores[0]) if formats & {"md", "html"} else None
+    try:
+        return _report_with(drawing, stores, wanted, optims, baseline, cutoff, include_smoke, formats, target)
+    finally:
+        if drawing is not None:
+            drawing.close()
+
+
+def _report_with(
+    drawing: Drawing | None,
+    stores: list[Path],
+    wanted: dict[str, list[str]],
+    optims: list[str],
+    baseline: str | None,
+    cutoff: pd.Timestamp | None,
+    include_smoke: bool,
+    formats: set[str],
+    target: Path,
+) -> tuple[Output | None, bool]:
+    """_compute_report with the figures drawn by `drawing` (None: no figures) as the suites are built."""
     from structbench.report import build, claims_section, output_cache, terminal
 
-    plotted = bool(formats & {"md", "html"})
     result = build.build_report(
         stores,
         wanted,
         optims,
         baseline or "adamw",
         cutoff,
-        plotted,
+        drawing is not None,
         baseline_given=baseline is not None,
         include_smoke=include_smoke,
+        listener=drawing,
     )
     for problem in result.problems:
         print(f"warning: skipped unreadable file {problem.path}: {problem.reason}", file=sys.stderr)
@@ -897,9 +920,8 @@ def _compute_report(
         _warn_debris(stores)
         console.print(escape(f"no runs in {', '.join(str(out) for out in stores)}"))
         return None, False
-    from structbench.report import html, markdown, render
+    from structbench.report import html, markdown
 
-    drawing = render.start_figures(result) if plotted else None
     warnings = _warn_debris(stores)
     term = None
     if "term" in formats:
@@ -912,7 +934,7 @@ def _compute_report(
     if drawing is not None:
         md_page = markdown.layout(result) if "md" in formats else None
         html_page = html.layout(result) if "html" in formats else None
-        figures = drawing.figures()
+        figures = drawing.figures(result)
         try:
             target.mkdir(parents=True, exist_ok=True)
             if md_page is not None:

@@ -9,6 +9,7 @@ from __future__ import annotations
 import itertools
 import json
 import math
+import multiprocessing
 import os
 import statistics
 from datetime import UTC, datetime, timedelta
@@ -521,7 +522,10 @@ def test_figure_cache_reuses_unchanged_suites_only(tmp_path, monkeypatch):
     suite = report.suites[0]
     assert figure_cache.load(out, suite.name, suite.digest, colors) == [f for f in drawn if f.suite == "hand"]
     with monkeypatch.context() as patched:  # every figure, the cross-suite ones included, now comes from the cache
-        patched.setattr(render, "_draw", lambda task: pytest.fail(f"drew the figures of task {task} again"))
+        from structbench.report import plots
+
+        patched.setattr(plots, "suite_figures", lambda *a: pytest.fail("drew a suite's figures again"))
+        patched.setattr(plots, "cross_suite_figures", lambda *a: pytest.fail("drew the cross-suite figures again"))
         assert render.render_figures(build.build_report(out, plotted=True), workers=1) == drawn
     write_run(out, "adamw-2", "adamw", 2, adamw_evals(2))
     changed = build.build_report(out, plotted=True)
@@ -568,14 +572,15 @@ def test_figure_cache_key_covers_every_report_module(tmp_path):
 
 
 def test_page_laid_out_while_figures_draw_is_the_page_rendered_after(hand_store):
-    """The html/md text laid out before the figures exist, filled once forked workers drew them, is byte for byte the
-    page rendered from finished figures; every figure sits in its slot exactly once."""
+    """The html/md text laid out before the figures exist, filled once forked workers drew them (handed each suite
+    as it was built), is byte for byte the page rendered from finished figures; every figure sits in its slot exactly
+    once."""
     from structbench.report import html, markdown, plots
 
-    report = build.build_report(hand_store, plotted=True)
-    drawing = render.start_figures(report, workers=2, cache=False)
+    drawing = render.Drawing(hand_store, workers=2, cache=False)
+    report = build.build_report(hand_store, plotted=True, listener=drawing)
     pages = html.layout(report), markdown.layout(report)
-    figures = drawing.figures()
+    figures = drawing.figures(report)
     serial = render.render_figures(report, workers=1, cache=False)
     assert figures == serial and len(figures) >= 4
     whole = plots.suite_figures(report.suites[0], optimizer_looks(report.optims))  # in one call, not in parts
@@ -593,6 +598,86 @@ def test_page_laid_out_while_figures_draw_is_the_page_rendered_after(hand_store)
         assert (at < suite_at) if figure.suite is None else (suite_at < at < page.index("</section>", suite_at))
 
 
+@pytest.fixture(scope="module")
+def three_suite_stores(tmp_path_factory) -> list[Path]:
+    """Two stores of three suites; store B's sgd ran in one suite only, and a seed of adamw ran twice there."""
+    root = tmp_path_factory.mktemp("three")
+    stores = [root / "A", root / "B"]
+    for out in stores:
+        store.prepare(out)
+        for suite in ("s1", "s2", "s3"):
+            for seed in range(2):
+                write_run(out, f"{suite}-adamw-{seed}", "adamw", seed, adamw_evals(seed), suite=suite)
+                write_run(out, f"{suite}-muon-{seed}", "muon", seed, muon_evals(seed), suite=suite)
+    write_run(stores[1], "s2-sgd-0", "sgd", 0, adamw_evals(2), suite="s2")
+    write_run(stores[1], "s3-adamw-0-again", "adamw", 0, adamw_evals(1), suite="s3")
+    return stores
+
+
+class Heard:
+    """A build.SuiteListener that writes down what it hears."""
+
+    def __init__(self) -> None:
+        self.suites: int | None = None
+        self.optims: list[str] = []
+        self.suites_built: list[tuple[int, str]] = []
+
+    def begin(self, suites: int, optims: list[str]) -> None:
+        self.suites, self.optims = suites, list(optims)
+
+    def built(self, index: int, suite: build.SuiteReport) -> None:
+        self.suites_built.append((index, suite.name))
+
+
+def test_the_listener_hears_every_suite_in_order_and_the_reports_optimizers_first(three_suite_stores):
+    heard = Heard()
+    report = build.build_report(three_suite_stores, plotted=True, listener=heard)
+    assert heard.suites == len(report.suites) == 3
+    assert heard.optims == report.optims  # the looks fixed before the first suite are the report's
+    assert f"sgd [{three_suite_stores[1]}]" in heard.optims
+    assert heard.suites_built == [(i, s.name) for i, s in enumerate(report.suites)]
+
+
+def test_a_suites_figures_go_to_the_workers_before_the_next_suite_is_built(three_suite_stores, monkeypatch):
+    """On two cores the second draws while the first builds: the first suite's parts are handed over (and the
+    workers forked) as soon as it is built."""
+    from structbench.report import parallel, plots
+
+    built: list[str] = []
+    handed: list[tuple[int, str]] = []
+    build_suite = build.build_suite
+    monkeypatch.setattr(build, "build_suite", lambda *a, **k: built.append(a[0]) or build_suite(*a, **k))
+    add = parallel.Workers.add
+    monkeypatch.setattr(
+        parallel.Workers, "add", lambda self, task: handed.append((len(built), task[0].name)) or add(self, task)
+    )
+    drawing = render.Drawing(three_suite_stores[0], workers=2, cache=False)
+    report = build.build_report(three_suite_stores[0], plotted=True, listener=drawing)
+    figures = drawing.figures(report)
+    assert handed[: plots.SUITE_PARTS] == [(1, "s1")] * plots.SUITE_PARTS
+    assert [name for _, name in handed] == [s.name for s in report.suites for _ in range(plots.SUITE_PARTS)]
+    assert figures == render.render_figures(report, workers=1, cache=False)
+    assert multiprocessing.active_children() == []
+
+
+def test_a_report_that_fails_while_building_leaves_no_worker_running(three_suite_stores, monkeypatch, tmp_path, cli):
+    import gc
+
+    build_suite = build.build_suite
+
+    def fails_on_the_second(*args, **kwargs):
+        if args[0] == "s2":
+            raise RuntimeError("broken suite")
+        return build_suite(*args, **kwargs)
+
+    monkeypatch.setattr(build, "build_suite", fails_on_the_second)
+    monkeypatch.setattr(render, "workers_for", lambda tasks, minimum: 2)  # forked for one suite of three
+    with pytest.raises(RuntimeError, match="broken suite"):
+        cli("report", "--out", three_suite_stores[0], "--format", "html", "--to", tmp_path / "rep")
+    assert multiprocessing.active_children() == []
+    assert gc.get_freeze_count() == 0
+
+
 _PARENT = os.getpid()
 
 
@@ -603,9 +688,13 @@ def _dies_in_a_worker(task: int) -> int:
 
 
 def test_tasks_of_a_broken_worker_pool_run_here_with_the_same_results():
-    from structbench.report.parallel import fork_start
+    from structbench.report.parallel import Workers
 
-    assert fork_start(_dies_in_a_worker, [1, 2, 3, 4], 1, workers=2).results() == [1, 4, 9, 16]
+    workers = Workers(_dies_in_a_worker, 2)
+    for task in (1, 2, 3, 4):
+        workers.add(task)
+    assert workers.forked
+    assert workers.results() == [1, 4, 9, 16]
 
 
 def test_markdown_blocks_are_set_apart_by_blank_lines(hand_report):

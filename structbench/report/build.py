@@ -38,6 +38,7 @@ from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import Protocol
 
 import numpy as np
 import pandas as pd
@@ -53,7 +54,7 @@ from structbench.report.stats import Paired, paired_difference
 from structbench.report.summary import Evaluations, VariantSummary, summarize_variant
 from structbench.report.sweeps import Sweep, sweeps_of
 from structbench.report.targets import Crossing, Target
-from structbench.report.variants import group_variants
+from structbench.report.variants import entries, group_variants
 from structbench.store import Problem
 
 EXPERIMENT_PREFIX = "experiment:"
@@ -453,6 +454,16 @@ def _read_curves(stores: Sequence[Path], runs: pd.DataFrame, plotted: bool) -> t
     return pd.concat(frames, ignore_index=True) if len(frames) > 1 else frames[0], problems
 
 
+class SuiteListener(Protocol):
+    """Told of each suite as soon as it is built (the report's figures are drawn meanwhile: render.Drawing)."""
+
+    def begin(self, suites: int, optims: Sequence[str]) -> None:
+        """Before the first suite: how many suites there will be and the report's optimizers (Report.optims)."""
+
+    def built(self, index: int, suite: SuiteReport) -> None:
+        """Suite `index` (in Report.suites) is built; what follows changes only its notes."""
+
+
 def build_report(
     out: Path | Sequence[Path],
     suites: Collection[str] | Mapping[str, Sequence[str]] = (),
@@ -462,9 +473,11 @@ def build_report(
     plotted: bool = False,
     baseline_given: bool = False,
     include_smoke: bool = False,
+    listener: SuiteListener | None = None,
 ) -> Report:
-    """Read the stores and assemble every table's numbers; `plotted` also keeps the curves the plots draw. The
-    filters are filters.apply's (a filter that matches nothing is a UsageError)."""
+    """Read the stores and assemble every table's numbers; `plotted` also keeps the curves the plots draw; `listener`
+    hears of each suite as it is built. The filters are filters.apply's (a filter that matches nothing is a
+    UsageError)."""
     stores = [out] if isinstance(out, Path) else list(out)
     everything, problems = _read_stores(stores)
     where = ", ".join(str(s) for s in stores)
@@ -474,17 +487,15 @@ def build_report(
     runs, experiments = everything[~is_experiment], everything[is_experiment]
     curves, curve_problems = _read_curves(stores, runs, plotted)
     problems = problems + curve_problems
-    reports = [
-        build_suite(
-            name,
-            group,
-            curves[curves["run_id"].isin(group["run_id"])],
-            baseline,
-            plotted,
-            suite_files.is_smoke(str(name)),
-        )
-        for name, group in runs.groupby("suite", sort=True)
-    ]
+    by_suite = list(runs.groupby("suite", sort=True))
+    if listener is not None:
+        listener.begin(len(by_suite), entries(runs))
+    reports = []
+    for name, group in by_suite:
+        suite_curves = curves[curves["run_id"].isin(group["run_id"])]
+        reports.append(build_suite(name, group, suite_curves, baseline, plotted, suite_files.is_smoke(str(name))))
+        if listener is not None:
+            listener.built(len(reports) - 1, reports[-1])
     left_out = tuple(s.name for s in reports if s.smoke and not include_smoke)
     aggregated = [s for s in reports if s.name not in left_out]
     optim_names = sorted({o for s in aggregated for o in s.selected})

@@ -1,13 +1,13 @@
-"""Map a function over tasks in forked worker processes where that pays, else in this process.
+"""Run a function over tasks handed over one by one, in forked worker processes where that pays, else in this process.
 
-For CPU-bound Python work that holds the GIL (drawing figures with matplotlib), where threads do not help.
-Forked workers start in milliseconds and share the parent's memory; tasks are small keys and only results
-travel back. It pays only for tasks of a second or more: for many small ones (reading Parquet files was
-measured) the copy-on-write and pickling overhead eats the gain, and threads do better where the work
-releases the GIL (cached_read.py reads on threads). Where fork is unavailable (not Linux),
-with one core, with fewer than `min_tasks` tasks, or if the pool fails, the function runs here: the
-results are the same either way. `fork_start` hands the tasks to the workers and returns at once, so that this process
-can do other work while they run (`Pending.results` collects them).
+For CPU-bound Python work that holds the GIL (drawing figures with matplotlib), where threads do not help. The
+workers are forked when the first task is handed over, so that they start working while this process goes on
+producing the next tasks (the report draws a suite's figures while it builds the next suite); each task is pickled to
+a worker and each result pickled back. It pays only for tasks of a second or more: for many small ones (reading
+Parquet files was measured) the pickling overhead eats the gain, and threads do better where the work releases the
+GIL (cached_read.py reads on threads). Where fork is unavailable (not Linux), with one core, with fewer than
+`min_tasks` tasks expected, or if the pool fails, the function runs here when the results are asked for: the results
+are the same either way.
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ from __future__ import annotations
 import multiprocessing
 import os
 import sys
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from concurrent.futures import Future, ProcessPoolExecutor
 from concurrent.futures.process import BrokenProcessPool
 from typing import Generic, TypeVar
@@ -37,37 +37,47 @@ def workers_for(tasks: int, min_tasks: int) -> int:
     return min(usable_cores(), tasks)
 
 
-class Pending(Generic[T, R]):
-    """Tasks handed to forked workers (or, without workers, run here when their results are asked for)."""
+class Workers(Generic[T, R]):
+    """[fn(t) for t in the tasks added], run by `count` forked processes (forked when the first task is added) or, with
+    a count of 1 or a pool that failed, here when the results are asked for."""
 
-    def __init__(self, fn: Callable[[T], R], tasks: Sequence[T], count: int) -> None:
-        self._fn, self._tasks = fn, list(tasks)
+    def __init__(self, fn: Callable[[T], R], count: int) -> None:
+        self._fn, self._count = fn, count
+        self._tasks: list[T] = []
         self._pool: ProcessPoolExecutor | None = None
         self._futures: list[Future[R]] = []
-        if count > 1:
-            try:
-                self._pool = ProcessPoolExecutor(count, mp_context=multiprocessing.get_context("fork"))
-                self._futures = [self._pool.submit(fn, task) for task in self._tasks]
-            except (BrokenProcessPool, OSError):
-                self._close()
+        self._failed = False
 
-    def _close(self) -> None:
+    @property
+    def forked(self) -> bool:
+        """Whether the tasks go to worker processes."""
+        return self._count > 1 and not self._failed
+
+    def add(self, task: T) -> None:
+        self._tasks.append(task)
+        if not self.forked:
+            return
+        try:
+            if self._pool is None:
+                self._pool = ProcessPoolExecutor(self._count, mp_context=multiprocessing.get_context("fork"))
+            self._futures.append(self._pool.submit(self._fn, task))
+        except (BrokenProcessPool, OSError):
+            self._failed = True
+            self.close()
+
+    def close(self) -> None:
+        """Stop the workers (tasks not started are dropped); safe to call more than once."""
         if self._pool is not None:
             self._pool.shutdown(cancel_futures=True)
         self._pool, self._futures = None, []
 
     def results(self) -> list[R]:
-        """[fn(t) for t in tasks], in the tasks' order (run here for any the workers could not finish)."""
+        """fn(t) for every task added, in the order added (run here for any the workers could not finish)."""
         try:
-            if self._futures:
+            if self._futures and len(self._futures) == len(self._tasks):
                 return [future.result() for future in self._futures]
         except (BrokenProcessPool, OSError):
             pass
         finally:
-            self._close()
+            self.close()
         return [self._fn(task) for task in self._tasks]
-
-
-def fork_start(fn: Callable[[T], R], tasks: Sequence[T], min_tasks: int, workers: int | None = None) -> Pending[T, R]:
-    """Start [fn(t) for t in tasks] in forked processes when `workers` (default: the usable cores) is above 1."""
-    return Pending(fn, tasks, workers_for(len(tasks), min_tasks) if workers is None else workers)

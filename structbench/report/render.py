@@ -1,13 +1,15 @@
-"""Draw the report's figures: reuse the figures of a suite (and the cross-suite ones) from the figure cache when
-their data did not change, and draw the rest in forked workers (parallel.py) when there are enough suites to pay for
-it; forking shares the assembled report with the workers without copying it, and only the PNG bytes travel back.
-`start_figures` returns as soon as the workers are started, so that the report's text can be written while they draw
-(`Drawing.figures` waits for them). A suite's figures are drawn in parts (plots.SUITE_PARTS) and the short
-cross-suite task goes last, so that the workers end at about the same time. While figures are drawn, the objects
-that exist before (the report, some hundred thousand at 5,000 runs) are frozen out of the garbage collector
-(gc.freeze): the collections that drawing triggers do not walk them again, and a forked worker does not copy the
-memory pages they sit on. The plotting module (and matplotlib's drawing machinery) is loaded only when something is
-drawn.
+"""Draw the report's figures while the report is built: each suite's figures are taken from the figure cache when
+their data did not change, or else handed, in parts of about equal drawing time (plots.SUITE_PARTS), to forked
+workers (parallel.py) as soon as the suite is built (`Drawing` listens to build.build_report), so that on a machine
+of two cores the second draws while the first builds the next suites and then lays out the report's text. The
+cross-suite figures need the whole report: they are drawn here once the report's text is laid out (`Drawing.figures`),
+while the workers finish. A task is a suite (pickled to the worker) and a part; only the PNG bytes come back.
+
+While figures are drawn, the objects that exist before the workers are forked (the runs and curves read, some
+hundred thousand objects at 5,000 runs) are frozen out of the garbage collector (gc.freeze): the collections that
+drawing triggers do not walk them again, and a forked worker does not copy the memory pages they sit on; drawing here
+freezes the whole report the same way. The plotting module (and matplotlib's drawing machinery) is loaded only when
+something is drawn, once before the workers are forked rather than in each.
 """
 
 from __future__ import annotations
@@ -15,97 +17,106 @@ from __future__ import annotations
 import gc
 import hashlib
 import importlib
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
+from pathlib import Path
 
 from structbench.report import figure_cache
-from structbench.report.build import Report
+from structbench.report.build import Report, SuiteReport
 from structbench.report.figure_file import FigureFile, Look, optimizer_looks
-from structbench.report.parallel import Pending, fork_start, workers_for
+from structbench.report.parallel import Workers, workers_for
 
 MIN_TASKS_FOR_WORKERS = 4
-ACROSS = -1
-"""The task (and cache slot) of the cross-suite figures; task i >= 0 is suite i."""
+"""Suites plus the cross-suite task below which the figures are drawn here."""
 
-_shared: tuple[Report, dict[str, Look]] | None = None
+DrawTask = tuple[SuiteReport, dict[str, Look], int]
 
 
-def _draw(job: tuple[int, int]) -> list[FigureFile]:
-    """The figures of one task (ACROSS or a suite's index), or of one part of a suite's (plots.SUITE_PARTS). Reads
-    the report the parent shared by forking."""
+def _draw(task: DrawTask) -> list[FigureFile]:
+    """Part `part` of a suite's figures, in its optimizers' looks."""
     from structbench.report import plots
 
-    assert _shared is not None
-    report, looks = _shared
-    task, part = job
-    if task == ACROSS:
-        return plots.cross_suite_figures(report, looks)
-    return plots.suite_figures(report.suites[task], looks, part)
+    suite, looks, part = task
+    return plots.suite_figures(suite, looks, part)
 
 
-def _cache_slot(report: Report, task: int, looks: Mapping[str, Look]) -> tuple[str, str, dict[str, Look]]:
-    """(name, digest, the looks drawn) under which the task's figures are cached; the cross-suite figures' digest
-    covers every suite's and which suites the aggregates leave out."""
-    if task == ACROSS:
-        lines = [f"{s.name}\t{s.digest}" for s in report.suites] + [f"left out\t{name}" for name in report.left_out]
-        return figure_cache.ACROSS, hashlib.sha256("\n".join(lines).encode()).hexdigest(), dict(looks)
-    suite = report.suites[task]
-    return suite.name, suite.digest, {o: looks[o] for o in suite.selected}
+def _across_slot(report: Report, looks: Mapping[str, Look]) -> tuple[str, str, dict[str, Look]]:
+    """(name, digest, looks) under which the cross-suite figures are cached: the digest covers every suite's and which
+    suites the aggregates leave out."""
+    lines = [f"{s.name}\t{s.digest}" for s in report.suites] + [f"left out\t{name}" for name in report.left_out]
+    return figure_cache.ACROSS, hashlib.sha256("\n".join(lines).encode()).hexdigest(), dict(looks)
 
 
 class Drawing:
-    """The figures of a report, some perhaps still being drawn by forked workers."""
+    """A report's figures, drawn suite by suite as build.build_report builds the suites (a build.SuiteListener)."""
 
-    def __init__(self, report: Report, workers: int | None, cache: bool) -> None:
-        global _shared
-        self._report, self._cache = report, cache
-        looks = optimizer_looks(report.optims)
-        self._tasks = [ACROSS, *range(len(report.suites))]
-        self._slots = {task: _cache_slot(report, task, looks) for task in self._tasks}
-        self._found = {t: figure_cache.load(report.out, *self._slots[t]) if cache else None for t in self._tasks}
-        missing = [task for task in [*self._tasks[1:], ACROSS] if self._found[task] is None]
-        self._jobs: list[tuple[int, int]] = []
-        self._pending: Pending[tuple[int, int], list[FigureFile]] | None = None
-        if missing:
-            # Loaded once here, before forking, rather than in each worker.
-            parts = importlib.import_module("structbench.report.plots").SUITE_PARTS
-            self._jobs = [(task, part) for task in missing for part in range(1 if task == ACROSS else parts)]
-            count = workers_for(len(missing), MIN_TASKS_FOR_WORKERS) if workers is None else workers
-            _shared = (report, looks)
-            gc.freeze()  # the report's objects: never traversed again by the collections drawing triggers (nor copied)
-            try:
-                self._pending = fork_start(_draw, self._jobs, MIN_TASKS_FOR_WORKERS, count)
-            except BaseException:
-                self._release()
-                raise
+    def __init__(self, out: Path, workers: int | None = None, cache: bool = True) -> None:
+        """`out`: the store whose figure cache is used (the report's first); `workers`: processes (default from the
+        cores and the number of suites); `cache`: whether to use the figure cache."""
+        self._out, self._asked, self._cache = out, workers, cache
+        self._looks: dict[str, Look] = {}
+        self._workers: Workers[DrawTask, list[FigureFile]] = Workers(_draw, 1)
+        self._suites: list[tuple[str, str, dict[str, Look]]] = []
+        self._found: list[list[FigureFile]] = []
+        self._jobs: list[int] = []
+        """The suite of each task handed to the workers, in order."""
+        self._frozen = False
 
-    @staticmethod
-    def _release() -> None:
-        global _shared
-        gc.unfreeze()
-        _shared = None
+    def begin(self, suites: int, optims: Sequence[str]) -> None:
+        self._looks = optimizer_looks(optims)
+        count = workers_for(suites + 1, MIN_TASKS_FOR_WORKERS) if self._asked is None else self._asked
+        self._workers = Workers(_draw, count)
 
-    def figures(self) -> list[FigureFile]:
-        """Every figure: cross-suite first, then suite by suite (waits for the workers; call once)."""
-        if self._pending is not None:
-            try:
-                drawn = self._pending.results()
-            finally:
-                self._pending = None
-                self._release()
-            for (task, _), figures in zip(self._jobs, drawn, strict=True):
-                self._found[task] = [*(self._found[task] or []), *figures]
-            if self._cache:
-                for task in dict.fromkeys(task for task, _ in self._jobs):
-                    figure_cache.store(self._report.out, *self._slots[task], self._found[task] or [])
-        return [f for task in self._tasks for f in self._found[task] or []]
+    def built(self, index: int, suite: SuiteReport) -> None:
+        slot = suite.name, suite.digest, {o: self._looks[o] for o in suite.selected}
+        self._suites.append(slot)
+        cached = figure_cache.load(self._out, *slot) if self._cache else None
+        self._found.append(cached or [])
+        if cached is not None:
+            return
+        parts = importlib.import_module("structbench.report.plots").SUITE_PARTS
+        if self._workers.forked and not self._frozen:
+            self._freeze()  # before the workers are forked: they inherit what exists now
+        for part in range(parts):
+            self._jobs.append(index)
+            self._workers.add((suite, slot[2], part))
 
+    def _freeze(self) -> None:
+        gc.freeze()
+        self._frozen = True
 
-def start_figures(report: Report, workers: int | None = None, cache: bool = True) -> Drawing:
-    """Take the report's figures from the cache and start drawing the others (`workers`: processes; default from the
-    cores), in forked workers where that pays; `Drawing.figures` hands them over."""
-    return Drawing(report, workers, cache)
+    def close(self) -> None:
+        """Stop the workers and give the frozen objects back to the garbage collector (safe to call more than once)."""
+        self._workers.close()
+        if self._frozen:
+            gc.unfreeze()
+            self._frozen = False
+
+    def figures(self, report: Report) -> list[FigureFile]:
+        """Every figure of `report` (whose suites were built with this drawing listening): cross-suite first, then
+        suite by suite. Draws what is left here, waits for the workers and closes them."""
+        try:
+            self._freeze()  # the whole report now, for what is drawn here
+            across_slot = _across_slot(report, self._looks)
+            across = figure_cache.load(self._out, *across_slot) if self._cache else None
+            if across is None:
+                across = importlib.import_module("structbench.report.plots").cross_suite_figures(report, self._looks)
+                if self._cache:
+                    figure_cache.store(self._out, *across_slot, across)
+            for index, figures in zip(self._jobs, self._workers.results(), strict=True):
+                self._found[index] += figures
+        finally:
+            self.close()
+        if self._cache:
+            for index in dict.fromkeys(self._jobs):
+                figure_cache.store(self._out, *self._suites[index], self._found[index])
+        return [*across, *(f for figures in self._found for f in figures)]
 
 
 def render_figures(report: Report, workers: int | None = None, cache: bool = True) -> list[FigureFile]:
-    """Every figure: cross-suite first, then suite by suite (`workers`: processes; default from the cores)."""
-    return start_figures(report, workers, cache).figures()
+    """Every figure of a report already built: cross-suite first, then suite by suite (`workers`: processes; default
+    from the cores)."""
+    drawing = Drawing(report.out, workers, cache)
+    drawing.begin(len(report.suites), report.optims)
+    for index, suite in enumerate(report.suites):
+        drawing.built(index, suite)
+    return drawing.figures(report)

@@ -54,6 +54,14 @@ def entry_name(optim: str, store: str) -> str:
     return f"{optim} [{store}]" if store else optim
 
 
+def entries(runs: pd.DataFrame) -> list[str]:
+    """In name order, the entry names of the optimizers that ran in some suite: those of the report's variants, known
+    before any suite is built."""
+    named = runs[runs["suite"].notna() & runs["optim"].notna()]
+    stores = named["store"] if "store" in named.columns else pd.Series("", index=named.index)
+    return sorted({entry_name(optim, store) for optim, store in zip(named["optim"], stores, strict=True)})
+
+
 @dataclass(frozen=True, eq=False)
 class Variant:
     suite: str
