@@ -6,6 +6,7 @@ never from the report's own helpers.
 
 from __future__ import annotations
 
+import gc
 import itertools
 import json
 import math
@@ -489,8 +490,6 @@ def test_forked_figure_workers_give_the_same_figures(hand_store):
 
 
 def test_the_report_is_frozen_out_of_the_garbage_collector_only_while_figures_are_drawn(hand_store, monkeypatch):
-    import gc
-
     from structbench.report import plots
 
     report = build.build_report(hand_store, plotted=True)
@@ -645,24 +644,28 @@ def test_a_suites_figures_go_to_the_workers_before_the_next_suite_is_built(three
 
     built: list[str] = []
     handed: list[tuple[int, str]] = []
+    frozen: list[int] = []
     build_suite = build.build_suite
     monkeypatch.setattr(build, "build_suite", lambda *a, **k: built.append(a[0]) or build_suite(*a, **k))
     add = parallel.Workers.add
-    monkeypatch.setattr(
-        parallel.Workers, "add", lambda self, task: handed.append((len(built), task[0].name)) or add(self, task)
-    )
+
+    def counted(self, task):
+        handed.append((len(built), task[0].name))
+        frozen.append(gc.get_freeze_count())  # what exists when the workers are forked is frozen (module docstring)
+        add(self, task)
+
+    monkeypatch.setattr(parallel.Workers, "add", counted)
     drawing = render.Drawing(three_suite_stores[0], workers=2, cache=False)
     report = build.build_report(three_suite_stores[0], plotted=True, listener=drawing)
     figures = drawing.figures(report)
     assert handed[: plots.SUITE_PARTS] == [(1, "s1")] * plots.SUITE_PARTS
+    assert frozen[0] > 0 and gc.get_freeze_count() == 0
     assert [name for _, name in handed] == [s.name for s in report.suites for _ in range(plots.SUITE_PARTS)]
     assert figures == render.render_figures(report, workers=1, cache=False)
     assert multiprocessing.active_children() == []
 
 
 def test_a_report_that_fails_while_building_leaves_no_worker_running(three_suite_stores, monkeypatch, tmp_path, cli):
-    import gc
-
     build_suite = build.build_suite
 
     def fails_on_the_second(*args, **kwargs):

@@ -74,7 +74,7 @@ class Workers(Generic[T, R]):
     def results(self) -> list[R]:
         """fn(t) for every task added, in the order added (run here for any the workers could not finish)."""
         try:
-            if self._futures and len(self._futures) == len(self._tasks):
+            if self._futures:  # every task went to the workers (a failed pool drops them all: close)
                 return [future.result() for future in self._futures]
         except (BrokenProcessPool, OSError):
             pass
