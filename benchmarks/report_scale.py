@@ -13,6 +13,12 @@ worker processes', is the better guide on a shared machine; with --repeat N each
     python benchmarks/report_scale.py                       # 5,000 runs in a temporary directory
     python benchmarks/report_scale.py --keep big-store       # keep (and reuse) the store there
     python benchmarks/report_scale.py --keep big-store --repeat 3 --format term --format md
+    python benchmarks/report_scale.py --keep big-store --repeat 8 --format html --tree ../old-checkout
+
+With --tree DIR (a checkout of another commit: `git worktree add ../old-checkout COMMIT`; repeatable) each round times
+the same commands run from DIR right after this checkout's, and this checkout's time over DIR's is printed per round
+and as the median over the rounds (below 1: this checkout is faster): on a shared machine, whose speed drifts over
+minutes, the side-by-side ratio is the figure to trust. The trees must read the same store index format.
 """
 
 from __future__ import annotations
@@ -37,6 +43,7 @@ import numpy as np
 from structbench import store
 from structbench.report.load import refresh_index
 
+ROOT = Path(__file__).resolve().parent.parent
 STEPS, LOG_EVERY, EVAL_EVERY = 400, 10, 40
 FORMATS = ("term", "md", "html", "all")
 ENVIRONMENT = {
@@ -166,11 +173,11 @@ def generate(out: Path, suites: int, optims: int, lrs: int, seeds: int) -> int:
     return index
 
 
-def timed(command: list[str]) -> tuple[float, float]:
-    """(wall-clock, CPU seconds of the command and every process it started) of one run of `command`."""
+def timed(command: list[str], cwd: Path | None = None) -> tuple[float, float]:
+    """(wall-clock, CPU seconds of the command and every process it started) of one run of `command` in `cwd`."""
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
     started = time.perf_counter()
-    subprocess.run(command, check=True, stdout=subprocess.DEVNULL)
+    subprocess.run(command, check=True, stdout=subprocess.DEVNULL, cwd=cwd)
     wall = time.perf_counter() - started
     after = resource.getrusage(resource.RUSAGE_CHILDREN)
     return wall, (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
@@ -198,7 +205,14 @@ def main() -> None:
     parser.add_argument(
         "--format", dest="formats", action="append", choices=FORMATS, help="Format to time (repeatable; default: all)."
     )
+    parser.add_argument(
+        "--tree", type=Path, action="append", default=[], help="Also time the checkout in DIR, round by round."
+    )
     args = parser.parse_args()
+    for tree in args.tree:
+        if not (tree / "structbench" / "cli.py").is_file():
+            parser.error(f"{tree} holds no structbench/cli.py")
+    trees = [ROOT, *(tree.resolve() for tree in args.tree)]
     root = args.keep or Path(tempfile.mkdtemp(prefix="structbench-report-scale-"))
     out = root / "results"
     expected = args.suites * args.optims * args.lrs * args.seeds
@@ -211,7 +225,7 @@ def main() -> None:
     shutil.rmtree(store.index_dir(out), ignore_errors=True)
     build = timed_here(lambda: refresh_index(out))
     current = timed_here(lambda: refresh_index(out))
-    wall, cpu = timed([sys.executable, "-m", "structbench", "--help"])
+    wall, cpu = timed([sys.executable, "-m", "structbench", "--help"], ROOT)
     print(f"\n{expected} runs, {args.suites} suites, {os.cpu_count()} CPUs, load average {os.getloadavg()[0]:.1f}")
     print(f"CLI start-up alone (structbench --help): {wall:.2f} s wall, {cpu:.2f} s CPU")
     print(
@@ -219,22 +233,33 @@ def main() -> None:
         f"{current[0]:.2f} s wall, {current[1]:.2f} s CPU when up to date\n"
     )
     header = ("cold", "no index", "warm")
-    print(f"{'format':8}" + "".join(f"{f'{h} wall':>15}{f'{h} CPU':>14}" for h in header) + "   (seconds)")
+    rounds: dict[tuple[str, Path], list[tuple[float, ...]]] = {}
     for fmt in args.formats or FORMATS:
-        command = report_command(out, fmt, root / "report")
-        rounds = []
         for _ in range(args.repeat):
-            shutil.rmtree(out / ".report-cache", ignore_errors=True)
-            refresh_index(out)
-            cold, warm = timed(command), timed(command)
-            shutil.rmtree(out / ".report-cache", ignore_errors=True)
-            shutil.rmtree(store.index_dir(out), ignore_errors=True)
-            bare = timed(command)
-            rounds.append((*cold, *bare, *warm))
-        cells = [statistics.median(column) for column in zip(*rounds, strict=True)]
-        print(
-            f"{fmt:8}" + "".join(f"{wall:15.2f}{cpu:14.2f}" for wall, cpu in zip(cells[::2], cells[1::2], strict=True))
-        )
+            for tree in trees:
+                command = report_command(out, fmt, root / "report")
+                shutil.rmtree(out / ".report-cache", ignore_errors=True)
+                refresh_index(out)
+                cold, warm = timed(command, tree), timed(command, tree)
+                shutil.rmtree(out / ".report-cache", ignore_errors=True)
+                shutil.rmtree(store.index_dir(out), ignore_errors=True)
+                bare = timed(command, tree)
+                rounds.setdefault((fmt, tree), []).append((*cold, *bare, *warm))
+    for tree in trees:
+        print(f"{'this checkout' if tree == ROOT else str(tree)}:")
+        print(f"{'format':8}" + "".join(f"{f'{h} wall':>15}{f'{h} CPU':>14}" for h in header) + "   (seconds)")
+        for fmt in args.formats or FORMATS:
+            cells = [statistics.median(column) for column in zip(*rounds[fmt, tree], strict=True)]
+            print(f"{fmt:8}" + "".join(f"{w:15.2f}{c:14.2f}" for w, c in zip(cells[::2], cells[1::2], strict=True)))
+    for tree in trees[1:]:
+        print(f"\nthis checkout / {tree}, wall-clock, round by round and (median); below 1: this checkout is faster")
+        for fmt in args.formats or FORMATS:
+            pairs = zip(rounds[fmt, ROOT], rounds[fmt, tree], strict=True)
+            ratios = [[ours[i] / theirs[i] for i in (0, 2, 4)] for ours, theirs in pairs]
+            cells = []
+            for name, column in zip(header, zip(*ratios, strict=True), strict=True):
+                cells.append(f"{name} " + " ".join(f"{r:.2f}" for r in column) + f" ({statistics.median(column):.2f})")
+            print(f"{fmt:8}" + "; ".join(cells))
     print(f"load average after: {os.getloadavg()[0]:.1f}")
     if args.keep is None:
         shutil.rmtree(root)
