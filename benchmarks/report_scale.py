@@ -16,7 +16,8 @@ worker processes', is the better guide on a shared machine; with --repeat N each
     python benchmarks/report_scale.py --keep big-store --repeat 8 --format html --tree ../old-checkout
 
 With --tree DIR (a checkout of another commit: `git worktree add ../old-checkout COMMIT`; repeatable) each round times
-the same commands run from DIR right after this checkout's, and this checkout's time over DIR's is printed per round
+the same commands run from DIR beside this checkout's (in reversed order every other round, so that neither always
+goes first), and this checkout's time over DIR's is printed per round
 and as the median over the rounds (below 1: this checkout is faster): on a shared machine, whose speed drifts over
 minutes, the side-by-side ratio is the figure to trust. The trees must read the same store index format.
 """
@@ -235,8 +236,8 @@ def main() -> None:
     header = ("cold", "no index", "warm")
     rounds: dict[tuple[str, Path], list[tuple[float, ...]]] = {}
     for fmt in args.formats or FORMATS:
-        for _ in range(args.repeat):
-            for tree in trees:
+        for round_ in range(args.repeat):
+            for tree in trees if round_ % 2 == 0 else trees[::-1]:  # each tree first in every other round
                 command = report_command(out, fmt, root / "report")
                 shutil.rmtree(out / ".report-cache", ignore_errors=True)
                 refresh_index(out)
