@@ -13,20 +13,26 @@ import math
 import multiprocessing
 import os
 import statistics
+import subprocess
+import sys
+import time
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import numpy as np
 import pandas as pd
+import psutil
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 from PIL import Image
 
 from structbench import store
-from structbench.report import build, render, tables
+from structbench.report import build, parallel, render, tables
 from structbench.report.figure_file import optimizer_looks
 from tests.conftest import read_curves, read_runs
+
+REPO = Path(__file__).resolve().parent.parent
 
 T0 = datetime(2025, 3, 1, tzinfo=UTC)
 TARGET = {"metric": "loss", "value": 0.5}
@@ -640,7 +646,7 @@ def test_the_listener_hears_every_suite_in_order_and_the_reports_optimizers_firs
 def test_a_suites_figures_go_to_the_workers_before_the_next_suite_is_built(three_suite_stores, monkeypatch):
     """On two cores the second draws while the first builds: the first suite's parts are handed over (and the
     workers forked) as soon as it is built."""
-    from structbench.report import parallel, plots
+    from structbench.report import plots
 
     built: list[str] = []
     handed: list[tuple[int, str]] = []
@@ -679,6 +685,39 @@ def test_a_report_that_fails_while_building_leaves_no_worker_running(three_suite
         cli("report", "--out", three_suite_stores[0], "--format", "html", "--to", tmp_path / "rep")
     assert multiprocessing.active_children() == []
     assert gc.get_freeze_count() == 0
+
+
+def test_killing_a_report_ends_its_figure_workers(three_suite_stores, tmp_path):
+    """kill -9 of `structbench report` while its forked workers draw the figures: the workers end with it."""
+    if parallel.usable_cores() < 2:
+        pytest.skip("one core: the figures are drawn without workers")
+    command = [sys.executable, "-m", "structbench", "report", "--out", str(three_suite_stores[0]), "--format", "html"]
+    command += ["--to", str(tmp_path / "rep")]
+    report = subprocess.Popen(command, cwd=REPO, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    workers: list[psutil.Process] = []
+    try:
+        deadline = time.monotonic() + 120
+        while len(workers) < 2:
+            assert report.poll() is None, "the report ended before both workers were seen"
+            assert time.monotonic() < deadline
+            workers = psutil.Process(report.pid).children()
+            time.sleep(0.01)
+        report.kill()
+        report.wait()
+        _, alive = psutil.wait_procs(workers, timeout=10)
+        assert alive == []
+    finally:
+        for process in workers:
+            if process.is_running():
+                process.kill()
+
+
+def test_a_worker_whose_parent_already_ended_ends_at_once():
+    """The parent may end between the fork and the worker's request to be signalled: then the worker ends itself."""
+    child = multiprocessing.get_context("fork").Process(target=parallel._end_with, args=(-1,))  # not its parent
+    child.start()
+    child.join(10)
+    assert child.exitcode == 1
 
 
 _PARENT = os.getpid()

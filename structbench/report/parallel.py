@@ -7,13 +7,16 @@ a worker and each result pickled back. It pays only for tasks of a second or mor
 Parquet files was measured) the pickling overhead eats the gain, and threads do better where the work releases the
 GIL (cached_read.py reads on threads). Where fork is unavailable (not Linux), with one core, with fewer than
 `min_tasks` tasks expected, or if the pool fails, the function runs here when the results are asked for: the results
-are the same either way.
+are the same either way. A worker ends with the process that forked it, however that process ends (a signal, kill -9):
+Linux sends it SIGTERM then (prctl PR_SET_PDEATHSIG), so an interrupted report leaves no worker behind.
 """
 
 from __future__ import annotations
 
+import ctypes
 import multiprocessing
 import os
+import signal
 import sys
 from collections.abc import Callable
 from concurrent.futures import Future, ProcessPoolExecutor
@@ -21,6 +24,8 @@ from concurrent.futures.process import BrokenProcessPool
 from typing import Generic, TypeVar
 
 MAX_WORKERS = 8
+PR_SET_PDEATHSIG = 1
+"""prctl(2): the signal a process receives when the thread that forked it ends."""
 T = TypeVar("T")
 R = TypeVar("R")
 
@@ -35,6 +40,13 @@ def workers_for(tasks: int, min_tasks: int) -> int:
     if not sys.platform.startswith("linux") or tasks < min_tasks:
         return 1
     return min(usable_cores(), tasks)
+
+
+def _end_with(parent: int) -> None:
+    """In a worker: be sent SIGTERM when the parent ends; end now if it already has (it may end before this runs)."""
+    ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGTERM)
+    if os.getppid() != parent:
+        os._exit(1)
 
 
 class Workers(Generic[T, R]):
@@ -59,7 +71,12 @@ class Workers(Generic[T, R]):
             return
         try:
             if self._pool is None:
-                self._pool = ProcessPoolExecutor(self._count, mp_context=multiprocessing.get_context("fork"))
+                self._pool = ProcessPoolExecutor(
+                    self._count,
+                    mp_context=multiprocessing.get_context("fork"),
+                    initializer=_end_with,
+                    initargs=(os.getpid(),),
+                )
             self._futures.append(self._pool.submit(self._fn, task))
         except (BrokenProcessPool, OSError):
             self._failed = True
