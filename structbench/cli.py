@@ -31,7 +31,6 @@ if TYPE_CHECKING:
     import pandas as pd
 
     from structbench.report.output_cache import Output
-    from structbench.report.render import Drawing
     from structbench.runner import Progress as RunProgress
     from structbench.runner import RunOutcome
 
@@ -879,73 +878,52 @@ def _compute_report(
     output (output_cache.Output; None when there are no runs) and whether to keep it (not when files were
     unreadable: their warnings come from reading). The figures are drawn in forked workers as the suites are built
     and while this process writes the text around them (report/render.py)."""
-    from structbench.report import render
+    from structbench.report import build, claims_section, output_cache, render, terminal
 
-    drawing = render.Drawing(stores[0]) if formats & {"md", "html"} else None
-    try:
-        return _report_with(drawing, stores, wanted, optims, baseline, cutoff, include_smoke, formats, target)
-    finally:
+    with render.Drawing(stores[0]) if formats & {"md", "html"} else contextlib.nullcontext() as drawing:
+        result = build.build_report(
+            stores,
+            wanted,
+            optims,
+            baseline or "adamw",
+            cutoff,
+            drawing is not None,
+            baseline_given=baseline is not None,
+            include_smoke=include_smoke,
+            listener=drawing,
+        )
+        for problem in result.problems:
+            print(f"warning: skipped unreadable file {problem.path}: {problem.reason}", file=sys.stderr)
+        if not result.suites and result.experiments.empty and claims_section.load(stores).empty:
+            _warn_debris(stores)
+            console.print(escape(f"no runs in {', '.join(str(out) for out in stores)}"))
+            return None, False
+        from structbench.report import html, markdown
+
+        warnings = _warn_debris(stores)
+        term = None
+        if "term" in formats:
+            with console.capture() as captured:
+                terminal.print_report(console, result)
+            term = captured.get()
+            _write_term(term)
+        written: list[Path] = []
+        files: list[Path] = []
         if drawing is not None:
-            drawing.close()
-
-
-def _report_with(
-    drawing: Drawing | None,
-    stores: list[Path],
-    wanted: dict[str, list[str]],
-    optims: list[str],
-    baseline: str | None,
-    cutoff: pd.Timestamp | None,
-    include_smoke: bool,
-    formats: set[str],
-    target: Path,
-) -> tuple[Output | None, bool]:
-    """_compute_report with the figures drawn by `drawing` (None: no figures) as the suites are built."""
-    from structbench.report import build, claims_section, output_cache, terminal
-
-    result = build.build_report(
-        stores,
-        wanted,
-        optims,
-        baseline or "adamw",
-        cutoff,
-        drawing is not None,
-        baseline_given=baseline is not None,
-        include_smoke=include_smoke,
-        listener=drawing,
-    )
-    for problem in result.problems:
-        print(f"warning: skipped unreadable file {problem.path}: {problem.reason}", file=sys.stderr)
-    if not result.suites and result.experiments.empty and claims_section.load(stores).empty:
-        _warn_debris(stores)
-        console.print(escape(f"no runs in {', '.join(str(out) for out in stores)}"))
-        return None, False
-    from structbench.report import html, markdown
-
-    warnings = _warn_debris(stores)
-    term = None
-    if "term" in formats:
-        with console.capture() as captured:
-            terminal.print_report(console, result)
-        term = captured.get()
-        _write_term(term)
-    written: list[Path] = []
-    files: list[Path] = []
-    if drawing is not None:
-        md_page = markdown.layout(result) if "md" in formats else None
-        html_page = html.layout(result) if "html" in formats else None
-        figures = drawing.figures(result)
-        try:
-            target.mkdir(parents=True, exist_ok=True)
-            if md_page is not None:
-                written.append(markdown.write(md_page, figures, target))
-                files += sorted((target / markdown.FIGURE_DIR).glob("*.png"))
-            if html_page is not None:
-                written.append(html.write(html_page, figures, target))
-        except OSError as exc:
-            print(f"error: cannot write the report to {target}: {exc.strerror or exc}", file=sys.stderr)
-            raise typer.Exit(EXIT_RUN_ERROR) from None
-    return output_cache.Output(term, warnings, written, [*written, *files]), not result.problems
+            md_page = markdown.layout(result) if "md" in formats else None
+            html_page = html.layout(result) if "html" in formats else None
+            figures = drawing.figures(result)
+            try:
+                target.mkdir(parents=True, exist_ok=True)
+                if md_page is not None:
+                    written.append(markdown.write(md_page, figures, target))
+                    files += sorted((target / markdown.FIGURE_DIR).glob("*.png"))
+                if html_page is not None:
+                    written.append(html.write(html_page, figures, target))
+            except OSError as exc:
+                print(f"error: cannot write the report to {target}: {exc.strerror or exc}", file=sys.stderr)
+                raise typer.Exit(EXIT_RUN_ERROR) from None
+        return output_cache.Output(term, warnings, written, [*written, *files]), not result.problems
 
 
 @app.command("export")

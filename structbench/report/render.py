@@ -91,6 +91,12 @@ class Drawing:
             gc.unfreeze()
             self._frozen = False
 
+    def __enter__(self) -> Drawing:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
     def figures(self, report: Report) -> list[FigureFile]:
         """Every figure of `report` (whose suites were built with this drawing listening): cross-suite first, then
         suite by suite. Draws what is left here, waits for the workers and closes them."""
