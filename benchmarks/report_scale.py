@@ -236,9 +236,9 @@ def main() -> None:
     header = ("cold", "no index", "warm")
     rounds: dict[tuple[str, Path], list[tuple[float, ...]]] = {}
     for fmt in args.formats or FORMATS:
+        command = report_command(out, fmt, root / "report")
         for round_ in range(args.repeat):
             for tree in trees if round_ % 2 == 0 else trees[::-1]:  # each tree first in every other round
-                command = report_command(out, fmt, root / "report")
                 shutil.rmtree(out / ".report-cache", ignore_errors=True)
                 refresh_index(out)
                 cold, warm = timed(command, tree), timed(command, tree)

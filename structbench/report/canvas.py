@@ -41,12 +41,13 @@ def drawn_pixels(fig: Figure, dpi: float, pad: int) -> np.ndarray:
     renderer = FigureCanvasAgg(fig).get_renderer()
     legends = [legend.get_window_extent(renderer) for legend in _legends(fig)]
     room = Bbox.union([fig.bbox, *legends]).transformed(fig.dpi_scale_trans.inverted()).padded(MARGIN)
+    background = _background(fig)
     rgba = _draw(fig, _on_grid(room, dpi), dpi)
-    found = _drawn_box(rgba, _background(fig))
+    found = _drawn_box(rgba, background)
     if found is None or not _clear_of_edges(found, rgba.shape, max(pad, math.ceil(GAP * dpi))):
         extent = fig.get_tightbbox(renderer).padded(MARGIN)
         rgba = _draw(fig, _on_grid(extent, dpi), dpi)
-        found = _drawn_box(rgba, _background(fig))
+        found = _drawn_box(rgba, background)
         if found is None:
             return rgba
     top, bottom, left, right = found
