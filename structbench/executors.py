@@ -21,6 +21,7 @@ import math
 import multiprocessing
 import os
 import shutil
+import time
 from collections import Counter
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from concurrent.futures import Future, ProcessPoolExecutor, as_completed
@@ -347,11 +348,22 @@ def slurm_states(folder: str | Path, job_ids: Sequence[str]) -> dict[str, str]:
     )
     if accounting:
         return {j: submitit.SlurmJob(folder=folder, job_id=j).state for j in job_ids}
-    listing = subprocess.run(
-        ["squeue", "-h", "-r", "-o", "%i %T"], capture_output=True, text=True, timeout=30, check=False
-    ).stdout
-    queued = dict(line.split(maxsplit=1) for line in listing.splitlines() if " " in line)
-    return {j: queued.get(j, "UNKNOWN").strip() for j in job_ids}
+    queued = queued_or_running() or {}
+    return {j: queued.get(j, "UNKNOWN") for j in job_ids}
+
+
+def queued_or_running() -> dict[str, str] | None:
+    """Job id (an array element's as ARRAY_INDEX) -> state of every job Slurm still has queued or running
+    (`squeue`, which lists no job that has ended); None when squeue does not answer."""
+    import subprocess
+
+    try:
+        listing = subprocess.run(
+            ["squeue", "-h", "-r", "-o", "%i %T"], capture_output=True, text=True, timeout=30, check=True
+        ).stdout
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return {job_id: state.strip() for job_id, state in (line.split(maxsplit=1) for line in listing.splitlines())}
 
 
 def quiet_submitit() -> Any:
@@ -365,18 +377,51 @@ def quiet_submitit() -> Any:
     return submitit
 
 
-def collect_slurm(jobs: Sequence[Job], submitted: Sequence[Any]) -> Iterator[Finished]:
-    """Yield each Slurm run as it finishes (submitit polls its result files)."""
-    from submitit.helpers import as_completed as jobs_as_completed
+LOST_AFTER_S = 30.0
+"""How long a job Slurm no longer lists may take to show its result file (a shared file system's caching) before
+its run is reported failed."""
 
-    by_id = {sub.job_id: job for job, sub in zip(jobs, submitted, strict=True)}
-    for sub in jobs_as_completed(list(submitted), poll_frequency=1):
-        job = by_id[sub.job_id]
-        try:
-            # A distributed run's job has a task per rank: rank 0 (task 0) returns the stored row.
-            yield Finished(job, sub.results()[0] if job.nproc_per_node else sub.result())
-        except Exception as exc:  # a failed job is reported; the other runs are still collected
-            yield Finished(job, None, one_line(exc))
+
+def collect_slurm(
+    jobs: Sequence[Job],
+    submitted: Sequence[Any],
+    poll_s: float = 1.0,
+    queued: Callable[[], Mapping[str, str] | None] = queued_or_running,
+) -> Iterator[Finished]:
+    """Yield each Slurm run as it finishes: when submitit's result file appears (or sacct says the job ended), or,
+    for a job that Slurm no longer lists as queued or running and that has left no result after LOST_AFTER_S
+    (killed before it could write one, on a cluster without accounting: submitit alone would wait for it forever),
+    as a failure quoting the end of the job's error log. A round in which squeue does not answer counts no job as
+    unlisted."""
+    waiting = {sub.job_id: (job, sub) for job, sub in zip(jobs, submitted, strict=True)}
+    unlisted_since: dict[str, float] = {}
+    while waiting:
+        for job_id, (job, sub) in list(waiting.items()):
+            if sub.done():
+                del waiting[job_id]
+                yield _collected(job, sub)
+        listed, now = queued(), time.monotonic()
+        for job_id, (job, sub) in list(waiting.items()):
+            if listed is None or job_id in listed:
+                unlisted_since.pop(job_id, None)
+            elif now - unlisted_since.setdefault(job_id, now) >= LOST_AFTER_S and not sub.done():
+                del waiting[job_id]
+                yield Finished(job, None, f"Slurm job {job_id} ended without a result ({_log_end(sub)})")
+        if waiting:
+            time.sleep(poll_s)
+
+
+def _collected(job: Job, sub: Any) -> Finished:
+    try:
+        # A distributed run's job has a task per rank: rank 0 (task 0) returns the stored row.
+        return Finished(job, sub.results()[0] if job.nproc_per_node else sub.result())
+    except Exception as exc:  # a failed job is reported; the other runs are still collected
+        return Finished(job, None, one_line(exc))
+
+
+def _log_end(sub: Any) -> str:
+    lines = [line.strip() for line in (sub.stderr() or "").splitlines() if line.strip()]
+    return f"its error log ends: {lines[-1]}" if lines else "its error log is empty"
 
 
 def one_line(error: BaseException) -> str:

@@ -6,6 +6,8 @@ import logging
 import os
 import shutil
 import subprocess
+import time
+from typing import Any
 
 from tests import system_parts
 
@@ -44,3 +46,17 @@ def quiet_submitit_sacct() -> None:
     log = logging.getLogger("submitit")
     if not any(isinstance(f, _DropSacctBypass) for f in log.filters):
         log.addFilter(_DropSacctBypass())
+
+
+def results_within(jobs: list[Any], limit_s: float) -> list[Any]:
+    """The submitit jobs' results, waiting at most `limit_s` for them all; past it, an AssertionError naming the jobs
+    without a result, what squeue lists and the end of each one's error log (submitit alone waits forever for a job
+    that died before writing its result on a cluster without accounting, such as this one)."""
+    deadline = time.monotonic() + limit_s
+    while not all(job.done() for job in jobs):
+        if time.monotonic() > deadline:
+            listing = subprocess.run(["squeue", "-h", "-r", "-o", "%i %T %R"], capture_output=True, text=True)
+            logs = {job.job_id: (job.stderr() or "").strip().splitlines()[-3:] for job in jobs if not job.done()}
+            raise AssertionError(f"no result within {limit_s} s; squeue lists {listing.stdout!r}; error logs: {logs}")
+        time.sleep(0.5)
+    return [job.result() for job in jobs]

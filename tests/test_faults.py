@@ -2,7 +2,7 @@
 disk, a task that cannot be built, non-finite losses, and what a crash leaves behind. Nothing finished is lost, the
 exit code and the message match what the store holds, and the next `run` leaves no debris.
 
-`STRUCTBENCH_FAULT_TRIALS` raises the number of random signal trials (20 by default)."""
+`STRUCTBENCH_FAULT_TRIALS` raises the number of signal trials (9 by default: each signal at three delays)."""
 
 from __future__ import annotations
 
@@ -23,11 +23,15 @@ import pyarrow.parquet as pq
 import pytest
 import torch
 
-from structbench import checkpoint, store
+from structbench import checkpoint, executors, store
 from structbench.tasks.quadratic import QuadraticTask
 from tests.conftest import read_runs
+from tests.slurm_cluster import quiet_submitit_sacct, require_slurm
 
-TRIALS = int(os.environ.get("STRUCTBENCH_FAULT_TRIALS", "20"))
+TRIALS = int(os.environ.get("STRUCTBENCH_FAULT_TRIALS", "9"))
+SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGKILL)
+LATEST_SIGNAL_S = 2.5
+"""The latest signal, in seconds after the grid line."""
 GRID = ["--suite", "quadratic", "--optim", "sgd", "--optim", "adamw", "--seed", "0", "--seed", "1", "--steps", "2000"]
 SUMMARY = re.compile(r"interrupted by (SIG\w+): this command stored (\d+) run\(s\) \(([^)]*)\)")
 
@@ -82,9 +86,10 @@ def wait_for_line(proc: subprocess.Popen, prefix: bytes, limit_s: float) -> None
 
 @pytest.mark.parametrize("trial", range(TRIALS))
 def test_a_signal_at_a_random_point_of_a_grid_loses_nothing(trial, tmp_path, cli):
-    rng = random.Random(trial)
-    signum = rng.choice([signal.SIGINT, signal.SIGTERM, signal.SIGINT, signal.SIGTERM, signal.SIGKILL])
-    delay = rng.uniform(0.0, 2.5)
+    """Trial k sends signal k mod 3 at a random time in the k-th of TRIALS equal slices of [0, LATEST_SIGNAL_S]
+    after the grid line: the signals take turns, and each meets the grid early, midway and late."""
+    signum = SIGNALS[trial % len(SIGNALS)]
+    delay = (trial + random.Random(trial).random()) * LATEST_SIGNAL_S / TRIALS
     out, finished_log = tmp_path / "results", tmp_path / "finished.txt"
     driver = tmp_path / "driver.py"
     driver.write_text(DRIVER)
@@ -426,6 +431,88 @@ def test_a_killed_local_worker_does_not_end_the_grid(tmp_path):
     runs = read_runs(out)
     assert sorted(runs[runs.status == "ok"].seed) == [0, 1, 2]
     assert set(runs.status) <= {"ok", "interrupted"}, "a worker the broken pool stopped stores its run interrupted"
+
+
+def test_a_slurm_job_killed_before_its_result_is_a_failed_run_and_the_wait_ends(cli, tmp_path, monkeypatch):
+    """Seed 0's job dies by SIGKILL before it writes a result; the cluster keeps no accounting, so submitit alone
+    would wait for that result forever. The wait ends with the run reported failed, seed 1 stored, exit 1; the same
+    command then runs only seed 0."""
+    require_slurm()
+    quiet_submitit_sacct()
+    (tmp_path / "site").mkdir()
+    (tmp_path / "site" / "sitecustomize.py").write_text(KILL_ONCE)
+    marker, out = tmp_path / "killed", tmp_path / "results"
+    monkeypatch.setenv("KILL_MARKER", str(marker))
+    monkeypatch.setenv("PYTHONPATH", str(tmp_path / "site"))  # the jobs' environment: sbatch exports this one's
+    monkeypatch.setattr(executors, "LOST_AFTER_S", 2.0)
+    command = ("run", "--suite", "quadratic", "--optim", "sgd", "--seed", "0", "--seed", "1", "--steps", "40",
+               "--executor", "slurm", "--wait", "--slurm-time", "5", "--out", out, "--quiet")  # fmt: skip
+    result = cli(*command)
+    assert marker.read_text() == "killed", "the fault was injected"
+    assert result.exit_code == 1, result.stderr
+    assert re.search(r"seed=0.*: the worker failed: Slurm job \d+_0 ended without a result \(", result.stderr), (
+        result.stderr
+    )
+    assert read_runs(out).seed.tolist() == [1]
+    again = cli(*command)
+    assert again.exit_code == 0, again.stderr
+    assert sorted(read_runs(out).seed) == [0, 1] and set(read_runs(out).status) == {"ok"}
+
+
+@pytest.mark.parametrize("listings", [["listed", "unlisted"], ["unanswered", "unlisted"]])
+def test_a_job_slurm_no_longer_lists_fails_only_after_lost_after_s_without_a_result(listings, monkeypatch):
+    """A job still listed, or a round squeue does not answer, never starts the clock; unlisted, the job fails once
+    LOST_AFTER_S has passed with no result, quoting the last line of its error log. A job whose result appears
+    while it is unlisted is collected."""
+    monkeypatch.setattr(executors, "LOST_AFTER_S", 0.3)
+    lost, late = FakeSlurmJob("7_0", stderr="starting\nsrun: error: task 0: Killed\n\n"), FakeSlurmJob("7_1")
+    rounds: list[float] = []
+
+    def squeue() -> dict[str, str] | None:
+        rounds.append(time.monotonic())
+        if len(rounds) == 6:
+            late.row = {"run_id": "late"}
+        if len(rounds) <= 3:
+            return {"7_0": "RUNNING", "7_1": "RUNNING"} if listings[0] == "listed" else None
+        return {}
+
+    finished = [
+        (time.monotonic(), f.job.cell, f.row, f.failure)
+        for f in executors.collect_slurm([job_for("a"), job_for("b")], [lost, late], poll_s=0.01, queued=squeue)
+    ]
+    assert [f[1:] for f in finished] == [
+        ("b", {"run_id": "late"}, None),
+        ("a", None, "Slurm job 7_0 ended without a result (its error log ends: srun: error: task 0: Killed)"),
+    ]
+    assert finished[1][0] - rounds[3] >= 0.3, "failed no sooner than LOST_AFTER_S after it was first unlisted"
+
+
+def test_a_lost_job_with_an_empty_error_log_says_so(monkeypatch):
+    monkeypatch.setattr(executors, "LOST_AFTER_S", 0.0)
+    job = FakeSlurmJob("8_0", stderr=None)
+    (finished,) = executors.collect_slurm([job_for("a")], [job], poll_s=0.0, queued=dict)
+    assert finished.failure == "Slurm job 8_0 ended without a result (its error log is empty)"
+
+
+class FakeSlurmJob:
+    """The part of a submitit job that collect_slurm uses: done once `row` is set."""
+
+    def __init__(self, job_id: str, stderr: str | None = "") -> None:
+        self.job_id, self.row, self._stderr = job_id, None, stderr
+
+    def done(self) -> bool:
+        return self.row is not None
+
+    def result(self) -> dict[str, str]:
+        assert self.row is not None
+        return self.row
+
+    def stderr(self) -> str | None:
+        return self._stderr
+
+
+def job_for(cell: str) -> executors.Job:
+    return executors.Job(cell=cell, device="cpu", data_root="", out="", executor="slurm", parallel_runs=1, threads=1)
 
 
 @pytest.mark.parametrize(("time_limit_s", "status"), [(120.0, "timeout"), (86400.0, "interrupted")])

@@ -9,7 +9,7 @@ import time
 import cloudpickle
 import submitit
 
-from tests.slurm_cluster import quiet_submitit_sacct, require_slurm
+from tests.slurm_cluster import quiet_submitit_sacct, require_slurm, results_within
 
 # By value, so a job need not import this module (its cwd or sys.path may not reach `tests`).
 cloudpickle.register_pickle_by_value(sys.modules[__name__])
@@ -23,10 +23,12 @@ def test_job_array_runs_on_slurm(tmp_path):
     require_slurm()
     quiet_submitit_sacct()
     executor = submitit.AutoExecutor(folder=tmp_path, cluster="slurm")
-    executor.update_parameters(timeout_min=2, cpus_per_task=1, slurm_array_parallelism=2)
+    # Slurm sends submitit's SIGUSR2 warning (asked for 90 s before the limit) up to a minute early: with a 2-minute
+    # limit it came as two elements started, and killed them before Python could handle it.
+    executor.update_parameters(timeout_min=10, cpus_per_task=1, slurm_array_parallelism=2)
     start = time.perf_counter()
     jobs = executor.map_array(square_in_job, [1, 2, 3])
-    results = [job.result() for job in jobs]
+    results = results_within(jobs, 240)
     elapsed = time.perf_counter() - start
     print(f"\n3-job Slurm array (parallelism 2): submission to results in {elapsed:.1f} s")
 
