@@ -335,6 +335,9 @@ def run(
     slurm = None
     if executor == "slurm":
         slurm = executors.slurm_options(spec.read_suite_file(suite)[2].get("resources", {}), slurm_given)
+        risk = executors.early_warning_risk(slurm)
+        if risk is not None:
+            print(f"warning: {risk}", file=sys.stderr)
         if not dry_run:
             executors.require_sbatch()
     device_kind = resolve_device_kind(device, slurm)

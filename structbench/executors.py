@@ -275,6 +275,24 @@ def parse_extra(items: Sequence[str]) -> dict[str, str]:
     return extra
 
 
+SUBMITIT_WARNING_S = 90.0
+"""How long before a job's time limit submitit asks Slurm for SIGUSR2 (its default `slurm_signal_delay_s`)."""
+SLURM_SIGNAL_EARLY_S = 60.0
+"""How much earlier than asked Slurm may send that signal (sbatch --signal: "up to 60 seconds earlier")."""
+
+
+def early_warning_risk(options: SlurmOptions) -> str | None:
+    """A warning when the time limit is so short that Slurm may send SIGUSR2 as the job starts, before Python
+    handles it: the job then dies without a result."""
+    if options.time_min * 60 > SUBMITIT_WARNING_S + SLURM_SIGNAL_EARLY_S:
+        return None
+    return (
+        f"a Slurm time limit of {options.time_min} min lets Slurm send its time-limit warning (SIGUSR2, asked for "
+        f"{SUBMITIT_WARNING_S:.0f} s before the limit, sent up to {SLURM_SIGNAL_EARLY_S:.0f} s early) as a job "
+        f"starts, which kills it without a result; give --slurm-time 3 or more."
+    )
+
+
 def slurm_options(resources: Mapping[str, Any], given: Mapping[str, Any]) -> SlurmOptions:
     """The suite's `[resources]` defaults, then the command line's `--slurm-*` values where given."""
     for key, value in resources.items():

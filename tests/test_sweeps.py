@@ -295,6 +295,19 @@ def test_slurm_without_sbatch_is_a_usage_error(cli, tmp_path, monkeypatch):
     assert not out.exists()
 
 
+@pytest.mark.parametrize(
+    ("time", "minutes", "warned"),
+    [("1", 1, True), ("2", 2, True), ("1:30", 2, True), ("2:01", 3, False), ("60", 60, False)],
+)
+def test_a_slurm_time_limit_the_early_sigusr2_can_kill_is_warned_of(cli, tmp_path, time, minutes, warned):
+    """submitit asks for SIGUSR2 90 s before the limit and sbatch may send it 60 s early: a limit of 150 s or less
+    (the submitted limit, in whole minutes rounded up) can have it arrive as the job starts."""
+    result = cli("run", "--suite", "quadratic", "--optim", "adamw", "--out", tmp_path / "store", "--executor", "slurm",
+                 "--slurm-time", time, "--dry-run")  # fmt: skip
+    assert result.exit_code == 0, result.stderr
+    assert (f"warning: a Slurm time limit of {minutes} min lets Slurm send" in result.stderr) is warned, result.stderr
+
+
 def test_slurm_time_formats():
     from structbench.executors import parse_slurm_time
 
