@@ -10,11 +10,19 @@ from typer.testing import CliRunner
 
 from structbench import signals
 from structbench.cli import app
+from structbench.report.parallel import usable_cores
 from tests import system_parts
 
 # One intra-op thread for the whole test run: its tensors are small, and OpenMP threads that spin at barriers slow
 # a run many times over when another process shares the cores (a 2-core CI rehearsal took 23 min instead of 2).
 torch.set_num_threads(1)
+
+
+def pytest_xdist_auto_num_workers(config: pytest.Config) -> int:
+    """`-n auto` (pyproject.toml's addopts): one worker per core this process may run on, at most 8 (each imports
+    torch), not pytest-xdist's default of the machine's physical cores, which is 1 on a VM of 2 vCPUs that are
+    hyperthreads of one core, and counts cores a container or `taskset` withholds."""
+    return usable_cores()
 
 
 def pytest_configure(config: pytest.Config) -> None:
