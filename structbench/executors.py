@@ -32,6 +32,7 @@ from typing import TYPE_CHECKING, Any
 
 from structbench.environment import command_line
 from structbench.errors import UsageError
+from structbench.signals import SUBMITIT_WARNING_S
 
 if TYPE_CHECKING:
     from structbench.grid import Cell
@@ -275,8 +276,6 @@ def parse_extra(items: Sequence[str]) -> dict[str, str]:
     return extra
 
 
-SUBMITIT_WARNING_S = 90.0
-"""How long before a job's time limit submitit asks Slurm for SIGUSR2 (its default `slurm_signal_delay_s`)."""
 SLURM_SIGNAL_EARLY_S = 60.0
 """How much earlier than asked Slurm may send that signal (sbatch --signal: "up to 60 seconds earlier")."""
 
@@ -381,7 +380,7 @@ def queued_or_running() -> dict[str, str] | None:
         ).stdout
     except (OSError, subprocess.SubprocessError):
         return None
-    return {job_id: state.strip() for job_id, state in (line.split(maxsplit=1) for line in listing.splitlines())}
+    return dict(line.strip().split(maxsplit=1) for line in listing.splitlines() if " " in line.strip())
 
 
 def quiet_submitit() -> Any:

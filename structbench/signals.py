@@ -21,8 +21,10 @@ from types import FrameType
 
 HANDLED = (signal.SIGINT, signal.SIGTERM)
 SLURM_WARNING = signal.SIGUSR2
-SLURM_WARNING_MARGIN_S = 180.0
-"""A SIGUSR2 this close to the job's time limit (twice submitit's default 90 s warning delay) means the limit."""
+SUBMITIT_WARNING_S = 90.0
+"""How long before a job's time limit submitit asks Slurm for SIGUSR2 (its default `slurm_signal_delay_s`)."""
+SLURM_WARNING_MARGIN_S = 2 * SUBMITIT_WARNING_S
+"""A SIGUSR2 this close to the job's time limit (twice submitit's warning delay) means the limit."""
 
 
 class Interrupted(KeyboardInterrupt):
