@@ -879,11 +879,18 @@ def _compute_report(
 ) -> tuple[Output | None, bool]:
     """Build the report, print its terminal text and write what `formats` asks for (md/html to `target`): the
     output (output_cache.Output; None when there are no runs) and whether to keep it (not when files were
-    unreadable: their warnings come from reading). The figures are drawn in forked workers as the suites are built
-    and while this process writes the text around them (report/render.py)."""
-    from structbench.report import build, claims_section, output_cache, render, terminal
+    unreadable: their warnings come from reading). The figures are drawn (report/render.py) and the terminal tables
+    typeset (report/typesetting.py) in forked workers as the suites are built and while this process writes the text
+    around them."""
+    from structbench.report import build, claims_section, output_cache, typesetting
 
-    with render.Drawing(stores[0]) if formats & {"md", "html"} else contextlib.nullcontext() as drawing:
+    with contextlib.ExitStack() as stack:
+        drawing = None
+        if formats & {"md", "html"}:
+            from structbench.report import render  # here: a terminal report does not load matplotlib
+
+            drawing = stack.enter_context(render.Drawing(stores[0]))
+        typeset = stack.enter_context(typesetting.Typesetting(console)) if "term" in formats else None
         result = build.build_report(
             stores,
             wanted,
@@ -893,7 +900,7 @@ def _compute_report(
             drawing is not None,
             baseline_given=baseline is not None,
             include_smoke=include_smoke,
-            listener=drawing,
+            listeners=[listener for listener in (typeset, drawing) if listener is not None],
         )
         for problem in result.problems:
             print(f"warning: skipped unreadable file {problem.path}: {problem.reason}", file=sys.stderr)
@@ -901,18 +908,14 @@ def _compute_report(
             _warn_debris(stores)
             console.print(escape(f"no runs in {', '.join(str(out) for out in stores)}"))
             return None, False
-        from structbench.report import html, markdown
-
         warnings = _warn_debris(stores)
-        term = None
-        if "term" in formats:
-            with console.capture() as captured:
-                terminal.print_report(console, result)
-            term = captured.get()
-            _write_term(term)
+        term = typeset.text(result) if typeset is not None else None
+        _write_term(term)
         written: list[Path] = []
         files: list[Path] = []
         if drawing is not None:
+            from structbench.report import html, markdown
+
             md_page = markdown.layout(result) if "md" in formats else None
             html_page = html.layout(result) if "html" in formats else None
             figures = drawing.figures(result)

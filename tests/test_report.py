@@ -583,7 +583,7 @@ def test_page_laid_out_while_figures_draw_is_the_page_rendered_after(hand_store)
     from structbench.report import html, markdown, plots
 
     drawing = render.Drawing(hand_store, workers=2, cache=False)
-    report = build.build_report(hand_store, plotted=True, listener=drawing)
+    report = build.build_report(hand_store, plotted=True, listeners=[drawing])
     pages = html.layout(report), markdown.layout(report)
     figures = drawing.figures(report)
     serial = render.render_figures(report, workers=1, cache=False)
@@ -636,7 +636,7 @@ class Heard:
 
 def test_the_listener_hears_every_suite_in_order_and_the_reports_optimizers_first(three_suite_stores):
     heard = Heard()
-    report = build.build_report(three_suite_stores, plotted=True, listener=heard)
+    report = build.build_report(three_suite_stores, plotted=True, listeners=[heard])
     assert heard.suites == len(report.suites) == 3
     assert heard.optims == report.optims  # the looks fixed before the first suite are the report's
     assert f"sgd [{three_suite_stores[1]}]" in heard.optims
@@ -662,7 +662,7 @@ def test_a_suites_figures_go_to_the_workers_before_the_next_suite_is_built(three
 
     monkeypatch.setattr(parallel.Workers, "add", counted)
     drawing = render.Drawing(three_suite_stores[0], workers=2, cache=False)
-    report = build.build_report(three_suite_stores[0], plotted=True, listener=drawing)
+    report = build.build_report(three_suite_stores[0], plotted=True, listeners=[drawing])
     figures = drawing.figures(report)
     assert handed[: plots.SUITE_PARTS] == [(1, "s1")] * plots.SUITE_PARTS
     assert frozen[0] > 0 and gc.get_freeze_count() == 0

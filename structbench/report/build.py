@@ -455,7 +455,8 @@ def _read_curves(stores: Sequence[Path], runs: pd.DataFrame, plotted: bool) -> t
 
 
 class SuiteListener(Protocol):
-    """Told of each suite as soon as it is built (the report's figures are drawn meanwhile: render.Drawing)."""
+    """Told of each suite as soon as it is built (the report's figures are drawn meanwhile, render.Drawing, and its
+    terminal text typeset, typesetting.Typesetting)."""
 
     def begin(self, suites: int, optims: Sequence[str]) -> None:
         """Before the first suite: how many suites there will be and the report's optimizers (Report.optims)."""
@@ -473,10 +474,10 @@ def build_report(
     plotted: bool = False,
     baseline_given: bool = False,
     include_smoke: bool = False,
-    listener: SuiteListener | None = None,
+    listeners: Sequence[SuiteListener] = (),
 ) -> Report:
-    """Read the stores and assemble every table's numbers; `plotted` also keeps the curves the plots draw; `listener`
-    hears of each suite as it is built. The filters are filters.apply's (a filter that matches nothing is a
+    """Read the stores and assemble every table's numbers; `plotted` also keeps the curves the plots draw; `listeners`
+    hear of each suite as it is built. The filters are filters.apply's (a filter that matches nothing is a
     UsageError)."""
     stores = [out] if isinstance(out, Path) else list(out)
     everything, problems = _read_stores(stores)
@@ -488,13 +489,13 @@ def build_report(
     curves, curve_problems = _read_curves(stores, runs, plotted)
     problems = problems + curve_problems
     by_suite = list(runs.groupby("suite", sort=True))
-    if listener is not None:
+    for listener in listeners:
         listener.begin(len(by_suite), entries(runs))
     reports = []
     for name, group in by_suite:
         suite_curves = curves[curves["run_id"].isin(group["run_id"])]
         reports.append(build_suite(name, group, suite_curves, baseline, plotted, suite_files.is_smoke(str(name))))
-        if listener is not None:
+        for listener in listeners:
             listener.built(len(reports) - 1, reports[-1])
     left_out = tuple(s.name for s in reports if s.smoke and not include_smoke)
     aggregated = [s for s in reports if s.name not in left_out]
