@@ -6,14 +6,18 @@ from __future__ import annotations
 import gc
 import io
 import multiprocessing
+import subprocess
+import sys
+import time
 from pathlib import Path
 
+import psutil
 import pytest
 from rich.console import Console
 
 from structbench import store
 from structbench.report import build, parallel, tables, terminal, typesetting
-from tests.test_report import adamw_evals, muon_evals, write_run
+from tests.test_report import REPO, adamw_evals, muon_evals, write_run
 
 SUITES = ("s1", "s2", "s3", "s4", "s5")
 
@@ -88,6 +92,47 @@ def test_a_report_of_few_suites_is_typeset_here(five_suite_store, monkeypatch):
         text = typeset.text(report)
     assert forked == [False] * len(few) and gc.get_freeze_count() == 0
     assert text == printed(console, report)
+
+
+SLOW_REPORT = """
+import sys, time
+from structbench.report import terminal
+from structbench.cli import app
+
+head = terminal.print_suite_head
+terminal.print_suite_head = lambda console, suite: time.sleep(60) or head(console, suite)  # in the forked workers too
+sys.argv = ["structbench", "report", "--out", sys.argv[1]]
+app()
+"""
+
+
+def test_killing_a_terminal_report_ends_its_typesetting_workers(five_suite_store):
+    """kill -9 of `structbench report` while its forked workers lay out tables (each held there for a minute): the
+    workers end with it."""
+    if parallel.usable_cores() < 2:
+        pytest.skip("one core: the tables are laid out without workers")
+    report = subprocess.Popen(
+        [sys.executable, "-c", SLOW_REPORT, str(five_suite_store)],
+        cwd=REPO,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    workers: list[psutil.Process] = []
+    try:
+        deadline = time.monotonic() + 120
+        while len(workers) < 2:
+            assert report.poll() is None, "the report ended before both workers were seen"
+            assert time.monotonic() < deadline
+            workers = psutil.Process(report.pid).children()
+            time.sleep(0.01)
+        report.kill()
+        report.wait()
+        _, alive = psutil.wait_procs(workers, timeout=10)
+        assert alive == []
+    finally:
+        for process in workers:
+            if process.is_running():
+                process.kill()
 
 
 LOOKS = [
