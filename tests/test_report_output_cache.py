@@ -4,6 +4,7 @@ building anything; any change to the store, the request or the written files mak
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -129,3 +130,15 @@ def test_debris_warnings_are_printed_from_the_cache_too(cli, small_store, builds
     assert warned[0] == warned[1] and "1 leftover temporary file" in warned[0]
     leftover.unlink()
     assert cli("report", "--out", small_store).stderr == "" and len(builds) == 2
+
+
+def test_a_file_whose_time_alone_changed_is_computed_again(cli, small_store, builds) -> None:
+    """Same size, same inode, a new modification time (a copy tool that writes in place): the store may differ."""
+    cli("report", "--out", small_store)
+    run_file = store.runs_dir(small_store) / "muon-1.parquet"
+    before = run_file.stat()
+    os.utime(run_file, ns=(before.st_atime_ns, before.st_mtime_ns + 1_000_000_000))
+    after = run_file.stat()
+    assert (after.st_size, after.st_ino) == (before.st_size, before.st_ino)
+    cli("report", "--out", small_store)
+    assert len(builds) == 2

@@ -160,3 +160,24 @@ def test_prepare_rejects_an_unwritable_directory(tmp_path):
     (tmp_path / "file").write_text("x")
     with pytest.raises(UsageError, match="not writable"):
         store.prepare(tmp_path / "file" / "out")
+
+
+def test_the_stores_files_are_its_plain_files_by_name(tmp_path):
+    """Run ids come from the run files' names; curve files without a run are orphans, listed by name. Hidden
+    temporaries, `_`-prefixed files and directories are not store files (a temporary is debris of its own)."""
+    out = tmp_path / "results"
+    store.prepare(out)
+    runs, curves = store.runs_dir(out), store.curves_dir(out)
+    for name in ("b.parquet", "a.parquet", "_meta.parquet", ".a.parquet" + store.TEMPORARY_SUFFIX):
+        (runs / name).write_bytes(b"")
+    (runs / "d.parquet").mkdir()
+    orphans = [f"o{i:02d}.parquet" for i in range(40)]
+    created = ["b.parquet", "_x.parquet", *orphans[::2], *orphans[1::2][::-1]]  # neither order (nor its reverse)
+    for name in created:  # is the names' order, which a directory's listing need not follow
+        (curves / name).write_bytes(b"")
+    (curves / "c.parquet").mkdir()
+    assert store.run_ids(out) == {"a", "b"}
+    debris = store.find_debris(out)
+    assert debris.orphans == [curves / name for name in orphans]
+    assert debris.temporaries == [runs / (".a.parquet" + store.TEMPORARY_SUFFIX)]
+    assert store.run_ids(tmp_path / "elsewhere") == set()
