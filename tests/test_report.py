@@ -694,6 +694,11 @@ def test_killing_a_report_ends_its_figure_workers(three_suite_stores, tmp_path):
     command = [sys.executable, "-m", "structbench", "report", "--out", str(three_suite_stores[0]), "--format", "html"]
     command += ["--to", str(tmp_path / "rep")]
     report = subprocess.Popen(command, cwd=REPO, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    kill_once_two_workers_run(report)
+
+
+def kill_once_two_workers_run(report: subprocess.Popen) -> None:
+    """kill -9 of `report` as soon as it has two worker processes; both must end within 10 s (any left are killed)."""
     workers: list[psutil.Process] = []
     try:
         deadline = time.monotonic() + 120

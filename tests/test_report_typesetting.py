@@ -8,16 +8,14 @@ import io
 import multiprocessing
 import subprocess
 import sys
-import time
 from pathlib import Path
 
-import psutil
 import pytest
 from rich.console import Console
 
 from structbench import store
 from structbench.report import build, parallel, tables, terminal, typesetting
-from tests.test_report import REPO, adamw_evals, muon_evals, write_run
+from tests.test_report import REPO, adamw_evals, kill_once_two_workers_run, muon_evals, write_run
 
 SUITES = ("s1", "s2", "s3", "s4", "s5")
 
@@ -117,22 +115,7 @@ def test_killing_a_terminal_report_ends_its_typesetting_workers(five_suite_store
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
     )
-    workers: list[psutil.Process] = []
-    try:
-        deadline = time.monotonic() + 120
-        while len(workers) < 2:
-            assert report.poll() is None, "the report ended before both workers were seen"
-            assert time.monotonic() < deadline
-            workers = psutil.Process(report.pid).children()
-            time.sleep(0.01)
-        report.kill()
-        report.wait()
-        _, alive = psutil.wait_procs(workers, timeout=10)
-        assert alive == []
-    finally:
-        for process in workers:
-            if process.is_running():
-                process.kill()
+    kill_once_two_workers_run(report)
 
 
 LOOKS = [
