@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import platform
 import signal
 import subprocess
 import sys
@@ -386,6 +387,8 @@ def test_list_and_env(cli):
     assert cli("list", "nonsense").exit_code == 2
     env = cli("env")
     assert env.exit_code == 0 and "memory probe" in env.stdout and "rss" in env.stdout
+    glibc = platform.libc_ver()[0] == "glibc"
+    assert ("C heap trimmed first" in env.stdout) == glibc and ("no malloc_trim" in env.stdout) != glibc
 
 
 def test_missing_data_is_one_line_exit_2_naming_the_expected_path(cli, tmp_path, monkeypatch):
