@@ -657,8 +657,8 @@ def test_a_suites_figures_go_to_the_workers_before_the_next_suite_is_built(three
 
     def counted(self, task):
         handed.append((len(built), task[0].name))
-        frozen.append(gc.get_freeze_count())  # what exists when the workers are forked is frozen (module docstring)
         add(self, task)
+        frozen.append(gc.get_freeze_count())  # what exists when the workers are forked is frozen (parallel.py)
 
     monkeypatch.setattr(parallel.Workers, "add", counted)
     drawing = render.Drawing(three_suite_stores[0], workers=2, cache=False)

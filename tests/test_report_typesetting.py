@@ -63,8 +63,8 @@ def test_text_typeset_by_forked_workers_is_what_print_report_prints(five_suite_s
     add = parallel.Workers.add
 
     def counted(self, task):
-        handed.append((len(built), task[1].name, self.forked, gc.get_freeze_count()))
         add(self, task)
+        handed.append((len(built), task[1].name, self.forked, gc.get_freeze_count()))
 
     monkeypatch.setattr(parallel.Workers, "add", counted)
     console = Console(file=io.StringIO(), **settings)

@@ -5,16 +5,14 @@ of two cores the second draws while the first builds the next suites and then la
 cross-suite figures need the whole report: they are drawn here once the report's text is laid out (`Drawing.figures`),
 while the workers finish. A task is a suite (pickled to the worker) and a part; only the PNG bytes come back.
 
-While figures are drawn, the objects that exist before the workers are forked (the runs and curves read, some
-hundred thousand objects at 5,000 runs) are frozen out of the garbage collector (gc.freeze): the collections that
-drawing triggers do not walk them again, and a forked worker does not copy the memory pages they sit on; drawing here
-freezes the whole report the same way. The plotting module (and matplotlib's drawing machinery) is loaded only when
-something is drawn, once before the workers are forked rather than in each.
+While figures are drawn, the objects that exist when the workers are forked (the runs and curves read) are frozen
+out of the garbage collector (parallel.py); drawing here freezes the whole report the same way. The plotting module
+(and matplotlib's drawing machinery) is loaded only when something is drawn, once before the workers are forked
+rather than in each.
 """
 
 from __future__ import annotations
 
-import gc
 import hashlib
 import importlib
 from collections.abc import Mapping, Sequence
@@ -23,7 +21,7 @@ from pathlib import Path
 from structbench.report import figure_cache
 from structbench.report.build import Report, SuiteReport
 from structbench.report.figure_file import FigureFile, Look, optimizer_looks
-from structbench.report.parallel import Workers, workers_for
+from structbench.report.parallel import Workers, freeze, thaw, workers_for
 
 MIN_TASKS_FOR_WORKERS = 4
 """Suites plus the cross-suite task below which the figures are drawn here."""
@@ -59,7 +57,6 @@ class Drawing:
         self._found: list[list[FigureFile]] = []
         self._jobs: list[int] = []
         """The suite of each task handed to the workers, in order."""
-        self._frozen = False
 
     def begin(self, suites: int, optims: Sequence[str]) -> None:
         self._looks = optimizer_looks(optims)
@@ -74,22 +71,13 @@ class Drawing:
         if cached is not None:
             return
         parts = importlib.import_module("structbench.report.plots").SUITE_PARTS
-        if self._workers.forked and not self._frozen:
-            self._freeze()  # before the workers are forked: they inherit what exists now
         for part in range(parts):
             self._jobs.append(index)
             self._workers.add((suite, slot[2], part))
 
-    def _freeze(self) -> None:
-        gc.freeze()
-        self._frozen = True
-
     def close(self) -> None:
-        """Stop the workers and give the frozen objects back to the garbage collector (safe to call more than once)."""
+        """Stop the workers (safe to call more than once)."""
         self._workers.close()
-        if self._frozen:
-            gc.unfreeze()
-            self._frozen = False
 
     def __enter__(self) -> Drawing:
         return self
@@ -100,8 +88,8 @@ class Drawing:
     def figures(self, report: Report) -> list[FigureFile]:
         """Every figure of `report` (whose suites were built with this drawing listening): cross-suite first, then
         suite by suite. Draws what is left here, waits for the workers and closes them."""
+        freeze()  # the whole report now, for what is drawn here
         try:
-            self._freeze()  # the whole report now, for what is drawn here
             across_slot = _across_slot(report, self._looks)
             across = figure_cache.load(self._out, *across_slot) if self._cache else None
             if across is None:
@@ -112,6 +100,7 @@ class Drawing:
                 self._found[index] += figures
         finally:
             self.close()
+            thaw()
         if self._cache:
             for index in dict.fromkeys(self._jobs):
                 figure_cache.store(self._out, *self._suites[index], self._found[index])

@@ -5,8 +5,8 @@ long laying out a 5,000-run report's tables as the report takes to build. The su
 still change after the suite is handed over (build.SuiteListener), and the cross-suite section are typeset here. A
 worker's console is a copy of this process's (`ConsoleLook`), so the text is the one `terminal.print_report` prints.
 
-As in render.py, the objects that exist when the workers are forked (the runs read and the suites built) are frozen
-out of the garbage collector until the text is done: the workers' collections do not walk them (and copy the pages
+The objects that exist when the workers are forked (the runs read and the suites built) are frozen out of the
+garbage collector until the text is done (parallel.py): the workers' collections do not walk them (and copy the pages
 they sit on), nor do this process's while it builds the other suites. On the 5,000-run store (2 cores, four
 alternated runs each), the command's CPU, its workers' included, was a median 6.6 s without the freeze and 5.9 s with
 it, against about 5.5 s for laying the text out in this process.
@@ -14,7 +14,6 @@ it, against about 5.5 s for laying the text out in this process.
 
 from __future__ import annotations
 
-import gc
 import io
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -77,25 +76,17 @@ class Typesetting:
         suites)."""
         self._console, self._look, self._asked = console, ConsoleLook.of(console), workers
         self._workers: Workers[TypesetTask, tuple[str, str]] = Workers(_typeset_suite, 1)
-        self._frozen = False
 
     def begin(self, suites: int, optims: Sequence[str]) -> None:
         count = workers_for(suites, MIN_SUITES_FOR_WORKERS) if self._asked is None else self._asked
         self._workers = Workers(_typeset_suite, count)
 
     def built(self, index: int, suite: SuiteReport) -> None:
-        if self._workers.forked and not self._frozen:
-            gc.freeze()  # before the workers are forked: they inherit what exists now
-            self._frozen = True
         self._workers.add((self._look, suite))
 
     def close(self) -> None:
-        """Stop the workers and give the frozen objects back to the garbage collector (safe to call more than
-        once)."""
+        """Stop the workers (safe to call more than once)."""
         self._workers.close()
-        if self._frozen:
-            gc.unfreeze()
-            self._frozen = False
 
     def __enter__(self) -> Typesetting:
         return self
