@@ -28,7 +28,7 @@ import sys
 from collections.abc import Callable
 from concurrent.futures import Future, ProcessPoolExecutor
 from concurrent.futures.process import BrokenProcessPool
-from typing import Generic, TypeVar
+from typing import Any, Generic, Self, TypeVar
 
 MAX_WORKERS = 8
 PR_SET_PDEATHSIG = 1
@@ -131,3 +131,20 @@ class Workers(Generic[T, R]):
         finally:
             self.close()
         return [self._fn(task) for task in self._tasks]
+
+
+class HoldsWorkers:
+    """Base of an object that keeps its forked workers in `_workers` (the report's figure drawing and text
+    typesetting): `close`, or the end of a with block, stops them."""
+
+    _workers: Workers[Any, Any]
+
+    def close(self) -> None:
+        """Stop the workers (safe to call more than once)."""
+        self._workers.close()
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()

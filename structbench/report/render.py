@@ -21,7 +21,7 @@ from pathlib import Path
 from structbench.report import figure_cache
 from structbench.report.build import Report, SuiteReport
 from structbench.report.figure_file import FigureFile, Look, optimizer_looks
-from structbench.report.parallel import Workers, freeze, thaw, workers_for
+from structbench.report.parallel import HoldsWorkers, Workers, freeze, thaw, workers_for
 
 MIN_TASKS_FOR_WORKERS = 4
 """Suites plus the cross-suite task below which the figures are drawn here."""
@@ -44,7 +44,7 @@ def _across_slot(report: Report, looks: Mapping[str, Look]) -> tuple[str, str, d
     return figure_cache.ACROSS, hashlib.sha256("\n".join(lines).encode()).hexdigest(), dict(looks)
 
 
-class Drawing:
+class Drawing(HoldsWorkers):
     """A report's figures, drawn suite by suite as build.build_report builds the suites (a build.SuiteListener)."""
 
     def __init__(self, out: Path, workers: int | None = None, cache: bool = True) -> None:
@@ -74,16 +74,6 @@ class Drawing:
         for part in range(parts):
             self._jobs.append(index)
             self._workers.add((suite, slot[2], part))
-
-    def close(self) -> None:
-        """Stop the workers (safe to call more than once)."""
-        self._workers.close()
-
-    def __enter__(self) -> Drawing:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
 
     def figures(self, report: Report) -> list[FigureFile]:
         """Every figure of `report` (whose suites were built with this drawing listening): cross-suite first, then

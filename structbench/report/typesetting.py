@@ -22,7 +22,7 @@ from rich.console import Console
 
 from structbench.report import terminal
 from structbench.report.build import Report, SuiteReport
-from structbench.report.parallel import Workers, workers_for
+from structbench.report.parallel import HoldsWorkers, Workers, workers_for
 
 MIN_SUITES_FOR_WORKERS = 4
 """Suites below which the text is typeset here: a suite's tables take about 0.1-0.2 s at 500 runs a suite, and the
@@ -67,7 +67,7 @@ def _typeset_suite(task: TypesetTask) -> tuple[str, str]:
     return head.get(), sweeps.get()
 
 
-class Typesetting:
+class Typesetting(HoldsWorkers):
     """A report's terminal text, typeset suite by suite as build.build_report builds the suites (a
     build.SuiteListener)."""
 
@@ -83,16 +83,6 @@ class Typesetting:
 
     def built(self, index: int, suite: SuiteReport) -> None:
         self._workers.add((self._look, suite))
-
-    def close(self) -> None:
-        """Stop the workers (safe to call more than once)."""
-        self._workers.close()
-
-    def __enter__(self) -> Typesetting:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
 
     def text(self, report: Report) -> str:
         """The terminal text of `report` (whose suites were built with this typesetting listening): what
