@@ -2,8 +2,8 @@
 
 In one invocation, on the same suite and optimizer (same global batch, so the same experiment at every world size):
 
-- `no DDP`: the run in this process (`structbench.runner.execute`), as `structbench run` runs it;
-- `DDP xN`: the run as a torchrun job of N processes (`structbench.launch.run_torchrun`, what
+- `no DDP`: the run in this process (`structbench.execution.runner.execute`), as `structbench run` runs it;
+- `DDP xN`: the run as a torchrun job of N processes (`structbench.execution.torchrun.run_torchrun`, what
   `structbench run --nproc-per-node N` does), gloo on CPU, nccl on CUDA (N must not exceed the GPUs).
 
 Each figure is the stored row's `throughput_per_s`: training tokens of the global batch over rank 0's clocked steps
@@ -25,10 +25,13 @@ from typing import Any
 
 import torch
 
-from structbench import executors, grid, measure, spec, store
+from structbench import measure
 from structbench.data.root import resolve_data_root
-from structbench.launch import run_torchrun
-from structbench.runner import execute
+from structbench.execution import executors
+from structbench.execution.runner import execute
+from structbench.execution.torchrun import run_torchrun
+from structbench.plan import grid, spec
+from structbench.store import write as store
 
 
 def suite_for(name: str, optim_name: str, steps: int, extra: list[str]) -> Any:

@@ -37,7 +37,7 @@ if TYPE_CHECKING:
     from matplotlib.figure import Figure
 
     from structbench.report.build import SuiteReport
-    from structbench.report.figure_file import Look
+    from structbench.report.figures.figure_file import Look
 
 ROOT = Path(__file__).resolve().parent.parent
 KINDS = ("loss-vs-step", "loss-vs-time", "metric-vs-step", "memory", "quality-vs-memory", "step-time", "sweeps")
@@ -51,7 +51,7 @@ def kind_of(figure_name: str, suite_slug: str) -> str:
 
 def matplotlib_tight_png(fig: Figure, title: str, run_ids: Sequence[str]) -> bytes:
     """The figure saved by matplotlib's bbox_inches="tight" at zlib's default level: the reference way."""
-    from structbench.report import plots
+    from structbench.report.figures import plots
 
     buffer = io.BytesIO()
     fig.savefig(
@@ -67,7 +67,7 @@ def matplotlib_tight_png(fig: Figure, title: str, run_ids: Sequence[str]) -> byt
 
 def time_suite(suite: SuiteReport, looks: dict[str, Look], save: Callable[..., bytes]) -> dict[str, dict[str, float]]:
     """{kind: {"draw": s, "save": s, "bytes": n}} of one suite's figures drawn with `save` as plots._png."""
-    from structbench.report import plots
+    from structbench.report.figures import plots
 
     marks: list[tuple[float, float]] = []
 
@@ -98,8 +98,9 @@ def time_suite(suite: SuiteReport, looks: dict[str, Look], save: Callable[..., b
 
 def measure(out: Path, suites: int | None) -> dict:
     """Both passes over the store's suites: {"suites": [...], "current": [...], "reference": [...]}."""
-    from structbench.report import build, plots
-    from structbench.report.figure_file import optimizer_looks
+    from structbench.report import build
+    from structbench.report.figures import plots
+    from structbench.report.figures.figure_file import optimizer_looks
 
     report = build.build_report(out, plotted=True)
     looks = optimizer_looks(report.optims)
@@ -153,7 +154,7 @@ def main() -> None:
         parser.error(f"{args.out} holds no runs/ directory (write a store with benchmarks/report_scale.py --keep)")
     for tree in args.tree:
         if not (tree / "structbench" / "report" / "plots.py").is_file():
-            parser.error(f"{tree} holds no structbench/report/plots.py")
+            parser.error(f"{tree} holds no structbench/report/figures/plots.py")
     if args.json:
         print(json.dumps(measure(args.out, args.suites)))
         return

@@ -6,7 +6,7 @@ In order:
 1. the CUDA-only tests (`pytest -k cuda`);
 2. a sync audit: `torch.cuda.set_sync_debug_mode("warn")` over `--steps` steps of `shakespeare-llama` and `digits`
    (AdamW, one log point at the end, no evaluation inside the loop); every synchronising call is attributed to the
-   Python line that made it, and only the runner's own log-point and evaluation code (structbench/runner.py,
+   Python line that made it, and only the runner's own log-point and evaluation code (structbench/execution/runner.py,
    structbench/measure.py) may appear — a sync in a task or an optimizer is a host sync per step;
 3. the run-order check: the same run twice in one process; the first run's first step within 2x the second's plus
    5 ms, and the one-off setup (`setup_s`) only in the first;
@@ -37,7 +37,7 @@ import pandas as pd
 import torch
 
 ROOT = Path(__file__).resolve().parent.parent
-ALLOWED_SYNC_FILES = ("structbench/runner.py", "structbench/measure.py")
+ALLOWED_SYNC_FILES = ("structbench/execution/runner.py", "structbench/measure.py")
 CONFORMANCE_OPTIMIZERS = ("adamw", "muon", "shampoo-4bit", "soap", "asgo", "alice", "fismo")
 
 
@@ -55,9 +55,10 @@ def cuda_tests() -> tuple[bool, str]:
 
 
 def sync_audit(steps: int) -> tuple[bool, str]:
-    from structbench import grid, spec, store
     from structbench.data.root import resolve_data_root
-    from structbench.executors import Job, run_job
+    from structbench.execution.executors import Job, run_job
+    from structbench.plan import grid, spec
+    from structbench.store import write as store
 
     sites: Counter[str] = Counter()
     for suite in ("shakespeare-llama", "digits"):
@@ -89,8 +90,9 @@ def sync_audit(steps: int) -> tuple[bool, str]:
 
 
 def run_order() -> tuple[bool, str]:
-    from structbench import grid, spec, store
-    from structbench.executors import Job, run_job
+    from structbench.execution.executors import Job, run_job
+    from structbench.plan import grid, spec
+    from structbench.store import write as store
 
     suites, _ = spec.load_suites("quadratic", ["budget.steps=50"], ["adamw"], [0])
     cell = grid.build_grid(suites, "cuda")[0]

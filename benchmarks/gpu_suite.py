@@ -99,7 +99,7 @@ def vision_suite(data_root: Path) -> tuple[str, list[str]]:
 
 def compile_on_off(suite_name: str, steps: int, repeats: int, device: torch.device, data_root: Path) -> None:
     """Tokens/s of AdamW with compile off and on, alternating, and their ratio (medians)."""
-    from structbench import spec
+    from structbench.plan import spec
 
     rates: dict[str, list[float]] = {"off": [], "on": []}
     first_step: dict[str, list[float]] = {"off": [], "on": []}

@@ -14,10 +14,10 @@ from typing import Any
 import torch
 
 from structbench import measure
+from structbench.execution.runner import execute, seed_everything
 from structbench.optim import build_with_routing
-from structbench.runner import execute, seed_everything
-from structbench.schedule import make_scheduler
-from structbench.spec import SuiteSpec
+from structbench.plan.schedule import make_scheduler
+from structbench.plan.spec import SuiteSpec
 from structbench.tasks import Task, TaskContext, get_task
 
 OVERHEAD_TARGET = 0.98

@@ -2,8 +2,8 @@
 
 Three parts, each selected by its flag (none given: all three):
 
-- `--overhead`: steps/s of `structbench.runner.execute` against a bare hand-written loop on the same suite, in the
-  same process, alternating the two `--repeats` times. The bare loop draws the task's training windows itself —
+- `--overhead`: steps/s of `structbench.execution.runner.execute` against a bare hand-written loop on the same suite,
+  in the same process, alternating the two `--repeats` times. The bare loop draws the task's training windows itself —
   `batch_size / grad_accum` windows of `seq_len + 1` tokens at offsets from the task's own generator
   (`task.batch_gen`, seeded as the harness seeds it), gathered from the same on-device token tensor — runs the
   task's forward under the same bf16 autocast, cross entropy, backward once per micro-batch (`budget.grad_accum`,
@@ -57,10 +57,11 @@ from benchmarks.harness import (
     timed_rate,
     timing_overrides,
 )
-from structbench import measure, spec
+from structbench import measure
 from structbench.data import resolve_data_root
-from structbench.runner import execute
-from structbench.spec import SuiteSpec
+from structbench.execution.runner import execute
+from structbench.plan import spec
+from structbench.plan.spec import SuiteSpec
 from structbench.tasks.base import to_device
 
 PAPER_TOKENS_PER_S = 97_748

@@ -41,8 +41,8 @@ from pathlib import Path
 
 import numpy as np
 
-from structbench import store
-from structbench.report.load import refresh_index
+from structbench.store import write as store
+from structbench.store.read import refresh_index
 
 ROOT = Path(__file__).resolve().parent.parent
 STEPS, LOG_EVERY, EVAL_EVERY = 400, 10, 40
@@ -212,7 +212,7 @@ def main() -> None:
     args = parser.parse_args()
     for tree in args.tree:
         if not (tree / "structbench" / "cli.py").is_file():
-            parser.error(f"{tree} holds no structbench/cli.py")
+            parser.error(f"{tree} holds no structbench/cli/app.py")
     trees = [ROOT, *(tree.resolve() for tree in args.tree)]
     root = args.keep or Path(tempfile.mkdtemp(prefix="structbench-report-scale-"))
     out = root / "results"

@@ -1,4 +1,5 @@
-"""Harness overhead on a vision suite: steps/s of `structbench.runner.execute` against a bare hand-written loop.
+"""Harness overhead on a vision suite: steps/s of `structbench.execution.runner.execute` against a bare hand-written
+loop.
 
 Both sides train the same suite's task — the same model, the same on-device data pipeline and augmentation
 (`task.next_batch()`), the same optimizer with the same routing and hyperparameters, the same learning-rate
@@ -32,9 +33,10 @@ from benchmarks.harness import (
     timed_rate,
     timing_overrides,
 )
-from structbench import measure, spec
+from structbench import measure
 from structbench.data import resolve_data_root
-from structbench.spec import SuiteSpec
+from structbench.plan import spec
+from structbench.plan.spec import SuiteSpec
 
 
 def bare_rate(suite: SuiteSpec, optim_name: str, seed: int, device: torch.device, data_root: Path) -> float:

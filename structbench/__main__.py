@@ -1,3 +1,3 @@
-from structbench.cli import app
+from structbench.cli.app import app
 
 app(prog_name="structbench")

@@ -8,10 +8,10 @@ import pytest
 import torch
 from typer.testing import CliRunner
 
-from structbench import signals
-from structbench.cli import app
+from structbench.cli.app import app
+from structbench.execution import signals
 from structbench.report.parallel import usable_cores
-from tests import system_parts
+from tests.support import system_parts
 
 # One intra-op thread for the whole test run: its tensors are small, and OpenMP threads that spin at barriers slow
 # a run many times over when another process shares the cores (a 2-core CI rehearsal took 23 min instead of 2).
@@ -27,8 +27,9 @@ def pytest_xdist_auto_num_workers(config: pytest.Config) -> int:
 
 def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line(
-        "markers", "system_part(name): the test needs this system part (tests/system_parts.py); skipped without it, "
-        "failed without it under CI=true"
+        "markers",
+        "system_part(name): the test needs this system part (tests/support/system_parts.py); skipped without it, "
+        "failed without it under CI=true",
     )
 
 

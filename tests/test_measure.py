@@ -5,7 +5,7 @@ from __future__ import annotations
 import torch
 
 from structbench import measure
-from structbench.schedule import lr_factor
+from structbench.plan.schedule import lr_factor
 
 
 def test_state_bytes_of_adamw_and_sgd_are_exact():

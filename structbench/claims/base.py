@@ -11,9 +11,9 @@ Verdicts:
 - UNTESTABLE ("not testable here"): the claim cannot be checked with what this scale or machine has (too few seeds
   for a paired test, a GPU, data the user lacks); the reason is given.
 
-Training comparisons use the verdict statistics of `structbench.report.stats`: the median paired difference over
-seeds with its 95% bootstrap interval and the exact Wilcoxon signed-rank test. Below MIN_SEEDS (5) pairs the verdict
-is UNTESTABLE ("too few seeds"), never "no difference"; with 5 pairs the smallest two-sided p is 0.0625, so a
+Training comparisons use the verdict statistics of `structbench.report.analysis.stats`: the median paired difference
+over seeds with its 95% bootstrap interval and the exact Wilcoxon signed-rank test. Below MIN_SEEDS (5) pairs the
+verdict is UNTESTABLE ("too few seeds"), never "no difference"; with 5 pairs the smallest two-sided p is 0.0625, so a
 direction needs at least 6 seeds that all agree.
 """
 
@@ -27,7 +27,7 @@ from typing import Any
 
 import torch
 
-from structbench.report.stats import MIN_SEEDS, Paired, median_ci, paired_difference
+from structbench.report.analysis.stats import MIN_SEEDS, Paired, median_ci, paired_difference
 
 HOLDS = "holds"
 FAILS = "does not hold at this scale"

@@ -15,8 +15,9 @@ from typing import Any
 
 import torch
 
-from structbench import measure, store
+from structbench import measure
 from structbench.claims.base import UNTESTABLE, ClaimDef, Context, Outcome, untestable
+from structbench.store import write as store
 
 
 def check_claims(

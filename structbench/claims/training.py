@@ -7,8 +7,8 @@ one out, never the test split; a quadratic has no split (its evaluation is the e
 tuning runs use seeds disjoint from the evaluation seeds (other noise, other W_0). A grid of one value is no tuning:
 the outcome then says the learning rate is the suite's (or the registry's) and untuned here.
 
-Runs go through `structbench.runner.execute`, the same code as `structbench run`; they are not stored as runs (the
-claims table holds what the verdict needs). Identical runs requested by several claims in one process run once.
+Runs go through `structbench.execution.runner.execute`, the same code as `structbench run`; they are not stored as runs
+(the claims table holds what the verdict needs). Identical runs requested by several claims in one process run once.
 """
 
 from __future__ import annotations
@@ -21,8 +21,8 @@ from typing import Any
 
 import torch
 
-from structbench.runner import execute
-from structbench.spec import SuiteSpec, load_suites
+from structbench.execution.runner import execute
+from structbench.plan.spec import SuiteSpec, load_suites
 
 Row = dict[str, Any]
 CURVES = "curves"

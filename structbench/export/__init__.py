@@ -21,10 +21,10 @@ from pathlib import Path
 
 import pandas as pd
 
-from structbench import store
 from structbench.errors import UsageError
-from structbench.report import filters
-from structbench.store import Problem
+from structbench.report.analysis import filters
+from structbench.store import write as store
+from structbench.store.write import Problem
 
 TARGETS = ("tensorboard", "mlflow", "wandb", "csv")
 NEEDS = {

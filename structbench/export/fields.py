@@ -22,7 +22,7 @@ from typing import Any
 import pandas as pd
 import pyarrow as pa
 
-from structbench.store import ENVIRONMENT_COLUMNS, RUN_SCHEMA
+from structbench.store.write import ENVIRONMENT_COLUMNS, RUN_SCHEMA
 
 SUMMARY_COLUMNS = (
     "final_train_loss",

@@ -13,7 +13,7 @@ import os
 from pathlib import Path
 
 from structbench.export import Progress, Result, Selection, fields
-from structbench.store import CURVE_SCHEMA, RUN_SCHEMA
+from structbench.store.write import CURVE_SCHEMA, RUN_SCHEMA
 
 RUNS_FILE = "runs.csv"
 CURVES_FILE = "curves.csv"

@@ -1,6 +1,6 @@
 """The conformance kit: behaviour every registered optimizer must show, checked on a small model.
 
-Run by pytest for every registered optimizer (`tests/test_conformance.py`) and by
+Run by pytest for every registered optimizer (`tests/optim/test_conformance.py`) and by
 `structbench check --optim NAME`. The toy model has a 4-D convolution filter, a wide and a tall
 matrix, 1-D biases and a classifier head, so routing, reshaping and the fallback are all exercised.
 """

@@ -30,7 +30,7 @@ Implementation (each choice exact in exact arithmetic, within a stated tolerance
   the optimizer's `root_fallbacks`, recorded with the run (the runs table's `root_fallbacks` column). No eigenvalue
   floor is applied (in exact arithmetic the damping already bounds the spectrum below). A root with residual r
   is about r / 2 from the exact root, relative, so each step's update stays within about root_tol (default 1e-3)
-  of the exact form; tests/test_matrix_roots.py checks 3 root_tol against float64 eigendecompositions over
+  of the exact form; tests/optim/test_matrix_roots.py checks 3 root_tol against float64 eigendecompositions over
   several steps. Most steps keep the previous roots (the factors move by about 1 - gamma per step at most), so
   a step costs about the products above plus the polar step.
 - `root_method="eigh"` (exact): one symmetric eigendecomposition per factor (linalg.eigh_with_retry: float32,
@@ -466,7 +466,7 @@ _NOTES = (
     "and Q stayed within eigenvalue ratio 1.09 of isotropic and FISMO matched paper-form Muon (0.3239) to "
     "0.1%: its cross-entropy gradients are small next to the trace-m scale, the regime where FISMO ~ Muon. "
     "FISMO is not invariant to the gradient scale (loss reduction, batch size, clipping, loss scaling all "
-    "change it; tests/test_fismo.py quantifies it). Polar: Muon's quintic NS from X0 = M/(||M||_F + ns_eps) "
+    "change it; tests/optim/test_fismo.py quantifies it). Polar: Muon's quintic NS from X0 = M/(||M||_F + ns_eps) "
     "(the paper says only 'following Muon'); polar='svd' is the exact U V^T. Switches: damping 'theorem' (mu "
     "tr(Q^{-1})/n, Theorem 4.1's form); flagged not in paper: precond_every > 1, nesterov, weight_decay (decoupled), "
     "max_factor_dim > 0 with oversize 'muon' (identity factors) | 'adamw' (routed to the fallback). Routing: "
@@ -477,7 +477,7 @@ _NOTES = (
     "probe and residual check, a cold coupled start, then eigh; eigh fallbacks counted in root_fallbacks and the "
     "run's root_fallbacks column) or 'eigh' (exact). Newton roots have residual RMS(Z X Z - I) within root_tol "
     "(1e-3); each step's update stays within 3 root_tol of the float64 eigh form where the factors' condition "
-    "numbers stay below about 250 (tests/test_matrix_roots.py). The sweep above ran with eigh roots (the default "
+    "numbers stay below about 250 (tests/optim/test_matrix_roots.py). The sweep above ran with eigh roots (the default "
     "then), which the default roots match to that tolerance."
 )
 

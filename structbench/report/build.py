@@ -43,19 +43,21 @@ from typing import Protocol
 import numpy as np
 import pandas as pd
 
-from structbench import store
-from structbench.report import filters, load, suite_files
-from structbench.report.baseline_target import targets_of
-from structbench.report.curve_index import CurveIndex
-from structbench.report.profiles import Profile, Ranks, performance_profile, rank_table
-from structbench.report.provenance import untuned
-from structbench.report.selection import Selection, choose
-from structbench.report.stats import Paired, paired_difference
-from structbench.report.summary import Evaluations, VariantSummary, summarize_variant
-from structbench.report.sweeps import Sweep, sweeps_of
-from structbench.report.targets import Crossing, Target
-from structbench.report.variants import entries, group_variants
-from structbench.store import Problem
+from structbench.report import suite_files
+from structbench.report.analysis import filters
+from structbench.report.analysis.baseline_target import targets_of
+from structbench.report.analysis.curve_index import CurveIndex
+from structbench.report.analysis.profiles import Profile, Ranks, performance_profile, rank_table
+from structbench.report.analysis.provenance import untuned
+from structbench.report.analysis.selection import Selection, choose
+from structbench.report.analysis.stats import Paired, paired_difference
+from structbench.report.analysis.summary import Evaluations, VariantSummary, summarize_variant
+from structbench.report.analysis.sweeps import Sweep, sweeps_of
+from structbench.report.analysis.targets import Crossing, Target
+from structbench.report.analysis.variants import entries, group_variants
+from structbench.store import read as load
+from structbench.store import write as store
+from structbench.store.write import Problem
 
 EXPERIMENT_PREFIX = "experiment:"
 EXACT_TASKS = ("quadratic",)

@@ -33,8 +33,8 @@ from dataclasses import dataclass
 from importlib import metadata
 from pathlib import Path
 
-from structbench.report.atomic import write_text_atomic
 from structbench.report.cache_dir import CACHE_DIR
+from structbench.store.atomic import write_text_atomic
 
 KEEP = 8
 STORE_INDEX_DIR = "index"
@@ -43,9 +43,9 @@ FORMAT = "1"
 LIBRARIES = ("structbench", "rich", "pandas", "pyarrow", "numpy", "matplotlib")
 _PACKAGE = Path(__file__).resolve().parent.parent
 _SOURCES = (
-    *sorted((_PACKAGE / "report").glob("*.py")),
-    _PACKAGE / "store.py",
-    _PACKAGE / "cli.py",
+    *sorted((_PACKAGE / "report").rglob("*.py")),
+    *sorted((_PACKAGE / "store").glob("*.py")),
+    *sorted((_PACKAGE / "cli").glob("*.py")),
     *sorted((_PACKAGE / "suites").glob("*.toml")),
 )
 

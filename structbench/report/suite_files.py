@@ -17,8 +17,8 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
-from structbench import suite_lookup
 from structbench.errors import UsageError
+from structbench.plan import suite_lookup
 
 SMOKE = "smoke"
 
@@ -43,8 +43,8 @@ def _read_path(path: Path) -> dict[str, Any]:
 
 
 def expand(name: str) -> list[str]:
-    """The suite names `--suite name` stands for, the suite found as `run --suite` finds it (structbench.suite_lookup:
-    the user's suites, the built-in ones, aliases such as cifar for cifar10)."""
+    """The suite names `--suite name` stands for, the suite found as `run --suite` finds it
+    (structbench.plan.suite_lookup: the user's suites, the built-in ones, aliases such as cifar for cifar10)."""
     found = suite_lookup.find(name)
     if found is None:
         return [name]

@@ -1,0 +1,449 @@
+"""Where the runs of a grid execute: in this process, in local worker processes, or as a Slurm job array.
+
+One run is one call of `run_job`, whatever the executor: it trains the cell, writes the run into the store by
+atomic rename (the store is the only coordination between workers) and returns the stored row.
+
+- inline: this process, one run after another.
+- local: a `concurrent.futures.ProcessPoolExecutor` of N workers, each run in a fresh process
+  (`max_tasks_per_child=1`) so a CPU run's peak RSS is its own, with torch's threads divided among the workers.
+  submitit's local executor is not used: it starts every job of a grid at once and has no cap on how many run
+  together, which would oversubscribe the cores; capping it would mean writing a queue of our own.
+  Workers fork from a server process that has imported torch already (`forkserver` with a preload), so a run
+  does not pay torch's import.
+- slurm: a submitit job array (`AutoExecutor(cluster="slurm").map_array`), one array element per run; job logs
+  and submitit's pickles under the store's hidden `.submitit/` directory.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import math
+import multiprocessing
+import os
+import shutil
+import time
+from collections import Counter
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from concurrent.futures import Future, ProcessPoolExecutor, as_completed
+from concurrent.futures.process import BrokenProcessPool
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from structbench.environment import command_line
+from structbench.errors import UsageError
+from structbench.execution.signals import SUBMITIT_WARNING_S
+
+if TYPE_CHECKING:
+    from structbench.plan.grid import Cell
+
+EXECUTORS = ("inline", "local", "slurm")
+
+
+@dataclass(frozen=True)
+class Job:
+    """Everything a worker needs for one run (picklable: it crosses process and machine boundaries)."""
+
+    cell: Cell
+    device: str
+    data_root: str
+    out: str
+    executor: str
+    parallel_runs: int
+    threads: int | None
+    supersede: tuple[str, ...] = ()
+    """Run ids of earlier final runs of this key (a forced rerun): removed once this run has stored a final row."""
+    time_limit_s: float | None = None
+    """The cluster's time limit of the job running this run (Slurm), which tells a time-limit warning apart."""
+    nproc_per_node: int = 0
+    """Ranks per node of the torch.distributed job this run is (`structbench.execution.torchrun`); 0: one process, no
+    torch.distributed."""
+    nnodes: int = 1
+    """Nodes of that job (Slurm only: torchrun here runs on this machine alone)."""
+    command: str = field(default_factory=command_line)
+    """The command line that planned the run (a worker's own command line is the executor's, not the user's)."""
+
+
+def run_job(job: Job, on_progress: Callable[[Any], None] | None = None) -> dict[str, Any]:
+    """Train one cell, store it, and return the stored row with `interrupted` and the cell's `setting` added.
+
+    SIGINT and SIGTERM (and on Slurm the time-limit warning) interrupt the training only: the run is stored with
+    status `interrupted` (or `timeout`) and a signal arriving while it is being stored waits until the write is done.
+    The run continues from its checkpoint in the store if it has one; the checkpoint goes once a final row is stored.
+    """
+    import torch
+
+    from structbench import measure
+    from structbench.execution import checkpoint, signals
+    from structbench.execution.runner import execute
+    from structbench.optim import plugins
+    from structbench.store import write as store
+
+    plugins.ensure(job.cell.optim, job.cell.suite.plugins.get(job.cell.optim))
+    signals.install(job.time_limit_s)
+    with signals.armed(False):
+        if job.threads is not None:
+            torch.set_num_threads(job.threads)
+        device = measure.resolve_device(job.device)
+        out = Path(job.out)
+        outcome = execute(
+            job.cell.suite,
+            job.cell.optim,
+            job.cell.seed,
+            device,
+            Path(job.data_root),
+            on_progress,
+            run_key=job.cell.key,
+            executor=job.executor,
+            parallel_runs=job.parallel_runs,
+            checkpoints=out,
+        )
+        outcome.row["command"] = job.command
+        store.write_run(out, outcome.row, outcome.curves)
+        if outcome.row["status"] in store.FINAL_STATUSES:
+            checkpoint.remove(out, job.cell.key)
+            if job.supersede:
+                store.remove_runs(out, job.supersede)
+    interrupted = outcome.interrupted or signals.received() is not None
+    return {**outcome.row, "interrupted": interrupted, "setting": job.cell.setting}
+
+
+def available_cores() -> int:
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:
+        return os.cpu_count() or 1
+
+
+def threads_per_worker(jobs: int) -> int:
+    return max(1, available_cores() // jobs)
+
+
+@dataclass
+class Finished:
+    """A run that ended in a worker: its stored row, or the one-line reason the worker raised."""
+
+    job: Job
+    row: dict[str, Any] | None
+    failure: str | None = None
+    fatal: bool = False
+    """The failure was the store's (StoreWriteError): the runs after it would fail to store too."""
+    worker_died: bool = False
+    """The pool broke (a worker was killed or crashed) before this run finished: it may start again."""
+
+
+def start_worker_server() -> multiprocessing.context.BaseContext:
+    """Start the server process local workers fork from, importing torch and the runner there, without waiting:
+    called first thing, its imports overlap with this process's own."""
+    from multiprocessing import forkserver
+
+    context = multiprocessing.get_context("forkserver")
+    context.set_forkserver_preload(["structbench.execution.executors", "structbench.execution.runner"])
+    forkserver.ensure_running()
+    return context
+
+
+WORKER_ATTEMPTS = 3
+"""How often a run is started on a fresh pool after its worker pool broke (a worker killed, e.g. by the kernel's
+out-of-memory killer, or crashed) before it is reported as failed."""
+
+
+def run_local(jobs: Sequence[Job], workers: int) -> Iterator[Finished]:
+    """Run `jobs` on `workers` fresh worker processes; yield each as it finishes.
+
+    On a signal (Ctrl-C, SIGTERM) the runs not started are cancelled, the signal is passed on to the workers (a
+    terminal's Ctrl-C reaches them anyway; a SIGTERM sent to this process alone does not), and this waits until each
+    has stored its interrupted run. A worker that raised StoreWriteError is yielded with `fatal` set. When a worker
+    dies, Python's pool fails every run not yet finished (and stops the other workers, which store their runs as
+    interrupted): those runs start again on a new pool, each at most WORKER_ATTEMPTS times in all.
+    """
+    from structbench.execution import signals
+
+    attempts: Counter[str] = Counter()
+    remaining = list(jobs)
+    while remaining:
+        broken: list[Job] = []
+        for finished in _run_pool(remaining, workers):
+            if finished.worker_died:
+                attempts[finished.job.cell.key] += 1
+                if attempts[finished.job.cell.key] < WORKER_ATTEMPTS:
+                    broken.append(finished.job)
+                    continue
+                finished.failure = f"its worker process died {WORKER_ATTEMPTS} times (killed, e.g. out of memory?)"
+            yield finished
+        remaining = broken if signals.received() is None else []
+
+
+def _run_pool(jobs: Sequence[Job], workers: int) -> Iterator[Finished]:
+    from structbench.errors import StoreWriteError
+    from structbench.execution import signals
+
+    context = start_worker_server()
+    pool = ProcessPoolExecutor(max_workers=workers, mp_context=context, max_tasks_per_child=1)
+    futures: dict[Future[dict[str, Any]], Job] = {pool.submit(run_job, job): job for job in jobs}
+    try:
+        for future in as_completed(futures):
+            job = futures[future]
+            error = future.exception()
+            if error is None:
+                yield Finished(job, future.result())
+            elif isinstance(error, StoreWriteError):
+                yield Finished(job, None, str(error), fatal=True)
+            elif isinstance(error, BrokenProcessPool):
+                yield Finished(job, None, one_line(error), worker_died=True)
+            else:
+                yield Finished(job, None, one_line(error))
+    finally:
+        for future in futures:
+            future.cancel()
+        signum = signals.received()
+        if signum is not None:
+            forward_to_workers(signum)
+        with signals.armed(False):
+            pool.shutdown(wait=True, cancel_futures=True)
+
+
+def forward_to_workers(signum: int) -> None:
+    """Send `signum` to the pool's worker processes: the grandchildren of this process (its children are the
+    forkserver and multiprocessing's resource tracker, which the workers fork from or talk to)."""
+    import psutil
+
+    for child in psutil.Process().children():
+        for worker in child.children():
+            with contextlib.suppress(psutil.NoSuchProcess):
+                worker.send_signal(signum)
+
+
+@dataclass(frozen=True)
+class SlurmOptions:
+    """Resources of one array element (one run), from the command line over the suite's `[resources]` table."""
+
+    partition: str | None = None
+    time_min: int = 60
+    gpus_per_run: int = 0
+    cpus_per_run: int = 1
+    mem: str | None = None
+    array_parallelism: int = 256
+    extra: Mapping[str, str] = field(default_factory=dict)
+
+
+RESOURCE_KEYS = {
+    "partition": str,
+    "time": (str, int),
+    "gpus_per_run": int,
+    "cpus_per_run": int,
+    "mem": str,
+    "array_parallelism": int,
+    "extra": list,
+}
+
+
+def parse_slurm_time(text: str | int) -> int:
+    """Minutes from Slurm's time formats: M, M:S, H:M:S, D-H, D-H:M, D-H:M:S (rounded up to whole minutes)."""
+    if isinstance(text, int) and not isinstance(text, bool):
+        if text < 1:
+            raise UsageError(f"slurm time must be at least 1 minute, got {text}.")
+        return text
+    value = str(text).strip()
+    try:
+        days, _, rest = value.rpartition("-") if "-" in value else ("0", "", value)
+        parts = [int(p) for p in rest.split(":")]
+        if "-" in value:
+            hours, minutes, seconds = [*parts, 0, 0][:3]
+        elif len(parts) == 1:
+            hours, minutes, seconds = 0, parts[0], 0
+        elif len(parts) == 2:
+            hours, minutes, seconds = 0, parts[0], parts[1]
+        elif len(parts) == 3:
+            hours, minutes, seconds = parts
+        else:
+            raise ValueError(value)
+        total = int(days) * 1440 + hours * 60 + minutes + math.ceil(seconds / 60)
+    except ValueError:
+        raise UsageError(f"--slurm-time takes minutes or [D-]HH:MM:SS, got {value!r}.") from None
+    if total < 1 or min(int(days), hours, minutes, seconds) < 0:
+        raise UsageError(f"--slurm-time must be at least one minute, got {value!r}.")
+    return total
+
+
+def parse_extra(items: Sequence[str]) -> dict[str, str]:
+    """`--slurm-extra key=value` (an sbatch option without its dashes, e.g. `qos=high`, `constraint=a100`)."""
+    extra = {}
+    for item in items:
+        key, sep, value = item.partition("=")
+        key = key.strip().lstrip("-")
+        if not sep or not key:
+            raise UsageError(f"--slurm-extra takes an sbatch option as key=value (e.g. qos=high), got {item!r}.")
+        extra[key.replace("-", "_")] = value.strip()
+    return extra
+
+
+SLURM_SIGNAL_EARLY_S = 60.0
+"""How much earlier than asked Slurm may send that signal (sbatch --signal: "up to 60 seconds earlier")."""
+
+
+def early_warning_risk(options: SlurmOptions) -> str | None:
+    """A warning when the time limit is so short that Slurm may send SIGUSR2 as the job starts, before Python
+    handles it: the job then dies without a result."""
+    if options.time_min * 60 > SUBMITIT_WARNING_S + SLURM_SIGNAL_EARLY_S:
+        return None
+    return (
+        f"a Slurm time limit of {options.time_min} min lets Slurm send its time-limit warning (SIGUSR2, asked for "
+        f"{SUBMITIT_WARNING_S:.0f} s before the limit, sent up to {SLURM_SIGNAL_EARLY_S:.0f} s early) as a job "
+        f"starts, which kills it without a result; give --slurm-time 3 or more."
+    )
+
+
+def slurm_options(resources: Mapping[str, Any], given: Mapping[str, Any]) -> SlurmOptions:
+    """The suite's `[resources]` defaults, then the command line's `--slurm-*` values where given."""
+    for key, value in resources.items():
+        kind = RESOURCE_KEYS.get(key)
+        if kind is None:
+            raise UsageError(f"[resources] has no field {key!r}; valid: {', '.join(sorted(RESOURCE_KEYS))}.")
+        if not isinstance(value, kind) or isinstance(value, bool):
+            raise UsageError(f"[resources] {key} has the wrong type: {value!r}.")
+    merged = {**resources, **{k: v for k, v in given.items() if v is not None and v != []}}
+    options = SlurmOptions(
+        partition=merged.get("partition"),
+        time_min=parse_slurm_time(merged.get("time", 60)),
+        gpus_per_run=int(merged.get("gpus_per_run", 0)),
+        cpus_per_run=int(merged.get("cpus_per_run", 1)),
+        mem=merged.get("mem"),
+        array_parallelism=int(merged.get("array_parallelism", 256)),
+        extra=parse_extra(merged.get("extra", [])),
+    )
+    for name in ("cpus_per_run", "array_parallelism"):
+        if getattr(options, name) < 1:
+            raise UsageError(f"--slurm-{name.replace('_', '-')} must be >= 1, got {getattr(options, name)}.")
+    if options.gpus_per_run < 0:
+        raise UsageError(f"--slurm-gpus-per-run must be >= 0, got {options.gpus_per_run}.")
+    return options
+
+
+def require_sbatch() -> None:
+    if shutil.which("sbatch") is None:
+        raise UsageError("--executor slurm needs Slurm's sbatch on the PATH (none found); use --executor local.")
+
+
+def submit_slurm(jobs: Sequence[Job], options: SlurmOptions, folder: Path) -> list[Any]:
+    """Submit `jobs` as one Slurm job array through submitit; return submitit's jobs (one per run, in order)."""
+    submitit = quiet_submitit()
+    executor = submitit.AutoExecutor(folder=folder / "%j", cluster="slurm")
+    parameters: dict[str, Any] = {
+        "timeout_min": options.time_min,
+        "cpus_per_task": options.cpus_per_run,
+        "slurm_array_parallelism": options.array_parallelism,
+        "name": "structbench",
+    }
+    function: Callable[[Job], Any] = run_job
+    ranks = jobs[0].nproc_per_node if jobs else 0
+    if ranks:
+        # One run = one job of `ranks` tasks per node (a rank each), its rendezvous from submitit
+        # (structbench.execution.torchrun).
+        from structbench.execution.torchrun import slurm_rank
+
+        function = slurm_rank
+        parameters["tasks_per_node"] = ranks
+        parameters["nodes"] = jobs[0].nnodes
+    if options.gpus_per_run:
+        parameters["gpus_per_node"] = options.gpus_per_run
+    if options.partition:
+        parameters["slurm_partition"] = options.partition
+    if options.mem:
+        parameters["slurm_mem"] = options.mem
+    if options.extra:
+        parameters["slurm_additional_parameters"] = dict(options.extra)
+    executor.update_parameters(**parameters)
+    return executor.map_array(function, list(jobs))
+
+
+def slurm_states(folder: str | Path, job_ids: Sequence[str]) -> dict[str, str]:
+    """Each job's Slurm state: submitit's (from sacct) on a cluster with accounting; on one without (sacct fails),
+    from `squeue`, which knows the jobs still queued or running. A job neither knows maps to "UNKNOWN"."""
+    import subprocess
+
+    submitit = quiet_submitit()
+    accounting = shutil.which("sacct") is not None and (
+        subprocess.run(["sacct", "-n", "-j", "1"], capture_output=True, timeout=30, check=False).returncode == 0
+    )
+    if accounting:
+        return {j: submitit.SlurmJob(folder=folder, job_id=j).state for j in job_ids}
+    queued = queued_or_running() or {}
+    return {j: queued.get(j, "UNKNOWN") for j in job_ids}
+
+
+def queued_or_running() -> dict[str, str] | None:
+    """Job id (an array element's as ARRAY_INDEX) -> state of every job Slurm still has queued or running
+    (`squeue`, which lists no job that has ended); None when squeue does not answer."""
+    import subprocess
+
+    try:
+        listing = subprocess.run(
+            ["squeue", "-h", "-r", "-o", "%i %T"], capture_output=True, text=True, timeout=30, check=True
+        ).stdout
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return dict(line.strip().split(maxsplit=1) for line in listing.splitlines() if " " in line.strip())
+
+
+def quiet_submitit() -> Any:
+    """submitit, imported with its logger at ERROR: it warns on every poll of a cluster without accounting (its
+    logging configuration runs at import, so the level is set after it)."""
+    import logging
+
+    import submitit
+
+    logging.getLogger("submitit").setLevel(logging.ERROR)
+    return submitit
+
+
+LOST_AFTER_S = 30.0
+"""How long a job Slurm no longer lists may take to show its result file (a shared file system's caching) before
+its run is reported failed."""
+
+
+def collect_slurm(
+    jobs: Sequence[Job],
+    submitted: Sequence[Any],
+    poll_s: float = 1.0,
+    queued: Callable[[], Mapping[str, str] | None] = queued_or_running,
+) -> Iterator[Finished]:
+    """Yield each Slurm run as it finishes: when submitit's result file appears (or sacct says the job ended), or,
+    for a job that Slurm no longer lists as queued or running and that has left no result after LOST_AFTER_S
+    (killed before it could write one, on a cluster without accounting: submitit alone would wait for it forever),
+    as a failure quoting the end of the job's error log. A round in which squeue does not answer counts no job as
+    unlisted."""
+    waiting = {sub.job_id: (job, sub) for job, sub in zip(jobs, submitted, strict=True)}
+    unlisted_since: dict[str, float] = {}
+    while waiting:
+        for job_id, (job, sub) in list(waiting.items()):
+            if sub.done():
+                del waiting[job_id]
+                yield _collected(job, sub)
+        listed, now = queued(), time.monotonic()
+        for job_id, (job, sub) in list(waiting.items()):
+            if listed is None or job_id in listed:
+                unlisted_since.pop(job_id, None)
+            elif now - unlisted_since.setdefault(job_id, now) >= LOST_AFTER_S and not sub.done():
+                del waiting[job_id]
+                yield Finished(job, None, f"Slurm job {job_id} ended without a result ({_log_end(sub)})")
+        if waiting:
+            time.sleep(poll_s)
+
+
+def _collected(job: Job, sub: Any) -> Finished:
+    try:
+        # A distributed run's job has a task per rank: rank 0 (task 0) returns the stored row.
+        return Finished(job, sub.results()[0] if job.nproc_per_node else sub.result())
+    except Exception as exc:  # a failed job is reported; the other runs are still collected
+        return Finished(job, None, one_line(exc))
+
+
+def _log_end(sub: Any) -> str:
+    lines = [line.strip() for line in (sub.stderr() or "").splitlines() if line.strip()]
+    return f"its error log ends: {lines[-1]}" if lines else "its error log is empty"
+
+
+def one_line(error: BaseException) -> str:
+    lines = [line.strip() for line in str(error).strip().splitlines() if line.strip()]
+    return f"{type(error).__name__}: {lines[-1] if lines else ''}"

@@ -1,0 +1,95 @@
+"""The grid of a `run` command: every (suite spec, optimizer, seed) cell with its run key.
+
+A run key is a content hash of what determines a run's result: the effective spec after overrides (suite name,
+task, task arguments, budget, schedule, target), the optimizer's name with its fully resolved hyperparameters, the
+seed and the device kind. The suite file's path is left out (the same suite run by name or by path is one run), and
+so are the executor, the store, how often the run is checkpointed and where its hyperparameters came from (the same
+values are the same run). A store holds at most one run with a final
+status per key.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from dataclasses import dataclass
+from typing import Any
+
+from structbench.plan.spec import SuiteSpec
+
+KEY_LENGTH = 20
+
+
+NOT_KEYED_SPEC = ("source", "hparams_source")
+"""Spec fields left out of the run key: where the suite file is, and where the hyperparameters came from."""
+NOT_KEYED_BUDGET = ("checkpoint_every",)
+"""Budget fields that do not change a run's result (a run resumed from a checkpoint ends bit-identical)."""
+
+
+def run_key(suite: SuiteSpec, optim_name: str, seed: int, device_kind: str, world_size: int = 1) -> str:
+    """The run's key; a run of several processes (torch.distributed) adds its world size, and a single-process run
+    leaves out the `distributed` switch, which only acts across processes."""
+    spec = {k: v for k, v in suite.run_spec(optim_name, seed).items() if k not in NOT_KEYED_SPEC}
+    spec["budget"] = {k: v for k, v in spec["budget"].items() if k not in NOT_KEYED_BUDGET}
+    placement: dict[str, Any] = {"device_kind": device_kind}
+    if world_size > 1:
+        placement["world_size"] = world_size
+    else:
+        spec["hparams"] = {k: v for k, v in spec["hparams"].items() if k != "distributed"}
+    payload = json.dumps({**spec, **placement}, sort_keys=True, separators=(",", ":"), default=str)
+    return hashlib.sha256(payload.encode()).hexdigest()[:KEY_LENGTH]
+
+
+@dataclass(frozen=True)
+class Cell:
+    """One run of a grid."""
+
+    suite: SuiteSpec
+    optim: str
+    seed: int
+    key: str
+    setting: str
+    """The swept hyperparameters that tell this cell's setting apart ("" when the optimizer has one setting)."""
+
+    @property
+    def label(self) -> str:
+        setting = f" {self.setting}" if self.setting else ""
+        return f"{self.suite.name} {self.optim}{setting} seed={self.seed}"
+
+
+def build_grid(suites: list[SuiteSpec], device_kind: str, world_size: int = 1) -> list[Cell]:
+    """The cells of these specs in order (optimizer, setting, seed), each key once."""
+    settings = _distinguishing_settings(suites)
+    cells: dict[str, Cell] = {}
+    for suite in suites:
+        for optim_name in suite.optims:
+            for seed in suite.seeds:
+                key = run_key(suite, optim_name, seed, device_kind, world_size)
+                label = settings.get((suite.name, optim_name, json.dumps(_config(suite, optim_name), sort_keys=True)))
+                cells.setdefault(key, Cell(suite, optim_name, seed, key, label or ""))
+    return list(cells.values())
+
+
+def _config(suite: SuiteSpec, optim_name: str) -> dict[str, Any]:
+    spec = suite.run_spec(optim_name, 0)
+    return {
+        **{f"hparams.{optim_name}.{k}": v for k, v in spec["hparams"].items()},
+        **{f"{section}.{k}": v for section in ("task_args", "budget", "schedule") for k, v in spec[section].items()},
+    }
+
+
+def _distinguishing_settings(suites: list[SuiteSpec]) -> dict[tuple[str, str, str], str]:
+    """For each (suite, optimizer, configuration): the fields whose values differ between that pair's settings."""
+    configs: dict[tuple[str, str], dict[str, dict[str, Any]]] = {}
+    for suite in suites:
+        for optim_name in suite.optims:
+            config = _config(suite, optim_name)
+            configs.setdefault((suite.name, optim_name), {})[json.dumps(config, sort_keys=True)] = config
+    labels = {}
+    for (suite_name, optim_name), by_json in configs.items():
+        variants = list(by_json.values())
+        differing = [k for k in variants[0] if any(v.get(k) != variants[0].get(k) for v in variants)]
+        for text, config in by_json.items():
+            short = {k.split(".")[-1] if k.startswith("hparams.") else k: config[k] for k in differing}
+            labels[(suite_name, optim_name, text)] = " ".join(f"{k}={v}" for k, v in short.items())
+    return labels

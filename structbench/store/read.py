@@ -1,0 +1,116 @@
+"""What the report reads from the results store (docs/results-schema.md): only the columns it needs, through the
+store index (cached_read), which `structbench run` brings up to date at the end of a grid with `refresh_index`."""
+
+from __future__ import annotations
+
+from collections.abc import Collection, Sequence
+from pathlib import Path
+
+import pandas as pd
+import pyarrow as pa
+
+from structbench.store import write as store
+from structbench.store.cached_read import read_columns
+from structbench.store.write import Problem
+
+RUN_COLUMNS = (
+    "run_id",
+    "schema_version",
+    "suite",
+    "task",
+    "optim",
+    "seed",
+    "hparams",
+    "spec",
+    "status",
+    "error",
+    "started_at",
+    "steps",
+    "wall_s",
+    "compile_s",
+    "step_time_median_s",
+    "optim_time_median_s",
+    "peak_mem_bytes",
+    "peak_mem_source",
+    "state_bytes",
+    "analytic_state_bytes",
+    "throughput_per_s",
+    "throughput_unit",
+    "param_count",
+    "final_train_loss",
+    "final_val_loss",
+    "final_val_metric",
+    "final_eval_loss",
+    "final_eval_metric",
+    "eval_metric_name",
+    "eval_metric_mode",
+    "target_step",
+    "target_s",
+    "solver_failures",
+    "routing",
+    "claims",
+    *store.ENVIRONMENT_COLUMNS,
+    "command",
+)
+REQUIRED_RUN_COLUMNS = ("run_id", "suite", "optim", "seed", "status")
+CURVE_COLUMNS = ("run_id", "step", "wall_s", "split", "loss", "metric")
+REQUIRED_CURVE_COLUMNS = ("step", "split", "loss")
+# Columns the report uses when a store has them, with their types where store.RUN_SCHEMA does not name them.
+OPTIONAL_TYPES = {
+    "analytic_state_bytes": pa.int64(),
+    "claims": pa.string(),
+}
+
+
+def _schema(full: pa.Schema, names: Sequence[str]) -> pa.Schema:
+    return pa.schema([full.field(n) if n in full.names else pa.field(n, OPTIONAL_TYPES[n]) for n in names])
+
+
+RUN_READ_SCHEMA = _schema(store.RUN_SCHEMA, RUN_COLUMNS)
+CURVE_READ_SCHEMA = _schema(store.CURVE_SCHEMA, CURVE_COLUMNS)
+
+
+def _read_runs(out: Path) -> tuple[pa.Table, list[Problem]]:
+    index = store.index_dir(out) / "runs.arrow"
+    return read_columns(
+        store.runs_dir(out), RUN_READ_SCHEMA, REQUIRED_RUN_COLUMNS, index, validate=store.unsupported_version
+    )
+
+
+def _read_curves(out: Path, only: Collection[str] | None) -> tuple[pa.Table, list[Problem]]:
+    index = store.index_dir(out) / "curves.arrow"
+    return read_columns(store.curves_dir(out), CURVE_READ_SCHEMA, REQUIRED_CURVE_COLUMNS, index, only)
+
+
+def refresh_index(out: Path) -> None:
+    """Bring the store index up to date with every run and curve file in the store (`structbench run` calls this
+    once at the end of a grid). The index is an optimisation: a failure to read or write it is ignored, and the
+    files it could not read are left for the report to warn about."""
+    try:
+        _read_runs(out)
+        _read_curves(out, None)
+    except (OSError, pa.ArrowException):
+        return
+
+
+def _plain(frame: pd.DataFrame) -> pd.DataFrame:
+    """Text columns as Python objects: one consolidated block, so slicing thousands of small groups stays fast."""
+    text = [c for c in frame.columns if pd.api.types.is_string_dtype(frame[c])]
+    return frame.astype(dict.fromkeys(text, object))
+
+
+def load_runs(out: Path) -> tuple[pd.DataFrame, list[Problem]]:
+    """Every readable run row of the store (the report's filters are filters.py's).
+
+    Files of a schema version this structbench does not read are reported as problems and skipped
+    (store.unsupported_version)."""
+    table, problems = _read_runs(out)
+    runs = _plain(table.to_pandas())
+    return runs.sort_values(["suite", "optim", "seed", "started_at", "run_id"]).reset_index(drop=True), problems
+
+
+def load_curves(out: Path, run_ids: Collection[str]) -> tuple[pd.DataFrame, list[Problem]]:
+    """Curve points of the given runs, in (run, split, step) order."""
+    table, problems = _read_curves(out, {f"{r}.parquet" for r in run_ids})
+    curves = _plain(table.to_pandas())
+    return curves.sort_values(["run_id", "split", "step"], kind="stable").reset_index(drop=True), problems

@@ -1,0 +1,614 @@
+"""The Parquet results store (docs/results-schema.md): the only code that writes results.
+
+    <out>/runs/<run_id>.parquet     one row per run
+    <out>/curves/<run_id>.parquet   one row per logged point
+    <out>/tables/<run_id>.parquet   a numerical experiment's result table (experiment suites only)
+    <out>/claims/<claim_row_id>.parquet   one paper claim's verdict (`structbench claims`), one row per file
+
+    <out>/checkpoints/<run_key>/    the latest checkpoint of a run in progress (structbench.execution.checkpoint)
+    <out>/index/runs.arrow, curves.arrow   the store index: a derived copy of the columns the report reads, kept up
+                                    to date by `run` and the report, safe to delete (structbench.store.cached_read)
+
+Each file is written to a hidden temporary name in the same directory and renamed into place, so a
+crash never leaves a half-written file where readers look (pyarrow ignores names starting with '.').
+Curves are written before the run row: a run row implies its curve file exists. Writers hold a shared lock on
+`<out>/.lock`; `clean` takes it exclusively, so it removes what a crash left (temporaries, a curve file whose row
+never came, a checkpoint of a run since stored) and never a file another process is still writing.
+"""
+
+from __future__ import annotations
+
+import errno
+import fcntl
+import os
+import shutil
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+import pyarrow as pa
+import pyarrow.dataset as ds
+import pyarrow.parquet as pq
+
+from structbench.errors import StoreWriteError, UsageError
+
+SCHEMA_VERSION = 1
+TEMPORARY_SUFFIX = ".tmp"
+LOCK_FILE = ".lock"
+INDEX_DIR = "index"
+MANIFESTS = ".grids"
+"""Where structbench.store.grids keeps each grid's manifest."""
+STATUSES = ("ok", "diverged", "oom", "solver_error", "timeout", "error", "interrupted")
+FINAL_STATUSES = frozenset({"ok", "diverged", "oom", "solver_error", "timeout"})
+"""A run with a final status is never run again for the same run key; `error` and `interrupted` runs are."""
+
+RUN_SCHEMA = pa.schema(
+    [
+        ("run_id", pa.string()),
+        ("schema_version", pa.int32()),
+        ("suite", pa.string()),
+        ("task", pa.string()),
+        ("optim", pa.string()),
+        ("seed", pa.int64()),
+        ("hparams", pa.string()),
+        ("spec", pa.string()),
+        ("status", pa.string()),
+        ("error", pa.string()),
+        ("started_at", pa.timestamp("us", tz="UTC")),
+        ("finished_at", pa.timestamp("us", tz="UTC")),
+        ("steps", pa.int64()),
+        ("wall_s", pa.float64()),
+        ("train_s", pa.float64()),
+        ("eval_s", pa.float64()),
+        ("compile_s", pa.float64()),
+        ("step_time_median_s", pa.float64()),
+        ("optim_time_median_s", pa.float64()),
+        ("peak_mem_bytes", pa.int64()),
+        ("peak_mem_source", pa.string()),
+        ("state_bytes", pa.int64()),
+        ("param_count", pa.int64()),
+        ("final_train_loss", pa.float64()),
+        ("final_eval_loss", pa.float64()),
+        ("final_eval_metric", pa.float64()),
+        ("eval_metric_name", pa.string()),
+        ("target_step", pa.int64()),
+        ("target_s", pa.float64()),
+        ("device", pa.string()),
+        ("device_name", pa.string()),
+        ("torch_version", pa.string()),
+        ("structbench_version", pa.string()),
+        ("git_commit", pa.string()),
+        ("hostname", pa.string()),
+        ("python_version", pa.string()),
+        # Added beyond the contract's minimum (schema version 1):
+        ("eval_metric_mode", pa.string()),
+        ("initial_eval_loss", pa.float64()),
+        ("initial_eval_metric", pa.float64()),
+        ("nvml_mem_bytes", pa.int64()),
+        ("solver_failures", pa.int64()),
+        ("routing", pa.string()),
+        ("data_source", pa.string()),
+        ("analytic_state_bytes", pa.int64()),
+        ("claims", pa.string()),
+        ("throughput_per_s", pa.float64()),
+        ("throughput_unit", pa.string()),
+        ("run_key", pa.string()),
+        ("executor", pa.string()),
+        ("parallel_runs", pa.int64()),
+        ("checkpoint_s", pa.float64()),
+        ("resumed_from_step", pa.int64()),
+        ("setup_s", pa.float64()),
+        ("device_usable", pa.bool_()),
+        ("cuda_version", pa.string()),
+        ("cudnn_version", pa.string()),
+        ("nccl_version", pa.string()),
+        ("tf32_matmul", pa.bool_()),
+        ("tf32_cudnn", pa.bool_()),
+        ("float32_matmul_precision", pa.string()),
+        ("final_val_loss", pa.float64()),
+        ("final_val_metric", pa.float64()),
+        # One run as a torch.distributed job (structbench.execution.distributed): its world size and backend (None: one
+        # process), each rank's peak memory and optimizer-state bytes (JSON lists in rank order; peak_mem_bytes and
+        # state_bytes hold the largest rank's) and the state summed over ranks.
+        ("world_size", pa.int64()),
+        ("distributed_backend", pa.string()),
+        ("peak_mem_bytes_per_rank", pa.string()),
+        ("state_bytes_per_rank", pa.string()),
+        ("state_bytes_total", pa.int64()),
+        ("cuda_driver_version", pa.string()),
+        ("gpu_name", pa.string()),
+        ("gpu_count", pa.int64()),
+        ("cpu_model", pa.string()),
+        ("cpu_count", pa.int64()),
+        ("cpu_usable", pa.int64()),
+        ("torch_threads", pa.int64()),
+        ("torch_interop_threads", pa.int64()),
+        ("thread_env", pa.string()),
+        ("numpy_version", pa.string()),
+        ("pytorch_optimizer_version", pa.string()),
+        ("tokenizers_version", pa.string()),
+        ("torchvision_version", pa.string()),
+        ("git_dirty", pa.bool_()),
+        ("command", pa.string()),
+        ("root_fallbacks", pa.int64()),
+    ]
+)
+PROVENANCE_COLUMNS = (
+    "gpu_name",
+    "gpu_count",
+    "cuda_version",
+    "cudnn_version",
+    "cuda_driver_version",
+    "cpu_model",
+    "cpu_count",
+    "cpu_usable",
+    "torch_threads",
+    "torch_interop_threads",
+    "thread_env",
+    "numpy_version",
+    "pytorch_optimizer_version",
+    "tokenizers_version",
+    "torchvision_version",
+    "git_dirty",
+)
+"""The environment a run ran in beyond the contract's columns (device, versions, git commit, host): GPUs and the CUDA
+stack, the CPU, thread settings, the versions of other packages that shape results, and uncommitted changes. The
+run's `command` (the exact command line) completes its provenance."""
+ENVIRONMENT_COLUMNS = (
+    "device",
+    "device_name",
+    "torch_version",
+    "structbench_version",
+    "git_commit",
+    "hostname",
+    "python_version",
+    *PROVENANCE_COLUMNS,
+)
+"""Every column that describes the environment a run ran in: the contract's, then PROVENANCE_COLUMNS."""
+
+OPTIONAL_RUN_COLUMNS = frozenset(
+    {
+        "throughput_per_s",
+        "throughput_unit",
+        "run_key",
+        "executor",
+        "parallel_runs",
+        "checkpoint_s",
+        "resumed_from_step",
+        "setup_s",
+        "device_usable",
+        "cuda_version",
+        "cudnn_version",
+        "nccl_version",
+        "tf32_matmul",
+        "tf32_cudnn",
+        "float32_matmul_precision",
+        "final_val_loss",
+        "final_val_metric",
+        "world_size",
+        "distributed_backend",
+        "peak_mem_bytes_per_rank",
+        "state_bytes_per_rank",
+        "state_bytes_total",
+        *PROVENANCE_COLUMNS,
+        "command",
+        "root_fallbacks",
+    }
+)
+"""Columns added after the first stores were written: a row may omit them (stored as null)."""
+
+
+KEY_COLUMNS = ("run_id", "run_key", "status", "suite", "optim", "seed")
+
+CURVE_SCHEMA = pa.schema(
+    [
+        ("run_id", pa.string()),
+        ("step", pa.int64()),
+        ("wall_s", pa.float64()),
+        ("split", pa.string()),
+        ("loss", pa.float64()),
+        ("metric", pa.float64()),
+        ("lr", pa.float64()),
+        ("step_time_s", pa.float64()),
+        ("optim_time_s", pa.float64()),
+        ("grad_norm", pa.float64()),
+    ]
+)
+
+
+def runs_dir(out: Path) -> Path:
+    return out / "runs"
+
+
+def curves_dir(out: Path) -> Path:
+    return out / "curves"
+
+
+def index_dir(out: Path) -> Path:
+    """The store index (structbench.store.cached_read): Arrow files, never read as store data."""
+    return out / INDEX_DIR
+
+
+def tables_dir(out: Path) -> Path:
+    """Numerical experiments' result tables, one file per run (a third dataset beside runs and curves)."""
+    return out / "tables"
+
+
+def claims_dir(out: Path) -> Path:
+    """Verdicts of papers' claims (`structbench claims`), one file per claim checked."""
+    return out / "claims"
+
+
+CLAIMS_SCHEMA = pa.schema(
+    [
+        ("claim_row_id", pa.string()),
+        ("schema_version", pa.int32()),
+        ("paper", pa.string()),
+        ("claim_id", pa.string()),
+        ("statement", pa.string()),
+        ("source", pa.string()),
+        ("paper_value", pa.string()),
+        ("scale", pa.string()),
+        ("seeds", pa.string()),
+        ("numbers", pa.string()),
+        ("summary", pa.string()),
+        ("verdict", pa.string()),
+        ("reason", pa.string()),
+        ("budget", pa.string()),
+        ("tuning", pa.string()),
+        ("wall_s", pa.float64()),
+        ("started_at", pa.timestamp("us", tz="UTC")),
+        ("device", pa.string()),
+        ("structbench_version", pa.string()),
+        ("git_commit", pa.string()),
+    ]
+)
+"""A claim's row: `numbers` is a JSON object of the measured values by name; `verdict` one of
+structbench.claims.base.VERDICTS."""
+
+
+def write_claim(out: Path, row: Mapping[str, Any]) -> Path:
+    """Store one claim's verdict as its own file, written to a temporary name and renamed into place under the
+    writers' lock (a crash leaves the claims checked so far and at most a temporary that `clean` removes)."""
+    missing = [f.name for f in CLAIMS_SCHEMA if f.name not in row]
+    if missing:
+        raise ValueError(f"claim row lacks columns: {missing}")
+    table = pa.Table.from_pylist([{f.name: row[f.name] for f in CLAIMS_SCHEMA}], schema=CLAIMS_SCHEMA)
+    path = claims_dir(out) / f"{row['claim_row_id']}.parquet"
+    with writer_lock(out):
+        try:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            _write_atomic(table, path, _write_parquet)
+        except OSError as exc:
+            raise StoreWriteError(f"cannot write to the results store {out}: {exc.strerror or exc}") from exc
+    return path
+
+
+def load_claims(out: Path) -> tuple[pd.DataFrame, list[Problem]]:
+    """Every readable claim row and the claim files that could not be read."""
+    frame, problems = _read_dir(claims_dir(out), None)
+    if frame.empty:
+        return pd.DataFrame(columns=CLAIMS_SCHEMA.names), problems
+    return frame, problems
+
+
+def prepare(out: Path) -> None:
+    """Create the store's directories and prove they are writable, before any run starts: a path the user cannot
+    write is a UsageError, any other OS error (a full disk) a StoreWriteError."""
+    try:
+        for directory in (runs_dir(out), curves_dir(out), tables_dir(out)):
+            directory.mkdir(parents=True, exist_ok=True)
+            probe = directory / f".write-test-{os.getpid()}"
+            probe.write_bytes(b"")
+            probe.unlink()
+    except OSError as exc:
+        if exc.errno in (errno.EACCES, errno.EPERM, errno.EROFS, errno.ENOTDIR, errno.EEXIST):
+            raise UsageError(f"results directory {out} is not writable: {exc.strerror or exc}.") from None
+        raise StoreWriteError(f"cannot write to the results store {out}: {exc.strerror or exc}") from exc
+
+
+def _write_atomic(table: pa.Table, path: Path, writer: Callable[[pa.Table, Path], None]) -> None:
+    tmp = path.with_name(f".{path.name}{TEMPORARY_SUFFIX}")
+    try:
+        writer(table, tmp)
+        os.replace(tmp, path)
+    finally:
+        tmp.unlink(missing_ok=True)
+
+
+def _write_parquet(table: pa.Table, path: Path) -> None:
+    pq.write_table(table, path)
+
+
+def write_run(
+    out: Path,
+    row: Mapping[str, Any],
+    curves: Sequence[Mapping[str, Any]],
+    writer: Callable[[pa.Table, Path], None] = _write_parquet,
+    table: pd.DataFrame | None = None,
+) -> Path:
+    """Store one run (its experiment table and curve file first, then its row); return the run file's path.
+
+    An OS error (a full disk, a lost mount) removes whatever this call had put in place and raises StoreWriteError:
+    the store holds the whole run or nothing of it, and the runs stored before are untouched.
+    """
+    missing = [f.name for f in RUN_SCHEMA if f.name not in row and f.name not in OPTIONAL_RUN_COLUMNS]
+    if missing:
+        raise ValueError(f"run row lacks contract columns: {missing}")
+    if row["status"] not in STATUSES:
+        raise ValueError(f"invalid status {row['status']!r}")
+    run_id = row["run_id"]
+    run_table = pa.Table.from_pylist([{f.name: row.get(f.name) for f in RUN_SCHEMA}], schema=RUN_SCHEMA)
+    curve_table = pa.Table.from_pylist([dict(c, run_id=run_id) for c in curves], schema=CURVE_SCHEMA)
+    parts: list[tuple[pa.Table, Path]] = []
+    if table is not None:
+        result = pa.Table.from_pandas(table.assign(run_id=run_id), preserve_index=False)
+        parts.append((result, tables_dir(out) / f"{run_id}.parquet"))
+    parts += [(curve_table, curves_dir(out) / f"{run_id}.parquet"), (run_table, runs_dir(out) / f"{run_id}.parquet")]
+    written: list[Path] = []
+    with writer_lock(out):
+        try:
+            for part, path in parts:
+                _write_atomic(part, path, writer)
+                written.append(path)
+        except OSError as exc:
+            for path in reversed(written):
+                path.unlink(missing_ok=True)
+            raise StoreWriteError(f"cannot write to the results store {out}: {exc.strerror or exc}") from exc
+    return written[-1]
+
+
+@contextmanager
+def writer_lock(out: Path) -> Iterator[None]:
+    """Held (shared) while a process writes into the store, so `clean` never removes a file still being written."""
+    with _locked(out, fcntl.LOCK_SH):
+        yield
+
+
+@contextmanager
+def _locked(out: Path, mode: int) -> Iterator[None]:
+    try:
+        handle = (out / LOCK_FILE).open("a")
+    except OSError as exc:
+        raise StoreWriteError(f"cannot write to the results store {out}: {exc.strerror or exc}") from exc
+    with handle:
+        fcntl.flock(handle, mode)
+        try:
+            yield
+        finally:
+            fcntl.flock(handle, fcntl.LOCK_UN)
+
+
+@dataclass(frozen=True)
+class Problem:
+    path: Path
+    reason: str
+
+
+def unsupported_version(table: pa.Table) -> str | None:
+    """Why rows of a run file cannot be read (their `schema_version` is missing or not SCHEMA_VERSION), or None."""
+    versions = set(table.column("schema_version").to_pylist()) if "schema_version" in table.column_names else {None}
+    if None in versions:
+        return f"schema_version is missing (this structbench reads {SCHEMA_VERSION})"
+    other = sorted(versions - {SCHEMA_VERSION})
+    return f"schema_version {other[0]} is not supported (this structbench reads {SCHEMA_VERSION})" if other else None
+
+
+def _read_run_file(path: Path, columns: Sequence[str] | None) -> pa.Table:
+    """A run file's rows (only `columns`, if given); ValueError when its schema version is not SCHEMA_VERSION."""
+    parquet = pq.ParquetFile(path)
+    versioned = "schema_version" in parquet.schema_arrow.names
+    reason = unsupported_version(parquet.read(columns=["schema_version"]) if versioned else pa.table({}))
+    if reason is not None:
+        raise ValueError(reason)
+    return parquet.read(columns=list(columns) if columns else None)
+
+
+def _problem(path: Path, exc: Exception) -> Problem:
+    return Problem(path, str(exc).splitlines()[0] if str(exc) else type(exc).__name__)
+
+
+def _read_dir(directory: Path, columns: Sequence[str] | None) -> tuple[pd.DataFrame, list[Problem]]:
+    """Every readable file's rows and the files that could not be read."""
+    tables: list[pa.Table] = []
+    problems: list[Problem] = []
+    for path in _store_files(directory):
+        try:
+            tables.append(pq.read_table(path, columns=list(columns) if columns else None))
+        except (pa.ArrowException, OSError, KeyError, ValueError) as exc:
+            problems.append(_problem(path, exc))
+    if not tables:
+        return pd.DataFrame(columns=list(columns or [])), problems
+    return pa.concat_tables(tables, promote_options="default").to_pandas(), problems
+
+
+def run_keys(out: Path) -> pd.DataFrame:
+    """run_id, run_key, status, suite, optim and seed of every readable run with a key, read in one projected scan.
+
+    Unreadable files are skipped here (the report lists them), and so are rows of another schema version than
+    SCHEMA_VERSION (as the report skips them); a file from before run keys has none and is dropped.
+    """
+    schema = pa.schema([RUN_SCHEMA.field(name) for name in (*KEY_COLUMNS, "schema_version")])
+    files = [str(p) for p in _store_files(runs_dir(out))]
+    try:
+        table = ds.dataset(files, format="parquet", schema=schema).to_table()
+    except (pa.ArrowException, OSError):
+        readable = []
+        for path in files:
+            try:
+                readable.append(ds.dataset(path, format="parquet", schema=schema).to_table())
+            except (pa.ArrowException, OSError):
+                continue
+        table = pa.concat_tables(readable) if readable else schema.empty_table()
+    frame = table.to_pandas()
+    kept = frame["run_key"].notna() & (frame["schema_version"] == SCHEMA_VERSION)
+    return frame.loc[kept, list(KEY_COLUMNS)].reset_index(drop=True)
+
+
+def _store_files(directory: Path) -> list[Path]:
+    """The store's files in `directory`, by name (hidden temporaries and `_`-prefixed files left out). Listed with
+    os.scandir, whose entries know their type without a stat, and sorted as names: at 5,000 runs a third of the
+    time of sorting Path objects and asking each whether it is a file."""
+    try:
+        with os.scandir(directory) as entries:
+            names = sorted(e.name for e in entries if e.is_file() and not e.name.startswith((".", "_")))
+    except (FileNotFoundError, NotADirectoryError):
+        return []
+    return [directory / name for name in names]
+
+
+def run_ids(out: Path) -> set[str]:
+    """The ids of every run row in the store (from the file names; nothing is read)."""
+    return {p.stem for p in _store_files(runs_dir(out))}
+
+
+def run_statuses(out: Path, ids: set[str]) -> list[str]:
+    """The status of each of these stored runs."""
+    return [
+        pq.read_table(runs_dir(out) / f"{run_id}.parquet", columns=["status"])["status"][0].as_py()
+        for run_id in sorted(ids)
+    ]
+
+
+def final_run_keys(out: Path) -> dict[str, str]:
+    """run_key -> run_id of every run with a final status."""
+    frame = run_keys(out)
+    final = frame[frame["status"].isin(FINAL_STATUSES)]
+    return dict(zip(final["run_key"], final["run_id"], strict=True))
+
+
+def remove_runs(out: Path, run_ids: Sequence[str]) -> None:
+    """Delete runs (row first, so no reader sees a row without its curves), e.g. a result a forced rerun replaced."""
+    for run_id in run_ids:
+        for directory in (runs_dir(out), curves_dir(out), tables_dir(out)):
+            (directory / f"{run_id}.parquet").unlink(missing_ok=True)
+
+
+def load_table(out: Path, run_id: str) -> pd.DataFrame:
+    """The result table of one experiment run."""
+    return pq.read_table(tables_dir(out) / f"{run_id}.parquet").to_pandas()
+
+
+def load_runs(out: Path, columns: Sequence[str] | None = None) -> tuple[pd.DataFrame, list[Problem]]:
+    """Every readable run row with all its columns (only `columns`, if given), and the run files that could not be
+    read, among them files of a schema version this structbench does not read (the exporters' reader; the report
+    reads its projected columns through report.load)."""
+    tables: list[pa.Table] = []
+    problems: list[Problem] = []
+    for path in _store_files(runs_dir(out)):
+        try:
+            tables.append(_read_run_file(path, columns))
+        except (pa.ArrowException, OSError, KeyError, ValueError) as exc:
+            problems.append(_problem(path, exc))
+    if not tables:
+        return pd.DataFrame(columns=list(columns or [])), problems
+    return pa.concat_tables(tables, promote_options="default").to_pandas(), problems
+
+
+def load_curves(out: Path, run_ids: Sequence[str] | None = None) -> pd.DataFrame:
+    """Curve rows of the given runs (all runs when None)."""
+    directory = curves_dir(out)
+    if run_ids is None:
+        frame, _ = _read_dir(directory, None)
+        return frame
+    frames = [pq.read_table(directory / f"{r}.parquet").to_pandas() for r in run_ids]
+    return pd.concat(frames, ignore_index=True) if frames else pd.DataFrame(columns=CURVE_SCHEMA.names)
+
+
+def checkpoints_dir(out: Path) -> Path:
+    """Checkpoints of runs in progress, one directory per run key (see structbench.execution.checkpoint)."""
+    return out / "checkpoints"
+
+
+@dataclass
+class Debris:
+    """What a crash can leave in a store: temporaries, curve or table files without their run, and checkpoints of
+    runs that have since been stored with a final status."""
+
+    temporaries: list[Path] = field(default_factory=list)
+    orphans: list[Path] = field(default_factory=list)
+    stale_checkpoints: list[Path] = field(default_factory=list)
+
+    def paths(self) -> list[Path]:
+        return [*self.temporaries, *self.orphans, *self.stale_checkpoints]
+
+    def describe(self) -> str:
+        parts = [
+            (len(self.temporaries), "leftover temporary file", "leftover temporary files"),
+            (len(self.orphans), "curve/table file without its run", "curve/table files without their runs"),
+            (len(self.stale_checkpoints), "checkpoint of a run already stored", "checkpoints of runs already stored"),
+        ]
+        return ", ".join(f"{n} {one if n == 1 else many}" for n, one, many in parts if n)
+
+
+def find_debris(out: Path) -> Debris:
+    debris = Debris()
+    for directory in (
+        runs_dir(out),
+        curves_dir(out),
+        tables_dir(out),
+        claims_dir(out),
+        out / MANIFESTS,
+        index_dir(out),
+    ):
+        if directory.is_dir():
+            debris.temporaries += sorted(
+                p for p in directory.iterdir() if p.name.startswith(".") and p.name.endswith(TEMPORARY_SUFFIX)
+            )
+    stored = run_ids(out)
+    for directory in (curves_dir(out), tables_dir(out)):
+        debris.orphans += [p for p in _store_files(directory) if p.stem not in stored]
+    checkpoints = checkpoints_dir(out)
+    if checkpoints.is_dir():
+        final = final_run_keys(out)
+        for directory in sorted(checkpoints.iterdir()):
+            if directory.name in final:
+                debris.stale_checkpoints.append(directory)
+            elif directory.is_dir():
+                debris.temporaries += sorted(p for p in directory.iterdir() if p.name.endswith(TEMPORARY_SUFFIX))
+    return debris
+
+
+def clean(out: Path) -> Debris:
+    """Remove the store's debris (waiting for writes in progress to finish first); return what was removed."""
+    with _locked(out, fcntl.LOCK_EX):
+        debris = find_debris(out)
+        for path in debris.paths():
+            if path.is_dir():
+                shutil.rmtree(path, ignore_errors=True)
+            else:
+                path.unlink(missing_ok=True)
+    return debris
+
+
+QUARANTINE = ".quarantine"
+
+
+def unreadable_files(out: Path) -> list[Problem]:
+    """Run files that do not read as Parquet or hold another schema version than SCHEMA_VERSION, and curve and
+    claim files that do not read as Parquet."""
+    problems: list[Problem] = []
+    for path in _store_files(runs_dir(out)):
+        try:
+            _read_run_file(path, ["run_id"])
+        except (pa.ArrowException, OSError, KeyError, ValueError) as exc:
+            problems.append(_problem(path, exc))
+    for path in [*_store_files(curves_dir(out)), *_store_files(claims_dir(out))]:
+        try:
+            pq.read_metadata(path)
+        except (pa.ArrowException, OSError) as exc:
+            problems.append(_problem(path, exc))
+    return problems
+
+
+def quarantine(out: Path, paths: Sequence[Path]) -> Path:
+    """Move unreadable files aside to `<out>/.quarantine/<runs|curves|...>/` (kept for inspection, never read)."""
+    target = out / QUARANTINE
+    for path in paths:
+        destination = target / path.parent.name / path.name
+        destination.parent.mkdir(parents=True, exist_ok=True)
+        os.replace(path, destination)
+    return target

@@ -1,0 +1,490 @@
+"""Tests for structbench.optim.galore against independent facts.
+
+- Hand-derived updates: the projected HF-style Adam update (RACS/Alice paper Alg. 8 with the reference
+  code's eps placement, bias correction in the step size, decoupled weight decay after the update) is
+  recomputed here in float64 from the equations, with the projection from a float64 SVD of the gradient.
+  Gradients are built from known factors with well-separated singular values, so the top-r subspace is
+  well determined; the update is invariant to the signs of the singular vectors while the basis is fixed.
+- Invariants: orthonormal projections, the update lies in the projected subspace, the refresh schedule,
+  exact moment rotation, sign invariance with re-projection.
+- Parity with pytorch_optimizer 4.1.0 `GaLore` (test-only oracle); see `test_parity_with_pytorch_optimizer`
+  for the semantic differences and the switches used.
+- Exact state bytes from the format: float32 projection (r x n or m x r) + two float32 moments of the
+  projected shape, + torch AdamW's state for the fallback parameters.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+import torch
+from torch import Tensor, nn
+
+from structbench import measure
+from structbench.errors import SolverError
+from structbench.optim import linalg, registry
+from structbench.optim.galore import GaLore
+from tests.support.lowrank_helpers import (
+    F64,
+    Svd,
+    assert_resume_is_bit_identical,
+    hand_projected_adam,
+    known_matrix,
+    steps_beside_oracle,
+    svd_through_tall_orientation,
+    top_basis,
+)
+
+TRUNCATED_SVD = linalg.truncated_svd
+
+
+def spread(k: int) -> list[float]:
+    """k well-separated singular values, 8, 6.4, 5.12, ... (ratio 0.8; the shared `lowrank_helpers.spread` uses 0.7)."""
+    return [8.0 * 0.8**i for i in range(k)]
+
+
+def hand_adam_steps(w0: Tensor, grads: list[Tensor], basis: Tensor, right: bool, hp: dict[str, Any]) -> Tensor:
+    """W after len(grads) GaLore steps with a fixed basis (n x r right, m x r left), all in float64."""
+    w = w0.to(F64).reshape(w0.shape[0], -1)
+    for step in hand_projected_adam(grads, basis, right, hp["lr"], (hp["beta1"], hp["beta2"]), hp["eps"]):
+        back = step.normalized @ basis.T if right else basis @ step.normalized
+        w = w - step.step_size * hp["scale"] * back
+        w = w - hp["lr"] * hp["weight_decay"] * w
+    return w.reshape(w0.shape)
+
+
+HP = {"lr": 0.01, "beta1": 0.9, "beta2": 0.999, "eps": 1e-6, "scale": 0.25, "weight_decay": 0.1}
+
+
+def make(params: list[nn.Parameter], **overrides: Any) -> GaLore:
+    return GaLore(params, **{**HP, "rank": 3, "update_proj_gap": 1000, **overrides})
+
+
+def set_grads(params: list[nn.Parameter], grads: list[Tensor]) -> None:
+    for p, g in zip(params, grads, strict=True):
+        p.grad = g.clone()
+
+
+# --- hand-derived updates -------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("shape", "right"),
+    [((10, 6), True), ((6, 10), False), ((4, 2, 3, 3), False), ((9, 9), True)],
+    ids=["tall", "wide", "conv-4d", "square"],
+)
+def test_steps_equal_hand_derived_projected_adam(shape: tuple[int, ...], right: bool) -> None:
+    """Three steps (the first refreshes, the others reuse the basis) equal the float64 equations."""
+    rows, cols = shape[0], math.prod(shape[1:])
+    w0 = known_matrix(rows, cols, spread(min(rows, cols)), seed=1).reshape(shape)
+    # gradients of size ~1e-4, comparable to eps / sqrt(1 - b2) = 3e-5: the eps placement is visible
+    grads = [1e-4 * known_matrix(rows, cols, spread(min(rows, cols)), seed=2).reshape(shape)]
+    gen = torch.Generator().manual_seed(3)
+    grads += [grads[0] + 3e-5 * torch.randn(shape, generator=gen) for _ in range(2)]
+    param = nn.Parameter(w0.clone())
+    opt = make([param])
+    for g in grads:
+        set_grads([param], [g])
+        opt.step()
+    basis = top_basis(grads[0].reshape(rows, cols), 3, right)
+    expected = hand_adam_steps(w0, grads, basis, right, HP)
+    torch.testing.assert_close(param.detach().to(F64), expected, rtol=0, atol=2e-6)
+
+
+def test_bfloat16_parameter_gets_the_float32_update_rounded_once() -> None:
+    w0 = known_matrix(8, 12, spread(8), seed=4).bfloat16()
+    g = known_matrix(8, 12, spread(8), seed=5)
+    param = nn.Parameter(w0.clone())
+    opt = make([param], weight_decay=0.0)
+    set_grads([param], [g.bfloat16()])
+    opt.step()
+    state = opt.state[param]
+    assert all(state[k].dtype == torch.float32 for k in ("projection", "exp_avg", "exp_avg_sq"))
+    expected = hand_adam_steps(
+        w0.float(), [g.bfloat16().float()], top_basis(g.bfloat16(), 3, False), False, {**HP, "weight_decay": 0.0}
+    )
+    assert param.dtype == torch.bfloat16
+    # one rounding of the (float32-accurate) result to bfloat16: within half a bfloat16 ulp, 2^(e - 8)
+    half_ulp = torch.exp2(torch.floor(torch.log2(expected.abs())) - 8)
+    assert bool(((param.detach().to(F64) - expected).abs() <= half_ulp + 1e-6).all())
+
+
+def test_rank_above_min_dim_is_capped_and_gives_adam_in_a_rotated_full_basis() -> None:
+    """rank 128 on a 4 x 9 matrix: r = 4 (the reference slices Vh[:rank] / U[:, :rank] the same way)."""
+    w0 = known_matrix(4, 9, spread(4), seed=6)
+    g = known_matrix(4, 9, spread(4), seed=7)
+    param = nn.Parameter(w0.clone())
+    opt = make([param], rank=128)
+    set_grads([param], [g])
+    opt.step()
+    projection = opt.state[param]["projection"]
+    assert projection.shape == (4, 4)
+    torch.testing.assert_close(projection.T @ projection, torch.eye(4), rtol=0, atol=1e-5)
+    expected = hand_adam_steps(w0, [g], top_basis(g, 4, False), False, HP)
+    torch.testing.assert_close(param.detach().to(F64), expected, rtol=0, atol=2e-6)
+
+
+# --- projection side, subspace and schedule -------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("shape", "proj_type", "right"),
+    [((12, 6), "std", True), ((6, 12), "std", False), ((12, 6), "reverse_std", False), ((6, 12), "reverse_std", True)],
+)
+def test_projection_side_shapes_and_update_subspace(shape: tuple[int, int], proj_type: str, right: bool) -> None:
+    rows, cols = shape
+    param = nn.Parameter(torch.zeros(shape))
+    opt = make([param], proj_type=proj_type, weight_decay=0.0)
+    g = known_matrix(rows, cols, spread(min(shape)), seed=8)
+    set_grads([param], [g])
+    opt.step()
+    state = opt.state[param]
+    p = state["projection"]
+    if right:
+        assert p.shape == (3, cols) and state["exp_avg"].shape == (rows, 3)
+        torch.testing.assert_close(p @ p.T, torch.eye(3), rtol=0, atol=1e-5)
+        residual = param.detach() - param.detach() @ p.T @ p
+    else:
+        assert p.shape == (rows, 3) and state["exp_avg"].shape == (3, cols)
+        torch.testing.assert_close(p.T @ p, torch.eye(3), rtol=0, atol=1e-5)
+        residual = param.detach() - p @ p.T @ param.detach()
+    assert state["exp_avg_sq"].shape == state["exp_avg"].shape
+    assert float(param.detach().abs().max()) > 1e-4
+    torch.testing.assert_close(residual, torch.zeros(shape), rtol=0, atol=1e-7)
+
+
+class SvdSpy:
+    """Wraps linalg.truncated_svd: records the batch shape of every call and may transform the output."""
+
+    def __init__(self, transform: Callable[[Svd], Svd] | None = None) -> None:
+        self.calls: list[tuple[int, ...]] = []
+        self.transform = transform
+
+    def __call__(self, g: Tensor, rank: int, **kwargs: Any) -> Svd:
+        self.calls.append(tuple(g.shape))
+        out = TRUNCATED_SVD(g, rank, **kwargs)
+        return self.transform(out) if self.transform else out
+
+
+@pytest.mark.parametrize(
+    ("schedule", "expected"),
+    [("paper", [1, 3, 6, 9]), ("reference", [1, 4, 7, 10])],
+)
+def test_refresh_happens_exactly_on_schedule(monkeypatch, schedule: str, expected: list[int]) -> None:
+    """T = 3: Alg. 8 refreshes at t = 1 and multiples of T; the official code's 0-based counter at 1 + kT."""
+    spy = SvdSpy()
+    monkeypatch.setattr(linalg, "truncated_svd", spy)
+    params = [nn.Parameter(torch.zeros(6, 4)) for _ in range(2)] + [nn.Parameter(torch.zeros(3, 7))]
+    opt = make(params, update_proj_gap=3, refresh_schedule=schedule)
+    gen = torch.Generator().manual_seed(9)
+    refreshed = []
+    for t in range(1, 11):
+        before = [opt.state[p].get("projection") for p in params]
+        spy.calls.clear()
+        set_grads(params, [torch.randn(p.shape, generator=gen) for p in params])
+        opt.step()
+        changed = [
+            b is None or not torch.equal(b, opt.state[p]["projection"]) for b, p in zip(before, params, strict=True)
+        ]
+        assert all(changed) or not any(changed)
+        if any(changed):
+            refreshed.append(t)
+            assert sorted(spy.calls) == [(1, 7, 3), (2, 6, 4)]  # one batched SVD per shape; wide ones transposed
+        else:
+            assert spy.calls == []
+    assert refreshed == expected
+
+
+# --- moments at a subspace change -----------------------------------------------------------------------
+
+
+def two_steps_with_refresh(g1: Tensor, g2: Tensor, reproject: bool) -> tuple[dict, dict, dict]:
+    """States after step 1 and step 2 (T = 2, so step 2 refreshes) for one parameter."""
+    param = nn.Parameter(torch.zeros(g1.shape))
+    opt = make([param], update_proj_gap=2, reproject_moments=reproject)
+    set_grads([param], [g1])
+    opt.step()
+    first = {k: v.clone() for k, v in opt.state[param].items() if isinstance(v, Tensor)}
+    set_grads([param], [g2])
+    opt.step()
+    second = {k: v.clone() for k, v in opt.state[param].items() if isinstance(v, Tensor)}
+    return first, second, opt.state[param]
+
+
+@pytest.mark.parametrize("shape", [(6, 14), (14, 6)], ids=["wide-left", "tall-right"])
+@pytest.mark.parametrize("reproject", [False, True])
+def test_moments_at_refresh_follow_the_formula(shape: tuple[int, int], reproject: bool) -> None:
+    """Off (reference): moments carried unchanged. On: m <- R m, v <- (R o R) v with R the basis overlap."""
+    g1 = known_matrix(*shape, spread(6), seed=10)
+    g2 = known_matrix(*shape, spread(6), seed=11)
+    first, second, _ = two_steps_with_refresh(g1, g2, reproject)
+    b1, b2 = HP["beta1"], HP["beta2"]
+    right = shape[0] >= shape[1]
+    p_old, p_new = first["projection"].to(F64), second["projection"].to(F64)
+    m_old, v_old = first["exp_avg"].to(F64), first["exp_avg_sq"].to(F64)
+    g = g2.to(F64)
+    if right:
+        sigma = g @ p_new.T
+        overlap = p_old @ p_new.T
+        m_carried, v_carried = (m_old @ overlap, v_old @ overlap**2) if reproject else (m_old, v_old)
+    else:
+        sigma = p_new.T @ g
+        overlap = p_new.T @ p_old
+        m_carried, v_carried = (overlap @ m_old, overlap**2 @ v_old) if reproject else (m_old, v_old)
+    torch.testing.assert_close(second["exp_avg"].to(F64), b1 * m_carried + (1 - b1) * sigma, rtol=1e-5, atol=1e-6)
+    torch.testing.assert_close(second["exp_avg_sq"].to(F64), b2 * v_carried + (1 - b2) * sigma**2, rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize("shape", [(6, 14), (14, 6)], ids=["wide-left", "tall-right"])
+def test_reprojection_is_exact_when_the_subspace_is_kept(shape: tuple[int, int]) -> None:
+    """G2 = G1 with its singular values in reverse order: same top-3 subspace, basis permuted (and flipped).
+
+    Then R is a signed permutation, the full-space first moment P m is preserved exactly and the second
+    moment is permuted exactly.
+    """
+    rows, cols = shape
+    gen = torch.Generator().manual_seed(12)
+    u, _ = torch.linalg.qr(torch.randn(rows, 3, generator=gen, dtype=F64))
+    v, _ = torch.linalg.qr(torch.randn(cols, 3, generator=gen, dtype=F64))
+    g1 = (u @ torch.diag(torch.tensor([8.0, 4.0, 2.0], dtype=F64)) @ v.T).float()
+    g2 = (u @ torch.diag(torch.tensor([2.0, 4.0, 8.0], dtype=F64)) @ v.T).float()
+    first, second, _ = two_steps_with_refresh(g1, g2, reproject=True)
+    b1, b2 = HP["beta1"], HP["beta2"]
+    right = rows >= cols
+    p_old, p_new = first["projection"].to(F64), second["projection"].to(F64)
+    overlap = p_old @ p_new.T if right else p_new.T @ p_old
+    permutation = torch.zeros(3, 3, dtype=F64)
+    permutation[[0, 1, 2], [2, 1, 0]] = 1.0
+    torch.testing.assert_close(overlap.abs(), permutation, rtol=0, atol=1e-5)
+    sigma = g2.to(F64) @ p_new.T if right else p_new.T @ g2.to(F64)
+    m_carried = (second["exp_avg"].to(F64) - (1 - b1) * sigma) / b1
+    v_carried = (second["exp_avg_sq"].to(F64) - (1 - b2) * sigma**2) / b2
+    m_old, v_old = first["exp_avg"].to(F64), first["exp_avg_sq"].to(F64)
+    if right:
+        torch.testing.assert_close(m_carried @ p_new, m_old @ p_old, rtol=0, atol=1e-6)
+        torch.testing.assert_close(v_carried, v_old[:, [2, 1, 0]], rtol=1e-5, atol=1e-9)
+    else:
+        torch.testing.assert_close(p_new @ m_carried, p_old @ m_old, rtol=0, atol=1e-6)
+        torch.testing.assert_close(v_carried, v_old[[2, 1, 0]], rtol=1e-5, atol=1e-9)
+
+
+def flip_some_signs(out: Svd) -> Svd:
+    """Another valid SVD: negate singular pairs 0 and 2 (u column and vh row together)."""
+    u, s, vh = out
+    signs = torch.ones(s.shape[-1], dtype=u.dtype)
+    signs[0::2] = -1.0
+    return u * signs, s, vh * signs[:, None]
+
+
+@pytest.mark.parametrize(("reproject", "invariant"), [(True, True), (False, False)])
+def test_sign_of_singular_vectors_matters_only_without_reprojection(monkeypatch, reproject: bool, invariant: bool):
+    """SVD signs are arbitrary. With re-projection the trajectory cannot depend on them (R absorbs the
+    flip); the reference's carried-over moments do depend on them after a second refresh."""
+    gen = torch.Generator().manual_seed(13)
+    grads = [torch.randn(6, 10, generator=gen) for _ in range(4)]
+    finals = []
+    for flip in (False, True):
+        spy = SvdSpy()
+        spy.transform = lambda out, spy=spy, flip=flip: flip_some_signs(out) if flip and len(spy.calls) == 2 else out
+        monkeypatch.setattr(linalg, "truncated_svd", spy)
+        param = nn.Parameter(torch.zeros(6, 10))
+        opt = make([param], update_proj_gap=2, reproject_moments=reproject)
+        for g in grads:
+            set_grads([param], [g])
+            opt.step()
+        finals.append(param.detach().clone())
+    assert torch.allclose(finals[0], finals[1], rtol=0, atol=1e-6) is invariant
+
+
+# --- parity with the oracle -----------------------------------------------------------------------------
+
+
+def test_parity_with_pytorch_optimizer(monkeypatch) -> None:
+    """pytorch_optimizer 4.1.0 GaLore, projection_type 'std', over 8 steps with T = 3 (refreshes at 1, 3, 6).
+
+    Switches used: refresh_schedule='paper' (the oracle refreshes when its step counter, 1-based, is 1 or a
+    multiple of T), reproject_moments=False, svd_method='exact', proj_type='std'.
+    Singular-vector signs: LAPACK's signs for G and for G^T differ, and structbench decomposes a wide G
+    through G^T. Both are valid SVDs, but without re-projection the carried-over moments depend on the
+    signs, so the oracle's torch.linalg.svd is wrapped to take the same orientation (for tall inputs, ours
+    included, the wrapper is torch.linalg.svd itself). Remaining differences, none exercised here: the
+    oracle counts steps per group (ours per parameter, as the official code; equal when every parameter has
+    a gradient at every step); it projects bfloat16 gradients in bfloat16 (ours float32, so the test is
+    float32); it gives non-2-D parameters plain Adam (ours projects conv filters as matrices, so the test is
+    2-D); it keeps a Python projector object in the state (no state_dict round trip). Rounding differs in
+    the last bits: the oracle updates m with lerp_ and decays with p *= 1 - lr*wd, ours with the reference's
+    m*b1 + (1-b1)g and p += -lr*wd*p, and adds the projected-back update with one addmm. Gradients are fixed
+    tensors (not recomputed from the parameters), so both see identical SVD inputs: tolerance 1e-5 absolute
+    on O(1) parameters in float32 (observed differences are ~1e-6).
+    """
+    monkeypatch.setattr(torch.linalg, "svd", svd_through_tall_orientation)
+    from pytorch_optimizer import GaLore as OracleGaLore
+
+    moved = steps_beside_oracle(
+        lambda ours: GaLore(ours, lr=0.01, rank=4, update_proj_gap=3, scale=0.25, weight_decay=0.1, eps=1e-6),
+        lambda theirs: OracleGaLore(
+            [{"params": theirs, "rank": 4, "update_proj_gap": 3, "scale": 0.25, "projection_type": "std"}],
+            lr=0.01,
+            weight_decay=0.1,
+            eps=1e-6,
+        ),
+        shapes=[(12, 6), (6, 12), (8, 8), (5, 20), (20, 5), (3, 9)],
+        seed=14,
+        atol=1e-5,
+    )
+    assert moved > 1e-2
+
+
+# --- robustness: failures, None grads, closure, resume ----------------------------------------------------
+
+
+def test_failed_refresh_keeps_projection_counts_and_raises_on_the_third(monkeypatch) -> None:
+    param = nn.Parameter(torch.zeros(6, 10))
+    opt = make([param], update_proj_gap=2)
+    gen = torch.Generator().manual_seed(15)
+    set_grads([param], [torch.randn(6, 10, generator=gen)])
+    opt.step()
+    kept = opt.state[param]["projection"].clone()
+
+    def failing(*args: Any, **kwargs: Any) -> None:
+        raise SolverError("injected")
+
+    monkeypatch.setattr(linalg, "truncated_svd", failing)
+    for t in (2, 3):  # step 2 is scheduled; step 3 retries the overdue refresh
+        before = param.detach().clone()
+        set_grads([param], [torch.randn(6, 10, generator=gen)])
+        opt.step()
+        assert torch.equal(opt.state[param]["projection"], kept)
+        assert opt.solver_failures == t - 1 and opt.state[param]["svd_failures"] == t - 1
+        assert not torch.equal(param.detach(), before)  # the step still happens with the old projection
+    set_grads([param], [torch.randn(6, 10, generator=gen)])
+    with pytest.raises(SolverError, match="3 times in a row"):
+        opt.step()
+
+
+def test_failed_first_svd_skips_only_that_matrix_of_a_batch() -> None:
+    """A NaN gradient makes the real SVD fail (linalg raises SolverError after its float64 retry)."""
+    good, bad = nn.Parameter(torch.zeros(5, 7)), nn.Parameter(torch.zeros(5, 7))
+    opt = make([good, bad])
+    g_bad = torch.randn(5, 7)
+    g_bad[0, 0] = float("nan")
+    set_grads([good, bad], [torch.randn(5, 7), g_bad])
+    opt.step()
+    assert opt.solver_failures == 1
+    assert "projection" in opt.state[good] and float(good.detach().abs().max()) > 0
+    assert "projection" not in opt.state[bad] and torch.equal(bad.detach(), torch.zeros(5, 7))
+    assert opt.state[bad]["svd_failures"] == 1
+    set_grads([good, bad], [torch.randn(5, 7), torch.randn(5, 7)])
+    opt.step()
+    assert opt.state[bad]["svd_failures"] == 0 and opt.state[bad]["step"] == 1 and opt.state[good]["step"] == 2
+
+
+def test_none_grad_closure_and_grad_not_mutated() -> None:
+    a, b = nn.Parameter(torch.randn(6, 4)), nn.Parameter(torch.randn(4, 6))
+    opt = make([a, b])
+    b_before = b.detach().clone()
+    g = torch.randn(6, 4)
+
+    def closure() -> Tensor:
+        a.grad = g.clone()
+        return torch.tensor(3.0)
+
+    assert float(opt.step(closure)) == 3.0
+    assert torch.equal(a.grad, g)
+    assert torch.equal(b.detach(), b_before) and len(opt.state[b]) == 0  # no state, no weight decay
+
+
+def test_one_dimensional_parameter_is_rejected() -> None:
+    with pytest.raises(ValueError, match="1-D parameter"):
+        GaLore([nn.Parameter(torch.zeros(5))])
+    with pytest.raises(ValueError, match="proj_type"):
+        GaLore([nn.Parameter(torch.zeros(5, 5))], proj_type="full")
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_state_dict_resume_is_bit_identical_across_a_refresh(dtype: torch.dtype) -> None:
+    assert_resume_is_bit_identical(
+        lambda params: make(params, update_proj_gap=2, reproject_moments=True),
+        shapes=[(6, 10), (6, 10), (10, 6), (3, 2, 2, 2)],
+        dtype=dtype,
+        seed=16,
+        loaded_dtypes={"projection": torch.float32},
+    )
+
+
+def test_randomized_svd_is_deterministic_and_finds_an_exactly_low_rank_subspace() -> None:
+    g = known_matrix(20, 30, [5.0, 3.0, 1.0], seed=17)
+    projections = []
+    for _ in range(2):
+        param = nn.Parameter(torch.zeros(20, 30))
+        opt = make([param], svd_method="randomized", svd_seed=3)
+        set_grads([param], [g])
+        opt.step()
+        projections.append(opt.state[param]["projection"])
+    assert torch.equal(projections[0], projections[1])
+    exact = top_basis(g, 3, right=False)
+    torch.testing.assert_close(projections[0].to(F64) @ projections[0].T.to(F64), exact @ exact.T, rtol=0, atol=1e-5)
+
+
+# --- registry entry -------------------------------------------------------------------------------------
+
+
+class Net(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.embed = nn.Embedding(11, 8)
+        self.conv = nn.Conv2d(2, 4, 3)
+        self.body = nn.Linear(8, 16)
+        self.head = nn.Linear(16, 5)
+
+    def forward(self, tokens: Tensor, image: Tensor) -> Tensor:
+        h = self.embed(tokens).mean(1) + self.conv(image).mean((1, 2, 3))[:, None]
+        return self.head(torch.relu(self.body(h)))
+
+
+def test_entry_routing_defaults_and_exact_state_bytes() -> None:
+    entry = registry.get("galore")
+    assert entry.lr_keys == ("lr", "adamw_lr")
+    assert {k: entry.defaults[k] for k in ("lr", "rank", "update_proj_gap", "scale", "eps")} == {
+        "lr": 0.02,
+        "rank": 128,
+        "update_proj_gap": 200,
+        "scale": 0.3,
+        "eps": 1e-6,
+    }  # RACS/Alice paper Table 7 (60M row) and the reference code's eps
+    torch.manual_seed(0)
+    model = Net()
+    opt, routing = registry.build_with_routing("galore", model, {"rank": 3, "update_proj_gap": 2})
+    assert set(routing.structured) == {"conv.weight", "body.weight", "head.weight"}  # head: paper's 'Ppl.'
+    assert set(routing.fallback) == {"embed.weight", "conv.bias", "body.bias", "head.bias"}
+    for _ in range(3):
+        opt.zero_grad()
+        model(torch.randint(11, (4, 3)), torch.randn(4, 2, 5, 5)).square().mean().backward()
+        opt.step()
+    # conv (4, 18) wide -> left: U 4x3 + moments 2 x (3x18); body (16, 8) tall -> right: V 3x8 + 2 x (16x3);
+    # head (5, 16) wide -> left: U 5x3 + 2 x (3x16); float32 = 4 bytes each.
+    structured = 4 * ((12 + 108) + (24 + 96) + (15 + 96))
+    # torch AdamW: exp_avg + exp_avg_sq float32 per element + a float32 step per tensor (11*8, 4, 16, 5).
+    fallback = sum(8 * n + 4 for n in (88, 4, 16, 5))
+    assert measure.state_bytes(opt) == structured + fallback
+    shapes = dict((n, tuple(p.shape)) for n, p in model.named_parameters())
+    hp = registry.resolve_hparams("galore", {"rank": 3})
+    analytic = entry.state_bytes([shapes[n] for n in routing.structured], [shapes[n] for n in routing.fallback], hp)
+    assert analytic == structured + fallback
+    reverse, _ = registry.build_with_routing("galore", model, {"rank": 3, "proj_type": "reverse_std"})
+    for _ in range(2):
+        reverse.zero_grad()
+        model(torch.randint(11, (4, 3)), torch.randn(4, 2, 5, 5)).square().mean().backward()
+        reverse.step()
+    # reverse_std: conv -> right: V^T 3x18 + 2 x (4x3); body -> left: U 16x3 + 2 x (3x8);
+    # head -> right: V^T 3x16 + 2 x (5x3)
+    reversed_structured = 4 * ((54 + 24) + (48 + 48) + (48 + 30))
+    assert measure.state_bytes(reverse) == reversed_structured + fallback
+    hp_reverse = registry.resolve_hparams("galore", {"rank": 3, "proj_type": "reverse_std"})
+    structured_shapes = [shapes[n] for n in routing.structured]
+    assert entry.state_bytes(structured_shapes, [], hp_reverse) == reversed_structured
+    _, to_adam = registry.build_with_routing("galore", model, {"head_to_fallback": True})
+    assert "head.weight" in to_adam.fallback

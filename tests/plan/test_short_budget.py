@@ -1,0 +1,68 @@
+"""`run --steps N` keeps at least five evaluations: eval_every and log_every shortened in proportion, stored in the
+spec, said in the output; hand-derived from each suite file's budget."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from structbench.plan import short_budget, spec
+from tests.conftest import read_curves, read_runs
+
+
+def test_shakespeare_llama_at_30_steps_is_evaluated_every_5(cli, tmp_path):
+    # The suite: 300 steps, eval_every 50 (6 intervals), log_every 10. 30 steps would evaluate at 0 and 30 only;
+    # 6 intervals in 30 steps is every 5 (7 evaluations), and log_every 10 x 30 / 300 = 1.
+    result = cli(
+        "run", "--suite", "shakespeare-llama", "--optim", "adamw", "--steps", "30", "--dry-run", "--out", tmp_path
+    )
+    assert result.exit_code == 0, result.output
+    assert (
+        "shakespeare-llama: --steps 30 shortens eval_every 50 -> 5 and log_every 10 -> 1, so each run is evaluated "
+        "7 times instead of 2." in " ".join(result.stdout.split())
+    )
+
+
+@pytest.mark.parametrize(
+    ("suite", "steps", "eval_every", "log_every"),
+    [
+        # quadratic: 300 steps, eval_every 25 (12 intervals), log_every 5; at 30 steps floor(30 / 12) = 2, 5 x 0.1 -> 1.
+        ("quadratic", 30, 2, 1),
+        # At 200 steps quadratic keeps 1 + 200 / 25 = 9 evaluations: nothing changes.
+        ("quadratic", 200, 25, 5),
+        # digits: 15 epochs evaluated at each epoch's end; 15 intervals in 30 steps: every 2, log_every capped at 2.
+        ("digits", 30, 2, 2),
+        # Fewer than 4 intervals in the suite still give 4: fashion-mnist's 3 epochs -> floor(30 / 4) = 7.
+        ("fashion-mnist", 30, 7, 7),
+        # smoke-quadratic evaluates at the start and the end only (eval_every 0): left as it is.
+        ("smoke-quadratic", 30, 0, 5),
+    ],
+)
+def test_shortened_values_follow_the_suite_budget(suite, steps, eval_every, log_every):
+    suites, _ = spec.load_suites(suite, [f"budget.steps={steps}", "budget.epochs=0"])
+    [shortened], _ = short_budget.apply(suites, steps, [])
+    assert (shortened.budget["eval_every"], shortened.budget["log_every"]) == (eval_every, log_every)
+
+
+def test_a_field_set_on_the_command_line_is_not_shortened():
+    suites, _ = spec.load_suites("quadratic", ["budget.steps=30", "budget.epochs=0", "budget.eval_every=15"])
+    [kept], notes = short_budget.apply(suites, 30, ["budget.eval_every=15"])
+    assert kept.budget["eval_every"] == 15 and kept.budget["log_every"] == 5 and notes == []
+
+
+def test_a_real_30_step_run_stores_the_shortened_budget_and_seven_evaluations(cli, tmp_path):
+    out = tmp_path / "results"
+    (tmp_path / "data").mkdir()
+    result = cli(
+        "run", "--suite", "shakespeare-llama", "--optim", "adamw", "--steps", "30", "--out", out,
+        "--data-dir", tmp_path / "data", "--set", "task_args.eval_tokens=256", "--quiet",
+    )  # fmt: skip
+    assert result.exit_code == 0, result.output
+    [run] = read_runs(out).itertuples()
+    budget = json.loads(run.spec)["budget"]
+    assert (budget["steps"], budget["eval_every"], budget["log_every"]) == (30, 5, 1)
+    curves = read_curves(out)
+    for split in ("val", "eval"):
+        assert sorted(curves[curves.split == split].step) == [0, 5, 10, 15, 20, 25, 30]
+    assert len(curves[curves.split == "train"]) == 30
