@@ -57,6 +57,7 @@ from __future__ import annotations
 import math
 from collections import defaultdict
 from collections.abc import Mapping
+from functools import partial
 from typing import Any
 
 import torch
@@ -73,7 +74,6 @@ from structbench.optim.registry import OptimizerEntry, register
 
 SWITCHING = ("proposed", "none", "gaussian", "gaussian-mix", "full-basis")
 COMPENSATION = ("optimal", "fira", "fira+", "none")
-MAX_CONSECUTIVE_SOLVER_FAILURES = 3
 
 
 def refresh_due(step: int, interval: int) -> bool:
@@ -141,6 +141,10 @@ def _divide_or_zero(num: Tensor, denom: Tensor) -> Tensor:
     """num / denom where denom > 0, else 0 (the paper has no epsilon)."""
     positive = denom > 0
     return torch.where(positive, num / torch.where(positive, denom, torch.ones_like(denom)), 0.0)
+
+
+def _eigh_failure(param: Tensor, streak: int) -> str:
+    return f"Alice: eigendecomposition failed {streak} times in a row for a {tuple(param.shape)} parameter"
 
 
 class Alice(StructuredOptimizer):
@@ -294,18 +298,12 @@ class Alice(StructuredOptimizer):
         ritz = self._ritz_with_fallback(stat, states, fresh, r)
         for i, (param, st) in enumerate(zip(params, states, strict=True)):
             if ritz[i] is None:
-                self.solver_failures += 1
-                st["solver_failures"] += 1
-                if st["solver_failures"] >= MAX_CONSECUTIVE_SOLVER_FAILURES:
-                    raise SolverError(
-                        f"Alice: eigendecomposition failed {st['solver_failures']} times in a row for a "
-                        f"{tuple(param.shape)} parameter"
-                    )
+                self.solver_failed(st, "solver_failures", partial(_eigh_failure, param))
                 continue
             generator = torch.Generator()
             generator.manual_seed((group["switch_seed"] * 1_000_003 + indices[i] * 10_007 + st["step"] + 1) % (2**63))
             new_basis = switch(ritz[i], r, l_used, group["switching"], generator)
-            st["solver_failures"] = 0
+            self.solver_ok(st, "solver_failures")
             if fresh[i]:
                 n = grads.size(-1)
                 dtype, device = grads.dtype, grads.device

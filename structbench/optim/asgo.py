@@ -54,6 +54,7 @@ from __future__ import annotations
 import math
 from collections import defaultdict
 from collections.abc import Iterable, Mapping
+from functools import partial
 from typing import Any
 
 import torch
@@ -76,7 +77,6 @@ EIGENVALUE_FLOORS = ("none", "resolution")
 ROOTS = ("eigh", "newton")
 NEWTON_ITERS = 50
 """Coupled Newton iterations for `root="newton"` (App. C.3, Fig. 7c: 50 iterations)."""
-MAX_CONSECUTIVE_SOLVER_FAILURES = 3
 _FLOAT32_EPS = torch.finfo(torch.float32).eps
 PAPER = "An et al. (arXiv 2503.20762)"
 RELEASED_CODE = "infinity-stars/ASGO optimizers/asgo.py, dasgo.py"
@@ -143,24 +143,8 @@ def _descend(p: Tensor, update: Tensor, group: Mapping[str, Any]) -> None:
     p.add_(update.view_as(p).to(p.dtype), alpha=-lr)
 
 
-class _FailureCounter:
-    """Consecutive root failures per parameter; the optimizer's `solver_failures` counts every failure."""
-
-    def __init__(self, optimizer: StructuredOptimizer, what: str) -> None:
-        self.optimizer = optimizer
-        self.what = what
-        self.streaks: dict[Tensor, int] = {}
-
-    def failed(self, p: Tensor) -> None:
-        self.optimizer.solver_failures += 1
-        self.streaks[p] = self.streaks.get(p, 0) + 1
-        if self.streaks[p] >= MAX_CONSECUTIVE_SOLVER_FAILURES:
-            raise SolverError(
-                f"{self.what}: the inverse root of a {tuple(p.shape)} parameter failed {self.streaks[p]} steps in a row"
-            )
-
-    def succeeded(self, p: Tensor) -> None:
-        self.streaks.pop(p, None)
+def _root_failure(p: Tensor, streak: int) -> str:
+    return f"ASGO: the inverse root of a {tuple(p.shape)} parameter failed {streak} steps in a row"
 
 
 class ASGO(StructuredOptimizer):
@@ -197,7 +181,8 @@ class ASGO(StructuredOptimizer):
 
     def __init__(self, params: Iterable[Tensor] | Iterable[dict[str, Any]], **hparams: Any) -> None:
         super().__init__(params, **hparams)
-        self._failures = _FailureCounter(self, "ASGO")
+        self._root_streaks: dict[Tensor, int] = {}
+        """Consecutive root failures per parameter (not part of the state: a resumed run starts them afresh)."""
 
     def check_group(self, group: dict[str, Any]) -> None:
         if group["root"] == "newton" and (group["eps"] <= 0.0 or group["eps_placement"] != "inside"):
@@ -255,11 +240,11 @@ class ASGO(StructuredOptimizer):
             roots = self._inverse_roots(stack, group)
         except SolverError:
             for p in owned:
-                self._failures.failed(p)
+                self.solver_failed(self._root_streaks, p, partial(_root_failure, p))
             return
         for p, root in zip(owned, roots.unbind(0), strict=True):
             self.state[p]["inv_root"].copy_(root)
-            self._failures.succeeded(p)
+            self.solver_ok(self._root_streaks, p, forget=True)
 
     @staticmethod
     def _inverse_roots(stack: Tensor, group: Mapping[str, Any]) -> Tensor:

@@ -5,16 +5,23 @@ parameter's dtype (uint8 codes and float32 preconditioners included). Structured
 statistics in float32 — and packed codes in uint8 — whatever the parameter dtype, so that cast would
 silently change them on resume. `StructuredOptimizer.load_state_dict` restores each state tensor with
 the dtype it was saved with, so a resumed run continues bit-identically.
+
+A failed solve (SVD, eigendecomposition, inverse root) is survivable: the matrix keeps its previous basis or root,
+or its step falls back to a cheaper method. `StructuredOptimizer.solver_failed` and `solver_ok` keep the one policy
+every optimizer follows: each failure adds to the run's `solver_failures`, and the
+`MAX_CONSECUTIVE_SOLVER_FAILURES`-th failure in a row of one matrix ends the run with `SolverError`. A streak kept
+in optimizer state (a Python int or a CPU int64 tensor under the optimizer's own key) is resumed with it.
 """
 
 from __future__ import annotations
 
 import copy
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Hashable, Iterable, MutableMapping
 from typing import Any, ClassVar
 
 import torch
 
+from structbench.errors import SolverError
 from structbench.optim import distributed
 from structbench.optim.hparams import Declaration, option, ours
 
@@ -27,6 +34,14 @@ either way, and the stacks are large fresh allocations copied in and out on ever
 BATCH_MATRICES = Declaration(
     option("batch_matrices", "auto", BATCH_MODES, ours("stack same-shape matrices on CUDA only: same algorithm"))
 )
+
+
+MAX_CONSECUTIVE_SOLVER_FAILURES = 3
+"""Failures in a row of one matrix's solver after which the run ends with `SolverError` (`solver_error`)."""
+
+Streaks = MutableMapping[Any, Any]
+"""Where consecutive failures are counted: a parameter's state (keyed by a state name) or an optimizer's own dict
+(keyed by parameter); each count is a Python int or an int64 tensor updated in place."""
 
 
 def stacks_matrices(mode: str, device: torch.device) -> bool:
@@ -55,6 +70,49 @@ class StructuredOptimizer(torch.optim.Optimizer):
 
     def __init__(self, params: Iterable[torch.Tensor] | Iterable[dict[str, Any]], **hparams: Any) -> None:
         super().__init__(params, self.hparams.resolve(hparams))
+
+    def solver_failed(
+        self,
+        streaks: Streaks,
+        key: Hashable,
+        describe: Callable[[int], str] | None,
+        *,
+        failures: int = 1,
+    ) -> None:
+        """Count a failed solve: `failures` more in the run's `solver_failures` (0 where the optimizer counts them
+        elsewhere) and one more in the streak `streaks[key]` (an absent one starts at 0).
+
+        A streak reaching MAX_CONSECUTIVE_SOLVER_FAILURES raises SolverError(describe(streak)); with `describe`
+        None the caller checks the step's streaks together afterwards (`end_on_solver_streaks`).
+        """
+        self.solver_failures += failures
+        streak = streaks.get(key, 0)
+        if isinstance(streak, torch.Tensor):
+            streak.add_(1)
+        else:
+            streaks[key] = streak + 1
+        if describe is not None:
+            self.end_on_solver_streaks([streaks], key, describe)
+
+    @staticmethod
+    def solver_ok(streaks: Streaks, key: Hashable, *, forget: bool = False) -> None:
+        """A successful solve ends the streak `streaks[key]`: zeroed (a tensor in place), or removed with `forget`
+        (a streak stored only while it runs)."""
+        if forget:
+            streaks.pop(key, None)
+        elif isinstance(streaks.get(key), torch.Tensor):
+            streaks[key].zero_()
+        else:
+            streaks[key] = 0
+
+    @staticmethod
+    def end_on_solver_streaks(every: Iterable[Streaks], key: Hashable, describe: Callable[[int], str]) -> None:
+        """Raise SolverError(describe(streak)) for the first of `every` whose streak `key` has reached
+        MAX_CONSECUTIVE_SOLVER_FAILURES."""
+        for streaks in every:
+            streak = int(streaks.get(key, 0))
+            if streak >= MAX_CONSECUTIVE_SOLVER_FAILURES:
+                raise SolverError(describe(streak))
 
     def check_group(self, group: dict[str, Any]) -> None:
         """Check what the declaration cannot (a relation between hyperparameters, the parameters' shapes); raise

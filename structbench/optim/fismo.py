@@ -67,6 +67,7 @@ from __future__ import annotations
 
 from collections import defaultdict
 from collections.abc import Mapping
+from functools import partial
 from typing import Any
 
 import torch
@@ -93,7 +94,6 @@ NEWTON_PROBES = 64
 NEWTON_COLD_ITERS = 40
 """Cold coupled Newton–Schulz updates before the eigendecomposition fallback (cond 1e5 needs about 20)."""
 OVERSIZE = ("muon", "adamw")
-MAX_CONSECUTIVE_SOLVER_FAILURES = 3
 STATE_DTYPE = torch.float32
 _COUNTERS = ("step", "solver_failures")
 ROOT_FALLBACKS = "root_fallbacks"
@@ -220,9 +220,9 @@ class Fismo(EagerStructuredOptimizer):
             _apply(p, delta, group["lr"], decay)
             st["step"] += 1
             if fail:
-                self._count_consecutive(p, st)
+                self.solver_failed(st, "solver_failures", partial(_solver_failure, p), failures=0)
             else:
-                st["solver_failures"].zero_()
+                self.solver_ok(st, "solver_failures")
 
     def _refresh(
         self, group: Mapping[str, Any], params: list[Tensor], grads: Tensor
@@ -304,14 +304,9 @@ class Fismo(EagerStructuredOptimizer):
             dtype=NS_DTYPES[group["ns_dtype"]],
         )
 
-    @staticmethod
-    def _count_consecutive(param: Tensor, state: dict[str, Any]) -> None:
-        state["solver_failures"] += 1
-        if int(state["solver_failures"]) >= MAX_CONSECUTIVE_SOLVER_FAILURES:
-            raise SolverError(
-                f"FISMO: solvers for a {tuple(param.shape)} parameter failed {int(state['solver_failures'])} "
-                "steps in a row"
-            )
+
+def _solver_failure(param: Tensor, streak: int) -> str:
+    return f"FISMO: solvers for a {tuple(param.shape)} parameter failed {streak} steps in a row"
 
 
 def uses_newton(shape: tuple[int, int], group: Mapping[str, Any]) -> bool:

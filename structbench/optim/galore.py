@@ -54,6 +54,7 @@ import math
 from collections import defaultdict
 from collections.abc import Mapping
 from dataclasses import dataclass
+from functools import partial
 from typing import Any
 
 import torch
@@ -70,7 +71,6 @@ from structbench.optim.registry import OptimizerEntry, register
 
 PROJ_TYPES = ("std", "reverse_std")
 REFRESH_SCHEDULES = ("paper", "reference")
-MAX_CONSECUTIVE_SOLVER_FAILURES = 3
 REFERENCE = "jiaweizzhao/GaLore galore_torch/adamw.py"
 
 
@@ -130,6 +130,10 @@ class LowRankAdam:
         """A projected-shape tensor mapped back to (m x n)."""
         left, right = self.factors(i, low)
         return left @ right
+
+
+def _svd_failure(shape: tuple[int, ...], streak: int) -> str:
+    return f"GaLore: the SVD of a {shape[0]}x{shape[1]} gradient failed {streak} times in a row"
 
 
 class GaLore(StructuredOptimizer):
@@ -310,12 +314,7 @@ class GaLore(StructuredOptimizer):
     ) -> None:
         state = self.state[param]
         if basis is None:
-            self.solver_failures += 1
-            state["svd_failures"] = state.get("svd_failures", 0) + 1
-            if state["svd_failures"] >= MAX_CONSECUTIVE_SOLVER_FAILURES:
-                raise SolverError(
-                    f"GaLore: the SVD of a {shape[0]}x{shape[1]} gradient failed {state['svd_failures']} times in a row"
-                )
+            self.solver_failed(state, "svd_failures", partial(_svd_failure, shape))
             return
         old = state.get("projection")
         if old is None:
@@ -330,7 +329,7 @@ class GaLore(StructuredOptimizer):
                 overlap = basis.mT @ old
                 state["exp_avg"] = overlap @ state["exp_avg"]
                 state["exp_avg_sq"] = overlap.square() @ state["exp_avg_sq"]
-        state["svd_failures"] = 0
+        self.solver_ok(state, "svd_failures")
         state["projection"] = basis
 
 

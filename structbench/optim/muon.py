@@ -33,6 +33,7 @@ from __future__ import annotations
 import math
 from collections import defaultdict
 from collections.abc import Mapping
+from functools import partial
 from typing import Any
 
 import torch
@@ -64,7 +65,8 @@ ORTHOGONALIZATION = Declaration(
 """How a momentum is orthogonalized: Muon's, and FISMO's polar step."""
 RMS_MATCH = 0.2
 """Moonlight's target update RMS (AdamW's typical RMS): s = 0.2 sqrt(max(m, n))."""
-MAX_CONSECUTIVE_SOLVER_FAILURES = 3
+STREAK = "consecutive_solver_failures"
+"""A parameter's state entry counting its exact-SVD failures in a row, present only while a streak runs."""
 
 
 def update_scale(rows: int, cols: int, scale: str) -> float:
@@ -162,7 +164,7 @@ class Muon(StructuredOptimizer):
                 self._count_failure(owned)
             else:
                 for p in owned:
-                    self.state[p].pop("consecutive_solver_failures", None)
+                    self.solver_ok(self.state[p], STREAK, forget=True)
                 return ortho
         return newton_schulz(
             update,
@@ -174,15 +176,14 @@ class Muon(StructuredOptimizer):
         )
 
     def _count_failure(self, owned: list[Tensor]) -> None:
+        """One failed SVD of a stack counts once in `solver_failures` and once in each owned parameter's streak."""
         self.solver_failures += 1
         for p in owned:
-            state = self.state[p]
-            state["consecutive_solver_failures"] = state.get("consecutive_solver_failures", 0) + 1
-            if state["consecutive_solver_failures"] >= MAX_CONSECUTIVE_SOLVER_FAILURES:
-                raise SolverError(
-                    f"Muon: the SVD polar factor of a {tuple(p.shape)} parameter failed "
-                    f"{state['consecutive_solver_failures']} steps in a row"
-                )
+            self.solver_failed(self.state[p], STREAK, partial(_svd_failure, p), failures=0)
+
+
+def _svd_failure(p: Tensor, streak: int) -> str:
+    return f"Muon: the SVD polar factor of a {tuple(p.shape)} parameter failed {streak} steps in a row"
 
 
 def _route(model: torch.nn.Module | None, named: NamedParams, hp: Mapping[str, Any]) -> Routing:

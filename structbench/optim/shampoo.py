@@ -41,6 +41,7 @@ from __future__ import annotations
 import math
 from collections import defaultdict
 from collections.abc import Iterable, Mapping, Sequence
+from functools import partial
 from typing import Any
 
 import torch
@@ -63,7 +64,6 @@ NEWTON_ITERS = 10
 """Power iterations and coupled Schur-Newton iterations per root (paper App. A: "run for 10 iterations")."""
 NEWTON_TOL = 1e-6
 """Stopping tolerance on max|M - I| of the coupled Newton iteration and on the power-iteration estimate (code)."""
-MAX_CONSECUTIVE_FAILURES = 3
 PAPER = "4-bit Shampoo (arXiv 2405.18144)"
 REFERENCE = "Sike-Wang/low-bit-Shampoo optimizers/shampoo1.py"
 CNN_SETTING = f"{PAPER} App. G, CIFAR-100 CNNs"
@@ -103,6 +103,11 @@ def _edges(sizes: list[int]) -> list[slice]:
         out.append(slice(start, start + size))
         start += size
     return out
+
+
+def root_failure(name: str, streak: int) -> str:
+    """The SolverError of a parameter whose inverse roots failed `streak` root steps in a row."""
+    return f"{name} inverse roots failed on {streak} consecutive root steps for a parameter"
 
 
 def _stat_key(side: str, k: int) -> str:
@@ -231,16 +236,13 @@ class Shampoo(StructuredOptimizer):
                     new_roots[index][key] = root
         for index, (state, _) in enumerate(items):
             if index in failed:
-                state["root_failures"] += 1
+                self.solver_failed(state, "root_failures", None, failures=0)
                 continue
-            state["root_failures"] = 0
+            self.solver_ok(state, "root_failures")
             state["root_updates"] += 1
             for key, root in new_roots[index].items():
                 state[key].copy_(root)
-        if any(state["root_failures"] >= MAX_CONSECUTIVE_FAILURES for state, _ in items):
-            raise SolverError(
-                f"Shampoo inverse roots failed on {MAX_CONSECUTIVE_FAILURES} consecutive root steps for a parameter"
-            )
+        self.end_on_solver_streaks((state for state, _ in items), "root_failures", partial(root_failure, "Shampoo"))
 
     def precondition(self, state: dict[str, Any], grad: Tensor, blocks: BlockSlices) -> Tensor:
         """G^ = L^ G R^ per block, merged back to the (rows, cols) matrix (Alg. 4 line 12)."""

@@ -49,6 +49,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Mapping, Sequence
+from functools import partial
 from typing import Any
 
 import torch
@@ -160,21 +161,17 @@ class _LowBitShampoo(Shampoo):
                     continue
                 new[f"{side}_root_{k}"] = root
             if failed:
-                self.solver_failures += failed
-                state["root_failures"] += 1
+                self.solver_failed(state, "root_failures", None, failures=failed)
                 continue
-            state["root_failures"] = 0
+            self.solver_ok(state, "root_failures")
             state["root_updates"] += 1
             for name, root in new.items():
                 if _is_quantized(state, name):
                     _store(state, name, _quantize(root, group, keep_diagonal))
                 else:
                     state[name].copy_(root)
-        if any(state["root_failures"] >= shampoo32.MAX_CONSECUTIVE_FAILURES for state, _ in items):
-            raise SolverError(
-                f"4-bit Shampoo inverse roots failed on {shampoo32.MAX_CONSECUTIVE_FAILURES} consecutive root "
-                "steps for a parameter"
-            )
+        describe = partial(shampoo32.root_failure, "4-bit Shampoo")
+        self.end_on_solver_streaks((state for state, _ in items), "root_failures", describe)
 
 
 class Shampoo4bit(_LowBitShampoo):

@@ -62,7 +62,6 @@ from structbench.optim.registry import NamedParams, OptimizerEntry, Routing, reg
 
 SIDES = ("both", "smaller", "left", "right")
 REFRESH_METHODS = ("qr", "eigh")
-MAX_FAILURES_IN_A_ROW = 3
 _SIDE_NAMES = ("left", "right")
 REFERENCE = "nikhilvyas/SOAP soap.py (a1e5535)"
 
@@ -307,16 +306,13 @@ class SOAP(EagerStructuredOptimizer):
 
     def _record_failures(self, states: list[dict[str, Any]], failed: list[bool]) -> None:
         for state, fail in zip(states, failed, strict=True):
-            if not fail:
-                state["failures_in_a_row"] = 0
-                continue
-            self.solver_failures += 1
-            state["failures_in_a_row"] += 1
-            if state["failures_in_a_row"] >= MAX_FAILURES_IN_A_ROW:
-                raise SolverError(
-                    f"{type(self).__name__}: the eigenbasis of a parameter failed {MAX_FAILURES_IN_A_ROW} refreshes "
-                    "in a row"
-                )
+            if fail:
+                self.solver_failed(state, "failures_in_a_row", self._basis_failure)
+            else:
+                self.solver_ok(state, "failures_in_a_row")
+
+    def _basis_failure(self, streak: int) -> str:
+        return f"{type(self).__name__}: the eigenbasis of a parameter failed {streak} refreshes in a row"
 
     def _adam_step(
         self, group: dict[str, Any], params: list[Tensor], states: list[dict[str, Any]], grads: Tensor

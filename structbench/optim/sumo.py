@@ -55,6 +55,7 @@ from __future__ import annotations
 import math
 from collections import defaultdict
 from collections.abc import Mapping
+from functools import partial
 from typing import Any
 
 import torch
@@ -78,7 +79,6 @@ PROJ_SIDES = ("paper", "galore", "left", "right")
 MOMENT_TRANSFORMS = ("rotate", "reset", "keep")
 MOMENTUM_FORMS = ("sum", "ema")
 SHAPE_SCALES = ("sqrt_max", "none")
-MAX_CONSECUTIVE_SOLVER_FAILURES = 3
 PAPER = "Refael et al. (arXiv 2505.24749)"
 GALORE = "jiaweizzhao/GaLore galore_torch/adamw.py"
 
@@ -291,7 +291,7 @@ class Sumo(EagerStructuredOptimizer):
     def _install(self, param: Tensor, basis: Tensor | None, other: int, group: Mapping[str, Any]) -> None:
         state = self.state[param]
         if basis is None:
-            self._count_failure(param, "refresh_failures", "truncated SVD of the gradient")
+            self.solver_failed(state, "refresh_failures", partial(_failure, "truncated SVD of the gradient", param))
             return
         old = state.get("basis")
         if old is None:
@@ -301,7 +301,7 @@ class Sumo(EagerStructuredOptimizer):
         elif group["moment_transform"] == "reset":
             state["moment"].zero_()
         state["basis"] = basis
-        state["refresh_failures"].zero_()
+        self.solver_ok(state, "refresh_failures")
 
     def _orthogonalize(self, stacked: Tensor, owned: list[Tensor], group: Mapping[str, Any]) -> tuple[Tensor, Tensor]:
         """Block 2's O for a (b, r, other) stack, and which matrices succeeded (a failed one gets O = 0)."""
@@ -325,20 +325,16 @@ class Sumo(EagerStructuredOptimizer):
                     ortho[i] = polar_masked(moment)
                 except SolverError:
                     ok[i] = False
-                    self._count_failure(owned[i], "orth_failures", "SVD of the moment")
+                    describe = partial(_failure, "SVD of the moment", owned[i])
+                    self.solver_failed(self.state[owned[i]], "orth_failures", describe)
         for p, success in zip(owned, ok.tolist(), strict=True):
             if success:
-                self.state[p]["orth_failures"].zero_()
+                self.solver_ok(self.state[p], "orth_failures")
         return ortho, ok
 
-    def _count_failure(self, param: Tensor, key: str, what: str) -> None:
-        self.solver_failures += 1
-        counter = self.state[param][key]
-        counter += 1
-        if int(counter) >= MAX_CONSECUTIVE_SOLVER_FAILURES:
-            raise SolverError(
-                f"SUMO: the {what} of a {tuple(param.shape)} parameter failed {int(counter)} times in a row"
-            )
+
+def _failure(what: str, param: Tensor, streak: int) -> str:
+    return f"SUMO: the {what} of a {tuple(param.shape)} parameter failed {streak} times in a row"
 
 
 COUNTER_BYTES = 8 * len(_COUNTERS)
