@@ -2,20 +2,41 @@
 
 from __future__ import annotations
 
-from structbench.claims.base import ClaimDef
-from structbench.errors import UsageError
-from structbench.optim.registry import unknown_name_message
+import importlib
+from collections.abc import Callable
 
-PAPERS = ("4bit-shampoo", "racs-alice", "asgo", "sumo", "fismo")
+from structbench.claims.base import ClaimDef
+from structbench.errors import Registry
+
+_MODULES = {
+    "4bit-shampoo": "shampoo4bit",
+    "racs-alice": "racs_alice",
+    "asgo": "asgo",
+    "sumo": "sumo",
+    "fismo": "fismo",
+}
+"""Each paper and the module of `structbench.claims` that lists its claims (`CLAIMS`), imported when asked for."""
+
+PAPERS = tuple(_MODULES)
+
+
+def _module_claims(module: str) -> Callable[[], list[ClaimDef]]:
+    return lambda: list(importlib.import_module(f"structbench.claims.{module}").CLAIMS)
+
+
+def _every_claim() -> list[ClaimDef]:
+    return [claim for paper in PAPERS for claim in claims_of(paper)]
+
+
+BY_PAPER: Registry[Callable[[], list[ClaimDef]]] = Registry(
+    "paper",
+    [*((paper, _module_claims(module)) for paper, module in _MODULES.items()), ("all", _every_claim)],
+    sort=False,
+)
+"""What lists each paper's claims (and "all": every paper's, in PAPERS order), by the name `structbench claims`
+takes."""
 
 
 def claims_of(paper: str) -> list[ClaimDef]:
     """The registered claims of one paper ("all": of every paper, in PAPERS order)."""
-    if paper == "all":
-        return [c for name in PAPERS for c in claims_of(name)]
-    if paper not in PAPERS:
-        raise UsageError(unknown_name_message("paper", paper, [*PAPERS, "all"]))
-    from structbench.claims import asgo, fismo, racs_alice, shampoo4bit, sumo
-
-    modules = {"4bit-shampoo": shampoo4bit, "racs-alice": racs_alice, "asgo": asgo, "sumo": sumo, "fismo": fismo}
-    return list(modules[paper].CLAIMS)
+    return BY_PAPER.lookup(paper)()

@@ -2,23 +2,20 @@
 
 from __future__ import annotations
 
-from structbench.errors import UsageError
+from structbench.errors import Registry
 from structbench.experiments.base import Claim, ExperimentDef, ExperimentResult
-from structbench.optim.registry import unknown_name_message
 
-EXPERIMENTS: dict[str, ExperimentDef] = {}
+EXPERIMENTS: Registry[ExperimentDef] = Registry("experiment")
 
 
 def register_experiment(definition: ExperimentDef) -> ExperimentDef:
-    EXPERIMENTS[definition.name] = definition
-    return definition
+    """Register `definition` under its name; a name already registered is a ValueError."""
+    return EXPERIMENTS.register(definition.name, definition)
 
 
 def get_experiment(name: str) -> ExperimentDef:
-    try:
-        return EXPERIMENTS[name]
-    except KeyError:
-        raise UsageError(unknown_name_message("experiment", name, sorted(EXPERIMENTS))) from None
+    """The experiment registered as `name`; an unknown name is a usage error."""
+    return EXPERIMENTS.lookup(name)
 
 
 def _register_builtin() -> None:

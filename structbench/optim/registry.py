@@ -19,7 +19,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from structbench.errors import UsageError, did_you_mean
+from structbench.errors import UsageError, unknown_name_message
 from structbench.optim.hparams import Declaration
 
 NamedParams = Sequence[tuple[str, nn.Parameter]]
@@ -125,10 +125,6 @@ def get(name: str) -> OptimizerEntry:
     if entry is None:
         raise UsageError(unknown_name_message("optimizer", name, names()))
     return entry
-
-
-def unknown_name_message(kind: str, name: str, known: Sequence[str]) -> str:
-    return f"unknown {kind} {name!r}.{did_you_mean(name, known)} Known: {', '.join(known)}."
 
 
 def resolve_hparams(name: str, overrides: Mapping[str, Any]) -> dict[str, Any]:

@@ -2,24 +2,21 @@
 
 from __future__ import annotations
 
-from structbench.errors import UsageError
-from structbench.optim.registry import unknown_name_message
+from structbench.errors import Registry
 from structbench.tasks.base import EvalResult, Task, TaskContext, TaskDef
 from structbench.tasks.language.task import LANGUAGE_MODEL
 from structbench.tasks.quadratic import QUADRATIC
 from structbench.tasks.synthetic_classification import SYNTHETIC_CLASSIFICATION
 from structbench.tasks.vision.task import IMAGE_CLASSIFICATION
 
-TASKS: dict[str, TaskDef] = {
-    t.name: t for t in (QUADRATIC, SYNTHETIC_CLASSIFICATION, IMAGE_CLASSIFICATION, LANGUAGE_MODEL)
-}
+TASKS: Registry[TaskDef] = Registry(
+    "task", ((t.name, t) for t in (QUADRATIC, SYNTHETIC_CLASSIFICATION, IMAGE_CLASSIFICATION, LANGUAGE_MODEL))
+)
 
 
 def get_task(name: str) -> TaskDef:
-    try:
-        return TASKS[name]
-    except KeyError:
-        raise UsageError(unknown_name_message("task", name, sorted(TASKS))) from None
+    """The task registered as `name`; an unknown name is a usage error."""
+    return TASKS.lookup(name)
 
 
 __all__ = ["TASKS", "EvalResult", "Task", "TaskContext", "TaskDef", "get_task"]
