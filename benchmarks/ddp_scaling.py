@@ -27,7 +27,8 @@ import torch
 
 from structbench import measure
 from structbench.data.root import resolve_data_root
-from structbench.execution import executors
+from structbench.execution import local
+from structbench.execution.job import Job
 from structbench.execution.runner import execute
 from structbench.execution.torchrun import run_torchrun
 from structbench.plan import grid, spec
@@ -41,14 +42,14 @@ def suite_for(name: str, optim_name: str, steps: int, extra: list[str]) -> Any:
 
 
 def distributed_rate(cell: grid.Cell, device: str, data_root: Path, nproc: int, out: Path) -> float:
-    job = executors.Job(
+    job = Job(
         cell=cell,
         device=device,
         data_root=str(data_root),
         out=str(out),
         executor="torchrun",
         parallel_runs=1,
-        threads=executors.threads_per_worker(nproc) if device == "cpu" else None,
+        threads=local.threads_per_worker(nproc) if device == "cpu" else None,
         nproc_per_node=nproc,
     )
     finished = run_torchrun(job)

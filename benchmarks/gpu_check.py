@@ -56,7 +56,7 @@ def cuda_tests() -> tuple[bool, str]:
 
 def sync_audit(steps: int) -> tuple[bool, str]:
     from structbench.data.root import resolve_data_root
-    from structbench.execution.executors import Job, run_job
+    from structbench.execution.job import Job, run_job
     from structbench.plan import grid, spec
     from structbench.store import write as store
 
@@ -90,7 +90,7 @@ def sync_audit(steps: int) -> tuple[bool, str]:
 
 
 def run_order() -> tuple[bool, str]:
-    from structbench.execution.executors import Job, run_job
+    from structbench.execution.job import Job, run_job
     from structbench.plan import grid, spec
     from structbench.store import write as store
 

@@ -30,7 +30,7 @@ from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from structbench.execution.executors import Finished, Job
+from structbench.execution.job import Finished, Job, finish
 
 if TYPE_CHECKING:
     from structbench.execution.distributed import Comm
@@ -44,9 +44,8 @@ def run_rank(job: Job, exit_on_failure: bool = True) -> dict[str, Any] | None:
     cell's `setting`), on the other ranks None. A non-zero rank that ended on its own exits with status 1 when
     `exit_on_failure` (torchrun then stops the other ranks), else returns None at once (a Slurm task: its task 0
     reports the run)."""
-    from structbench.execution import checkpoint, distributed, signals
+    from structbench.execution import distributed, signals
     from structbench.execution.runner import SHARED_OUTCOMES, execute, new_run_id
-    from structbench.store import write as store
 
     signals.install(job.time_limit_s)
     with signals.armed(False):
@@ -86,12 +85,8 @@ def run_rank(job: Job, exit_on_failure: bool = True) -> dict[str, Any] | None:
                     os._exit(1)
                 return None
             row.update(first_failure(notes, comm.world_size, row))
-            store.write_run(out, row, outcome.curves)
+            finish(out, job, outcome)
             remove_notes(notes)
-            if row["status"] in store.FINAL_STATUSES:
-                checkpoint.remove(out, cell.key)
-                if job.supersede:
-                    store.remove_runs(out, job.supersede)
         finally:
             distributed.leave()
     interrupted = outcome.interrupted or signals.received() is not None

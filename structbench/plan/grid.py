@@ -12,10 +12,16 @@ from __future__ import annotations
 
 import hashlib
 import json
-from dataclasses import dataclass
-from typing import Any
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Protocol
 
 from structbench.plan.spec import SuiteSpec
+
+if TYPE_CHECKING:
+    from structbench.execution.job import Job
+    from structbench.execution.slurm import SlurmOptions
 
 KEY_LENGTH = 20
 
@@ -93,3 +99,108 @@ def _distinguishing_settings(suites: list[SuiteSpec]) -> dict[tuple[str, str, st
             short = {k.split(".")[-1] if k.startswith("hparams.") else k: config[k] for k in differing}
             labels[(suite_name, optim_name, text)] = " ".join(f"{k}={v}" for k, v in short.items())
     return labels
+
+
+@dataclass(frozen=True)
+class Request:
+    """What a `run` command asks for, as its options give it."""
+
+    suite: str
+    optims: Sequence[str] = ()
+    seeds: Sequence[int] = ()
+    steps: int | None = None
+    overrides: Sequence[str] = ()
+    sweep: bool = False
+    search: str | None = None
+    rerun: bool = False
+    dry_run: bool = False
+    executor: str = "inline"
+    jobs: int | None = None
+    slurm: Mapping[str, Any] = field(default_factory=dict)
+    """The `--slurm-*` values given (None, or [] for `extra`, where not), by SlurmOptions field."""
+    wait: bool = False
+    nproc_per_node: int | None = None
+    nnodes: int | None = None
+    device: str = "auto"
+    out: Path = Path("results")
+    data_dir: Path | None = None
+    optim_aliases: Sequence[str] = ()
+
+
+@dataclass(frozen=True)
+class Plan:
+    """A grid resolved for its executor: every cell, those the store holds already, and a job for each to run."""
+
+    request: Request
+    suites: list[SuiteSpec]
+    checks: dict[str, Any]
+    cells: list[Cell]
+    cached: dict[str, str]
+    """Run key -> run id of the final runs the store holds."""
+    todo: list[Cell]
+    jobs: list[Job]
+    workers: int
+    world_size: int
+    device_kind: str
+    slurm: SlurmOptions | None
+
+    @property
+    def planned(self) -> int:
+        """The runs this grid stores when it runs to the end: its jobs and the numerical experiments' seeds."""
+        return len(self.jobs) + sum(len(s.seeds) for s in self.suites if s.experiment is not None)
+
+
+class Notes(Protocol):
+    """Where planning says what it did and what looks wrong."""
+
+    def note(self, text: str) -> None: ...
+
+    def warning(self, text: str) -> None: ...
+
+
+def plan(request: Request, notes: Notes) -> Plan:
+    """Check the request, resolve its suites (`--steps` shortening included), run the tasks' preflight checks, and
+    build the grid, its cache lookup in the store and the job of each run to do."""
+    from structbench.data.root import resolve_data_root
+    from structbench.execution import session
+    from structbench.optim import plugins
+    from structbench.plan import spec, suite_lookup
+    from structbench.plan import sweep as sweeps
+    from structbench.store import write as store
+
+    world_size = session.check_request(request)
+    plugins.parse_aliases(list(request.optim_aliases))
+    suites, checks = spec.load_suites(
+        request.suite,
+        list(request.overrides),
+        list(request.optims),
+        list(request.seeds),
+        request.sweep,
+        sweeps.parse_search(request.search),
+        request.steps,
+    )
+    for note in [*suite_lookup.notes(request.suite), *dict.fromkeys(s.budget_note for s in suites if s.budget_note)]:
+        notes.note(note)
+    slurm = session.slurm_placement(request, notes)
+    device_kind = session.resolve_device_kind(request.device, slurm)
+    if request.nproc_per_node is not None:
+        session.check_distributed_suites(suites, world_size, request.nproc_per_node, device_kind, request.executor)
+    data_root = resolve_data_root(request.data_dir)
+    _preflight(suites, data_root)
+    cells = build_grid([s for s in suites if s.experiment is None], device_kind, world_size)
+    cached = store.final_run_keys(request.out) if request.out.is_dir() else {}
+    todo = cells if request.rerun else [c for c in cells if c.key not in cached]
+    workers, jobs = session.jobs_for(request, todo, cached, device_kind, data_root, slurm)
+    return Plan(request, suites, checks, cells, cached, todo, jobs, workers, world_size, device_kind, slurm)
+
+
+def _preflight(suites: list[SuiteSpec], data_root: Path) -> None:
+    """Each task's check that its data are on disk, before anything runs."""
+    from structbench.tasks import get_task
+
+    for suite in suites:
+        if suite.experiment is None:
+            task_def = get_task(suite.task)
+            if task_def.preflight is not None:
+                budget = suite.budget
+                task_def.preflight(suite.task_args, data_root, budget["batch_size"] // budget["grad_accum"])

@@ -4,11 +4,30 @@ A suite file names a task and its arguments, a budget, an optional schedule and 
 and seeds to run, and per-optimizer hyperparameters. A suite may instead `include` other suites (the
 smoke suite does): it then runs each of them in turn. `--set section.key=value` overrides any field of
 the effective spec; the value is parsed as TOML and must match the type of the field it replaces.
+
+`run --steps N` sets every run's budget to N steps (dropping budget.epochs) as the suite is resolved, and keeps enough
+evaluations to time a target and draw a curve. A suite's `eval_every` and `log_every` are chosen for its own budget;
+cut to N steps, a run of `shakespeare-llama` (300 steps, an evaluation every 50) would be evaluated at steps 0 and N
+only, and time to target would be a straight line between the two. So when the suite's values would leave fewer than
+MIN_EVALUATIONS evaluations in N steps (counting the one before training and the final one), `--steps N` shortens both
+in proportion:
+
+- the suite's evaluation intervals k: ceil(steps / eval_every) for a budget in steps, ceil(epochs) for a budget in
+  epochs evaluated at every epoch's end (eval_every 0); at least MIN_EVALUATIONS - 1;
+- eval_every becomes max(1, floor(N / k)), so the N steps hold at least k intervals, as the suite's budget did;
+- log_every is scaled by the same factor as the budget, max(1, round(log_every * N / steps)), never above the new
+  eval_every; for a budget in epochs (whose length in steps depends on the data) it is capped at the new eval_every.
+
+A suite whose budget in steps says eval_every 0 (evaluate at the start and the end only), or whose budget in epochs
+sets its own eval_every (its length in steps depends on the data), is left as it is, and so is a budget whose
+eval_every or log_every the command line sets itself (`--set budget.eval_every=...`). The shortened values are part
+of the effective spec each run stores; each spec says what changed in its `budget_note`.
 """
 
 from __future__ import annotations
 
 import copy
+import dataclasses
 import math
 import reprlib
 import tomllib
@@ -119,6 +138,8 @@ class SuiteSpec:
     plugins: dict[str, dict[str, Any]] = field(default_factory=dict)
     """The identity of each optimizer that is a plugin (structbench.optim.plugins): stored in its runs' spec as
     `optim_plugin`, so part of their run key."""
+    budget_note: str = ""
+    """What `--steps` shortened in the budget (eval_every, log_every), as the command says it; "" when nothing."""
 
     def run_spec_base(self) -> dict[str, Any]:
         """The fields of the effective spec every run of this suite shares."""
@@ -210,16 +231,23 @@ def load_suites(
     seeds: Sequence[int] = (),
     sweep: bool = False,
     search: Search | None = None,
+    steps: int | None = None,
 ) -> tuple[list[SuiteSpec], dict[str, Any]]:
     """Resolve a suite (expanding `include`) into runnable specs; return them and the suite's checks.
 
     Without sweeps a suite gives one spec covering all its optimizers. A swept field outside the hyperparameters
     gives one spec per value (their Cartesian product); swept hyperparameters (`--set` lists and ranges, with `sweep`
     or a `search` the suite's `[sweep.<optim>]` tables or else each optimizer's declared tuning ranges) give one
-    single-optimizer spec per setting.
+    single-optimizer spec per setting. `steps` (`run --steps`) makes every budget that many steps, shortening
+    eval_every and log_every (module docstring) unless `overrides` sets either.
     """
     check_include_cycles(name_or_path)
-    return _load_suites(name_or_path, overrides, optims, seeds, sweep, search)
+    if steps is None:
+        return _load_suites(name_or_path, overrides, optims, seeds, sweep, search, None)
+    given = {assignment.partition("=")[0].strip() for assignment in overrides}
+    shorten_to = None if given & {f"budget.{k}" for k in SHORTENED} else steps
+    overrides = [*overrides, f"budget.steps={steps}", "budget.epochs=0"]
+    return _load_suites(name_or_path, overrides, optims, seeds, sweep, search, shorten_to)
 
 
 def _load_suites(
@@ -229,13 +257,60 @@ def _load_suites(
     seeds: Sequence[int],
     sweep: bool,
     search: Search | None,
+    shorten_to: int | None,
 ) -> tuple[list[SuiteSpec], dict[str, Any]]:
     name, path, raw = read_suite_file(name_or_path)
     checks = _merge("checks", CHECK_DEFAULTS, raw.get("checks", {}))
     if "include" in raw:
-        specs = [s for child in raw["include"] for s in _load_suites(child, overrides, optims, seeds, sweep, search)[0]]
+        specs = [
+            s
+            for child in raw["include"]
+            for s in _load_suites(child, overrides, optims, seeds, sweep, search, shorten_to)[0]
+        ]
         return specs, checks
-    return resolve_suite(name, path, raw, overrides, optims, seeds, checks, sweep, search), checks
+    specs = resolve_suite(name, path, raw, overrides, optims, seeds, checks, sweep, search)
+    if shorten_to is None or "experiment" in raw:
+        return specs, checks
+    own = {**BUDGET_DEFAULTS, **raw.get("budget", {})}
+    return [shorten(s, shorten_to, own) for s in specs], checks
+
+
+MIN_EVALUATIONS = 5
+SHORTENED = ("eval_every", "log_every")
+
+
+def evaluations(steps: int, eval_every: int) -> int:
+    """Evaluations of a run of `steps` steps: the one before training, one every `eval_every` steps, the last."""
+    if eval_every <= 0:
+        return 2
+    return 1 + math.ceil(steps / eval_every)
+
+
+def shorten(suite: SuiteSpec, steps: int, own: Mapping[str, Any]) -> SuiteSpec:
+    """The suite with eval_every and log_every shortened for `steps` steps (module docstring) from `own`, the budget
+    its file declares with the defaults filled in; what changed is its `budget_note`."""
+    budget = suite.budget
+    if evaluations(steps, int(budget["eval_every"])) >= MIN_EVALUATIONS:
+        return suite
+    own_steps, own_epochs, own_eval = int(own["steps"]), float(own["epochs"]), int(own["eval_every"])
+    if own_epochs > 0 and own_eval <= 0:
+        intervals = math.ceil(own_epochs)
+    elif own_eval > 0 and own_epochs <= 0:
+        intervals = math.ceil(own_steps / own_eval)
+    else:
+        return suite
+    eval_every = max(1, steps // max(intervals, MIN_EVALUATIONS - 1))
+    log_every = int(budget["log_every"])
+    if own_epochs <= 0:
+        log_every = max(1, round(log_every * steps / own_steps))
+    log_every = min(log_every, eval_every)
+    shortened = {**budget, "eval_every": eval_every, "log_every": log_every}
+    changes = [f"{k} {budget[k]} -> {shortened[k]}" for k in SHORTENED if shortened[k] != budget[k]]
+    note = (
+        f"{suite.name}: --steps {steps} shortens {' and '.join(changes)}, so each run is evaluated "
+        f"{evaluations(steps, eval_every)} times instead of {evaluations(steps, int(budget['eval_every']))}."
+    )
+    return dataclasses.replace(suite, budget=shortened, budget_note=note)
 
 
 def check_include_cycles(name_or_path: str, chain: tuple[Path, ...] = ()) -> None:

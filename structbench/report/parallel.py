@@ -30,6 +30,8 @@ from concurrent.futures import Future, ProcessPoolExecutor
 from concurrent.futures.process import BrokenProcessPool
 from typing import Any, Generic, Self, TypeVar
 
+from structbench import environment
+
 MAX_WORKERS = 8
 PR_SET_PDEATHSIG = 1
 """prctl(2): the signal a process receives when the thread that forked it ends."""
@@ -57,9 +59,8 @@ def thaw() -> None:
 
 
 def usable_cores() -> int:
-    """The cores this process may run on, at most MAX_WORKERS."""
-    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
-    return max(1, min(cores, MAX_WORKERS))
+    """The cores this process may run on (environment.usable_cores), at most MAX_WORKERS."""
+    return max(1, min(environment.usable_cores(), MAX_WORKERS))
 
 
 def workers_for(tasks: int, min_tasks: int) -> int:

@@ -13,7 +13,7 @@ import pandas as pd
 import pyarrow.parquet as pq
 import pytest
 
-from structbench.cli.app import app as cli_module
+from structbench.execution import job as job_module
 from tests.conftest import read_curves, read_runs
 
 QUICK = ("--suite", "quadratic", "--steps", "30", "--quiet")
@@ -171,7 +171,7 @@ def test_error_inside_a_run_is_recorded_and_the_grid_goes_on(cli, tmp_path, monk
         return original(self, step)
 
     runner_calls = {"n": 0}
-    original_execute = cli_module.execute
+    original_execute = job_module.run_job
 
     def counting_execute(*args, **kwargs):
         try:
@@ -180,7 +180,7 @@ def test_error_inside_a_run_is_recorded_and_the_grid_goes_on(cli, tmp_path, monk
             runner_calls["n"] += 1
 
     monkeypatch.setattr(QuadraticTask, "train_loss", failing)
-    monkeypatch.setattr("structbench.cli.app.execute", counting_execute)
+    monkeypatch.setattr("structbench.execution.job.run_job", counting_execute)
     result = cli("run", *QUICK, "--optim", "sgd", "--seed", "0", "--seed", "1", "--out", tmp_path)
     assert result.exit_code == 1
     runs = read_runs(tmp_path).sort_values("seed")

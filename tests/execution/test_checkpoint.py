@@ -16,7 +16,7 @@ import torch
 
 from structbench import optim
 from structbench.execution import checkpoint
-from structbench.execution.executors import Job, run_job
+from structbench.execution.job import Job, run_job
 from structbench.plan import grid, spec
 from structbench.store import write as store
 from structbench.tasks.base import TaskContext

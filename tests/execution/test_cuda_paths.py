@@ -134,7 +134,7 @@ FIRST_STEPS = textwrap.dedent(
     from structbench.plan import grid
     from structbench.plan import spec
     from structbench.store import write as store
-    from structbench.execution.executors import Job, run_job
+    from structbench.execution.job import Job, run_job
 
     torch.set_num_threads(1)
     suites, _ = spec.load_suites("quadratic", ["budget.steps=20"], ["adamw"], [0])

@@ -23,7 +23,8 @@ import pyarrow.parquet as pq
 import pytest
 import torch
 
-from structbench.execution import checkpoint, executors
+from structbench.execution import checkpoint, slurm
+from structbench.execution.job import Job
 from structbench.store import write as store
 from structbench.tasks.quadratic import QuadraticTask
 from tests.conftest import read_runs
@@ -42,7 +43,7 @@ DRIVER = textwrap.dedent(
     """
     import os, sys
     from structbench.execution import runner
-    from structbench.cli.app import app as cli
+    from structbench.cli import app as cli
 
     log = open(os.environ["FINISHED_LOG"], "a")
     execute, train = runner.execute, runner._train
@@ -446,7 +447,7 @@ def test_a_slurm_job_killed_before_its_result_is_a_failed_run_and_the_wait_ends(
     marker, out = tmp_path / "killed", tmp_path / "results"
     monkeypatch.setenv("KILL_MARKER", str(marker))
     monkeypatch.setenv("PYTHONPATH", str(tmp_path / "site"))  # the jobs' environment: sbatch exports this one's
-    monkeypatch.setattr(executors, "LOST_AFTER_S", 2.0)
+    monkeypatch.setattr(slurm, "LOST_AFTER_S", 2.0)
     command = ("run", "--suite", "quadratic", "--optim", "sgd", "--seed", "0", "--seed", "1", "--steps", "40",
                "--executor", "slurm", "--wait", "--slurm-time", "5", "--out", out, "--quiet")  # fmt: skip
     result = cli(*command)
@@ -466,7 +467,7 @@ def test_a_job_slurm_no_longer_lists_fails_only_after_lost_after_s_without_a_res
     """A job still listed, or a round squeue does not answer, never starts the clock; unlisted, the job fails once
     LOST_AFTER_S has passed with no result, quoting the last line of its error log. A job whose result appears
     while it is unlisted is collected."""
-    monkeypatch.setattr(executors, "LOST_AFTER_S", 0.3)
+    monkeypatch.setattr(slurm, "LOST_AFTER_S", 0.3)
     lost, late = FakeSlurmJob("7_0", stderr="starting\nsrun: error: task 0: Killed\n\n"), FakeSlurmJob("7_1")
     rounds: list[float] = []
 
@@ -480,7 +481,7 @@ def test_a_job_slurm_no_longer_lists_fails_only_after_lost_after_s_without_a_res
 
     finished = [
         (time.monotonic(), f.job.cell, f.row, f.failure)
-        for f in executors.collect_slurm([job_for("a"), job_for("b")], [lost, late], poll_s=0.01, queued=squeue)
+        for f in slurm.collect_slurm([job_for("a"), job_for("b")], [lost, late], poll_s=0.01, queued=squeue)
     ]
     assert [f[1:] for f in finished] == [
         ("b", {"run_id": "late"}, None),
@@ -490,9 +491,9 @@ def test_a_job_slurm_no_longer_lists_fails_only_after_lost_after_s_without_a_res
 
 
 def test_a_lost_job_with_an_empty_error_log_says_so(monkeypatch):
-    monkeypatch.setattr(executors, "LOST_AFTER_S", 0.0)
+    monkeypatch.setattr(slurm, "LOST_AFTER_S", 0.0)
     job = FakeSlurmJob("8_0", stderr=None)
-    (finished,) = executors.collect_slurm([job_for("a")], [job], poll_s=0.0, queued=dict)
+    (finished,) = slurm.collect_slurm([job_for("a")], [job], poll_s=0.0, queued=dict)
     assert finished.failure == "Slurm job 8_0 ended without a result (its error log is empty)"
 
 
@@ -513,8 +514,8 @@ class FakeSlurmJob:
         return self._stderr
 
 
-def job_for(cell: str) -> executors.Job:
-    return executors.Job(cell=cell, device="cpu", data_root="", out="", executor="slurm", parallel_runs=1, threads=1)
+def job_for(cell: str) -> Job:
+    return Job(cell=cell, device="cpu", data_root="", out="", executor="slurm", parallel_runs=1, threads=1)
 
 
 @pytest.mark.parametrize(("time_limit_s", "status"), [(120.0, "timeout"), (86400.0, "interrupted")])
@@ -522,7 +523,7 @@ def test_slurms_time_limit_warning_ends_a_run_timeout_only_near_the_jobs_limit(t
                                                                               monkeypatch):  # fmt: skip
     """submitit has Slurm send SIGUSR2 90 s before the time limit, and also on preemption: near the limit (a 2-minute
     job) the run ends `timeout` (final); a day-long job warned after seconds was preempted: `interrupted`."""
-    from structbench.execution.executors import Job, run_job
+    from structbench.execution.job import Job, run_job
     from structbench.plan import grid, spec
 
     original = QuadraticTask.train_loss

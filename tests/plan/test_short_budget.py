@@ -7,7 +7,7 @@ import json
 
 import pytest
 
-from structbench.plan import short_budget, spec
+from structbench.plan import spec
 from tests.conftest import read_curves, read_runs
 
 
@@ -40,15 +40,13 @@ def test_shakespeare_llama_at_30_steps_is_evaluated_every_5(cli, tmp_path):
     ],
 )
 def test_shortened_values_follow_the_suite_budget(suite, steps, eval_every, log_every):
-    suites, _ = spec.load_suites(suite, [f"budget.steps={steps}", "budget.epochs=0"])
-    [shortened], _ = short_budget.apply(suites, steps, [])
+    [shortened], _ = spec.load_suites(suite, steps=steps)
     assert (shortened.budget["eval_every"], shortened.budget["log_every"]) == (eval_every, log_every)
 
 
 def test_a_field_set_on_the_command_line_is_not_shortened():
-    suites, _ = spec.load_suites("quadratic", ["budget.steps=30", "budget.epochs=0", "budget.eval_every=15"])
-    [kept], notes = short_budget.apply(suites, 30, ["budget.eval_every=15"])
-    assert kept.budget["eval_every"] == 15 and kept.budget["log_every"] == 5 and notes == []
+    [kept], _ = spec.load_suites("quadratic", ["budget.eval_every=15"], steps=30)
+    assert kept.budget["eval_every"] == 15 and kept.budget["log_every"] == 5 and kept.budget_note == ""
 
 
 def test_a_real_30_step_run_stores_the_shortened_budget_and_seven_evaluations(cli, tmp_path):

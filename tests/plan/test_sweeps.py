@@ -310,7 +310,7 @@ def test_a_slurm_time_limit_the_early_sigusr2_can_kill_is_warned_of(cli, tmp_pat
 
 
 def test_slurm_time_formats():
-    from structbench.execution.executors import parse_slurm_time
+    from structbench.execution.slurm import parse_slurm_time
 
     assert [parse_slurm_time(t) for t in ("30", "90:30", "2:00:00", "1-0", "1-02:03", 15)] == [
         30, 91, 120, 1440, 1563, 15,
@@ -338,11 +338,11 @@ def test_status_counts_done_failed_queued_running_and_missing(tmp_path):
 
 
 def test_local_workers_divide_the_cores(monkeypatch):
-    from structbench.execution import executors
+    from structbench.execution import local
 
-    monkeypatch.setattr(executors, "available_cores", lambda: 8)
-    assert [executors.threads_per_worker(n) for n in (1, 2, 3, 8, 16)] == [8, 4, 2, 1, 1]
-    assert math.isfinite(executors.available_cores())
+    monkeypatch.setattr(local, "usable_cores", lambda: 8)
+    assert [local.threads_per_worker(n) for n in (1, 2, 3, 8, 16)] == [8, 4, 2, 1, 1]
+    assert math.isfinite(local.usable_cores())
 
 
 def test_error_runs_are_run_again_and_final_failures_are_not(cli, tmp_path, monkeypatch):

@@ -1,217 +1,22 @@
-"""Where the runs of a grid execute: in this process, in local worker processes, or as a Slurm job array.
-
-One run is one call of `run_job`, whatever the executor: it trains the cell, writes the run into the store by
-atomic rename (the store is the only coordination between workers) and returns the stored row.
-
-- inline: this process, one run after another.
-- local: a `concurrent.futures.ProcessPoolExecutor` of N workers, each run in a fresh process
-  (`max_tasks_per_child=1`) so a CPU run's peak RSS is its own, with torch's threads divided among the workers.
-  submitit's local executor is not used: it starts every job of a grid at once and has no cap on how many run
-  together, which would oversubscribe the cores; capping it would mean writing a queue of our own.
-  Workers fork from a server process that has imported torch already (`forkserver` with a preload), so a run
-  does not pay torch's import.
-- slurm: a submitit job array (`AutoExecutor(cluster="slurm").map_array`), one array element per run; job logs
-  and submitit's pickles under the store's hidden `.submitit/` directory.
+"""The Slurm executor: a submitit job array (`AutoExecutor(cluster="slurm").map_array`), one array element per run;
+job logs and submitit's pickles under the store's hidden `.submitit/` directory. A distributed run is one job of a
+task per rank (`structbench.execution.torchrun.slurm_rank`).
 """
 
 from __future__ import annotations
 
-import contextlib
 import math
-import multiprocessing
-import os
 import shutil
 import time
-from collections import Counter
 from collections.abc import Callable, Iterator, Mapping, Sequence
-from concurrent.futures import Future, ProcessPoolExecutor, as_completed
-from concurrent.futures.process import BrokenProcessPool
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-from structbench.environment import command_line
 from structbench.errors import UsageError
+from structbench.execution.job import Finished, Job, one_line, run_job
 from structbench.execution.signals import SUBMITIT_WARNING_S
-
-if TYPE_CHECKING:
-    from structbench.plan.grid import Cell
-
-EXECUTORS = ("inline", "local", "slurm")
-
-
-@dataclass(frozen=True)
-class Job:
-    """Everything a worker needs for one run (picklable: it crosses process and machine boundaries)."""
-
-    cell: Cell
-    device: str
-    data_root: str
-    out: str
-    executor: str
-    parallel_runs: int
-    threads: int | None
-    supersede: tuple[str, ...] = ()
-    """Run ids of earlier final runs of this key (a forced rerun): removed once this run has stored a final row."""
-    time_limit_s: float | None = None
-    """The cluster's time limit of the job running this run (Slurm), which tells a time-limit warning apart."""
-    nproc_per_node: int = 0
-    """Ranks per node of the torch.distributed job this run is (`structbench.execution.torchrun`); 0: one process, no
-    torch.distributed."""
-    nnodes: int = 1
-    """Nodes of that job (Slurm only: torchrun here runs on this machine alone)."""
-    command: str = field(default_factory=command_line)
-    """The command line that planned the run (a worker's own command line is the executor's, not the user's)."""
-
-
-def run_job(job: Job, on_progress: Callable[[Any], None] | None = None) -> dict[str, Any]:
-    """Train one cell, store it, and return the stored row with `interrupted` and the cell's `setting` added.
-
-    SIGINT and SIGTERM (and on Slurm the time-limit warning) interrupt the training only: the run is stored with
-    status `interrupted` (or `timeout`) and a signal arriving while it is being stored waits until the write is done.
-    The run continues from its checkpoint in the store if it has one; the checkpoint goes once a final row is stored.
-    """
-    import torch
-
-    from structbench import measure
-    from structbench.execution import checkpoint, signals
-    from structbench.execution.runner import execute
-    from structbench.optim import plugins
-    from structbench.store import write as store
-
-    plugins.ensure(job.cell.optim, job.cell.suite.plugins.get(job.cell.optim))
-    signals.install(job.time_limit_s)
-    with signals.armed(False):
-        if job.threads is not None:
-            torch.set_num_threads(job.threads)
-        device = measure.resolve_device(job.device)
-        out = Path(job.out)
-        outcome = execute(
-            job.cell.suite,
-            job.cell.optim,
-            job.cell.seed,
-            device,
-            Path(job.data_root),
-            on_progress,
-            run_key=job.cell.key,
-            executor=job.executor,
-            parallel_runs=job.parallel_runs,
-            checkpoints=out,
-        )
-        outcome.row["command"] = job.command
-        store.write_run(out, outcome.row, outcome.curves)
-        if outcome.row["status"] in store.FINAL_STATUSES:
-            checkpoint.remove(out, job.cell.key)
-            if job.supersede:
-                store.remove_runs(out, job.supersede)
-    interrupted = outcome.interrupted or signals.received() is not None
-    return {**outcome.row, "interrupted": interrupted, "setting": job.cell.setting}
-
-
-def available_cores() -> int:
-    try:
-        return len(os.sched_getaffinity(0))
-    except AttributeError:
-        return os.cpu_count() or 1
-
-
-def threads_per_worker(jobs: int) -> int:
-    return max(1, available_cores() // jobs)
-
-
-@dataclass
-class Finished:
-    """A run that ended in a worker: its stored row, or the one-line reason the worker raised."""
-
-    job: Job
-    row: dict[str, Any] | None
-    failure: str | None = None
-    fatal: bool = False
-    """The failure was the store's (StoreWriteError): the runs after it would fail to store too."""
-    worker_died: bool = False
-    """The pool broke (a worker was killed or crashed) before this run finished: it may start again."""
-
-
-def start_worker_server() -> multiprocessing.context.BaseContext:
-    """Start the server process local workers fork from, importing torch and the runner there, without waiting:
-    called first thing, its imports overlap with this process's own."""
-    from multiprocessing import forkserver
-
-    context = multiprocessing.get_context("forkserver")
-    context.set_forkserver_preload(["structbench.execution.executors", "structbench.execution.runner"])
-    forkserver.ensure_running()
-    return context
-
-
-WORKER_ATTEMPTS = 3
-"""How often a run is started on a fresh pool after its worker pool broke (a worker killed, e.g. by the kernel's
-out-of-memory killer, or crashed) before it is reported as failed."""
-
-
-def run_local(jobs: Sequence[Job], workers: int) -> Iterator[Finished]:
-    """Run `jobs` on `workers` fresh worker processes; yield each as it finishes.
-
-    On a signal (Ctrl-C, SIGTERM) the runs not started are cancelled, the signal is passed on to the workers (a
-    terminal's Ctrl-C reaches them anyway; a SIGTERM sent to this process alone does not), and this waits until each
-    has stored its interrupted run. A worker that raised StoreWriteError is yielded with `fatal` set. When a worker
-    dies, Python's pool fails every run not yet finished (and stops the other workers, which store their runs as
-    interrupted): those runs start again on a new pool, each at most WORKER_ATTEMPTS times in all.
-    """
-    from structbench.execution import signals
-
-    attempts: Counter[str] = Counter()
-    remaining = list(jobs)
-    while remaining:
-        broken: list[Job] = []
-        for finished in _run_pool(remaining, workers):
-            if finished.worker_died:
-                attempts[finished.job.cell.key] += 1
-                if attempts[finished.job.cell.key] < WORKER_ATTEMPTS:
-                    broken.append(finished.job)
-                    continue
-                finished.failure = f"its worker process died {WORKER_ATTEMPTS} times (killed, e.g. out of memory?)"
-            yield finished
-        remaining = broken if signals.received() is None else []
-
-
-def _run_pool(jobs: Sequence[Job], workers: int) -> Iterator[Finished]:
-    from structbench.errors import StoreWriteError
-    from structbench.execution import signals
-
-    context = start_worker_server()
-    pool = ProcessPoolExecutor(max_workers=workers, mp_context=context, max_tasks_per_child=1)
-    futures: dict[Future[dict[str, Any]], Job] = {pool.submit(run_job, job): job for job in jobs}
-    try:
-        for future in as_completed(futures):
-            job = futures[future]
-            error = future.exception()
-            if error is None:
-                yield Finished(job, future.result())
-            elif isinstance(error, StoreWriteError):
-                yield Finished(job, None, str(error), fatal=True)
-            elif isinstance(error, BrokenProcessPool):
-                yield Finished(job, None, one_line(error), worker_died=True)
-            else:
-                yield Finished(job, None, one_line(error))
-    finally:
-        for future in futures:
-            future.cancel()
-        signum = signals.received()
-        if signum is not None:
-            forward_to_workers(signum)
-        with signals.armed(False):
-            pool.shutdown(wait=True, cancel_futures=True)
-
-
-def forward_to_workers(signum: int) -> None:
-    """Send `signum` to the pool's worker processes: the grandchildren of this process (its children are the
-    forkserver and multiprocessing's resource tracker, which the workers fork from or talk to)."""
-    import psutil
-
-    for child in psutil.Process().children():
-        for worker in child.children():
-            with contextlib.suppress(psutil.NoSuchProcess):
-                worker.send_signal(signum)
+from structbench.execution.torchrun import slurm_rank
 
 
 @dataclass(frozen=True)
@@ -338,10 +143,7 @@ def submit_slurm(jobs: Sequence[Job], options: SlurmOptions, folder: Path) -> li
     function: Callable[[Job], Any] = run_job
     ranks = jobs[0].nproc_per_node if jobs else 0
     if ranks:
-        # One run = one job of `ranks` tasks per node (a rank each), its rendezvous from submitit
-        # (structbench.execution.torchrun).
-        from structbench.execution.torchrun import slurm_rank
-
+        # One run = one job of `ranks` tasks per node (a rank each), its rendezvous from submitit.
         function = slurm_rank
         parameters["tasks_per_node"] = ranks
         parameters["nodes"] = jobs[0].nnodes
@@ -442,8 +244,3 @@ def _collected(job: Job, sub: Any) -> Finished:
 def _log_end(sub: Any) -> str:
     lines = [line.strip() for line in (sub.stderr() or "").splitlines() if line.strip()]
     return f"its error log ends: {lines[-1]}" if lines else "its error log is empty"
-
-
-def one_line(error: BaseException) -> str:
-    lines = [line.strip() for line in str(error).strip().splitlines() if line.strip()]
-    return f"{type(error).__name__}: {lines[-1] if lines else ''}"

@@ -1,0 +1,243 @@
+"""The tool commands: `list`, `check`, `doctor`, `data status`, `env` and `claims`."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+from rich.markup import escape
+from rich.table import Table
+
+from structbench.cli.app import (
+    EXIT_RUN_ERROR,
+    DataDir,
+    Device,
+    OptimAliases,
+    OutDir,
+    console,
+    err_console,
+    existing_data_dir,
+    path_value,
+    usage_errors_exit_2,
+    without_repeats,
+)
+from structbench.errors import UsageError
+
+
+@usage_errors_exit_2
+def list_cmd(
+    what: Annotated[str, typer.Argument(help="suites, optims, or all")] = "all",
+    optims: Annotated[
+        list[str] | None,
+        typer.Option("--optim", help="With `optims`: only this optimizer, with its notes (repeatable)."),
+    ] = None,
+) -> None:
+    """List the registered suites, and the optimizers with each hyperparameter's default, range, tuning and source."""
+    from structbench import optim
+    from structbench.plan import spec, suite_lookup
+
+    if what not in ("suites", "optims", "all"):
+        from structbench.errors import unknown_name_message
+
+        raise UsageError(unknown_name_message("list section", what, ["suites", "optims", "all"]))
+    if optims and what != "optims":
+        raise UsageError("--optim goes with `structbench list optims`.")
+    if what in ("suites", "all"):
+        table = Table(title="suites")
+        for column in ("name", "from", "task", "optimizers", "budget", "description"):
+            table.add_column(column)
+        for found in suite_lookup.every_suite():
+            _, _, raw = spec.read_suite_file(found.name)
+            budget = raw.get("budget", {})
+            table.add_row(
+                escape(found.name),
+                escape(suite_lookup.origin_text(found)),
+                raw.get("task")
+                or (
+                    f"experiment: {raw['experiment']}"
+                    if "experiment" in raw
+                    else "include: " + ", ".join(raw.get("include", []))
+                ),
+                ", ".join(raw.get("optims", [])) or "-",
+                f"{budget['epochs']} epochs" if budget.get("epochs") else f"{budget.get('steps', '-')} steps",
+                raw.get("description", ""),
+            )
+        console.print(table)
+    if what in ("optims", "all"):
+        names = list(dict.fromkeys(optims or optim.names()))
+        entries = [optim.get(name) for name in names]
+        table = Table(title="optimizers")
+        for column in ("name", "reference", "description"):
+            table.add_column(column)
+        for entry in entries:
+            table.add_row(entry.name, escape(entry.reference), escape(entry.summary))
+        console.print(table)
+        for entry in entries:
+            notes = escape(entry.notes) if optims else None
+            table = Table(title=f"{entry.name}: hyperparameters", caption=notes, caption_justify="left")
+            table.add_column("name", no_wrap=True)
+            for column in ("default", "range", "tuning", "source"):
+                table.add_column(column)
+            for row in entry.hparams.rows():
+                table.add_row(*map(escape, row))
+            console.print(table)
+
+
+@usage_errors_exit_2
+def claims(
+    paper: Annotated[str, typer.Option(help="4bit-shampoo, racs-alice, asgo, sumo, fismo or all.")] = "all",
+    scale: Annotated[str, typer.Option(help="ci (seconds), cpu (minutes per paper) or gpu (a CUDA device).")] = "cpu",
+    out: OutDir = Path("results"),
+    device: Device = "auto",
+    data_dir: DataDir = None,
+    quiet: Annotated[bool, typer.Option("--quiet", help="No per-run progress lines.")] = False,
+) -> None:
+    """Check the papers' claims at small scale: each claim's verdict (holds, does not hold at this scale, not
+    testable here) with its numbers beside the paper's, stored in OUT/claims/ and printed as a table."""
+    from structbench.claims import claims_of
+    from structbench.claims.base import SCALES, Context
+    from structbench.claims.check import check_claims
+
+    if scale not in SCALES:
+        raise UsageError(f"--scale must be one of {', '.join(SCALES)}, got {scale!r}.")
+    selected = claims_of(paper)
+    from structbench import measure
+    from structbench.data.root import resolve_data_root
+    from structbench.report.views import claims_section, terminal
+    from structbench.store import write as store
+
+    context = Context(
+        device=measure.resolve_device(device),
+        data_root=resolve_data_root(data_dir),
+        progress=None if quiet else lambda line: err_console.print(escape(f"  {line}"), highlight=False),
+    )
+    store.prepare(out)
+
+    def announce(row: dict[str, Any]) -> None:
+        console.print(escape(f"{row['paper']}/{row['claim_id']}: {row['verdict']} ({row['wall_s']:.1f} s)"))
+
+    rows = check_claims(selected, scale, context, out, announce)
+    import pandas as pd
+
+    table = claims_section.claims_table(pd.DataFrame(rows))
+    if table is not None:
+        terminal.print_table(console, table)
+    failed = [f"{row['paper']}/{row['claim_id']}" for row in rows if row["error"]]
+    if failed:
+        print(f"error: the experiments of {', '.join(failed)} failed (recorded as not testable).", file=sys.stderr)
+        raise typer.Exit(EXIT_RUN_ERROR)
+
+
+@usage_errors_exit_2
+def doctor(
+    out: Annotated[Path, typer.Option(help="Results directory.")] = Path("results"),
+    repair: Annotated[
+        bool, typer.Option("--repair", help="Remove the debris and move unreadable files to OUT/.quarantine/.")
+    ] = False,
+) -> None:
+    """Check a results store: leftover temporaries, curve files without their run, checkpoints of runs already
+    stored, unreadable files. Exit 1 when something is wrong and --repair was not given."""
+    from structbench.store import write as store
+
+    if not out.is_dir():
+        raise UsageError(f"results directory {out} does not exist.")
+    debris = store.find_debris(out)
+    unreadable = store.unreadable_files(out)
+    for path in debris.paths():
+        print(f"{'removed' if repair else 'found'}: {path}")
+    for problem in unreadable:
+        print(f"{'quarantined' if repair else 'unreadable'}: {problem.path}: {problem.reason}")
+    if not debris.paths() and not unreadable:
+        print(f"{out}: {len(store.run_ids(out))} runs, no debris, every file readable.")
+        return
+    if not repair:
+        print(f"run `structbench doctor --out {out} --repair` to fix this.", file=sys.stderr)
+        raise typer.Exit(EXIT_RUN_ERROR)
+    store.clean(out)
+    if unreadable:
+        store.quarantine(out, [problem.path for problem in unreadable])
+
+
+@usage_errors_exit_2
+def check(
+    optims: Annotated[
+        list[str] | None,
+        typer.Option("--optim", help="Optimizer or package.module:ClassName (repeatable); default: all registered."),
+    ] = None,
+    optim_aliases: OptimAliases = None,
+    checks: Annotated[
+        list[str] | None, typer.Option("--check", help="Check (repeatable); default: all of the conformance kit.")
+    ] = None,
+) -> None:
+    """Run the conformance kit and print a pass/skip/fail table; exit 1 if any check fails.
+
+    The compile check says, per optimizer part, how many graphs torch.compile produced, how many graph breaks, and
+    dynamo's warnings in one line; a part that runs eagerly by declaration, or an optimizer that declares compilation
+    unsupported, is a SKIP with the reason."""
+    from structbench import optim
+    from structbench.optim import conformance, plugins
+
+    plugins.parse_aliases(optim_aliases or [])
+    names = without_repeats("--optim", optims) or optim.names()
+    for name in names:
+        optim.get(name)
+    unknown = sorted(set(checks or ()) - set(conformance.check_names()))
+    if unknown:
+        from structbench.errors import unknown_name_message
+
+        raise UsageError(unknown_name_message("check", unknown[0], conformance.check_names()))
+    table = Table(title="conformance")
+    for column in ("optimizer", "check", "result", "detail"):
+        table.add_column(column)
+    verdicts = {"pass": "[green]pass[/green]", "skip": "[yellow]SKIP[/yellow]", "fail": "[red]FAIL[/red]"}
+    failed = 0
+    for name in names:
+        for result in conformance.run_checks(name, checks or ()):
+            failed += not result.passed
+            table.add_row(name, result.check, verdicts[result.outcome], escape(result.message))
+    console.print(table)
+    if failed:
+        print(f"{failed} check(s) failed.", file=sys.stderr)
+        raise typer.Exit(EXIT_RUN_ERROR)
+
+
+data_app = typer.Typer(help="Datasets: where structbench looks and what it finds.", no_args_is_help=True)
+
+
+@data_app.command("status")
+@usage_errors_exit_2
+def data_status(
+    data_dir: Annotated[
+        Path | None, typer.Option(parser=path_value, help="Data root (else $STRUCTBENCH_DATA, else default).")
+    ] = None,
+) -> None:
+    """List which datasets, corpora and vocabularies are present under the data root, and where."""
+    from structbench.data import dataset_status
+    from structbench.data.root import resolve_data_root
+    from structbench.data.text import corpus_status
+
+    root = resolve_data_root(existing_data_dir(data_dir, create=False))
+    table = Table(title=escape(f"datasets under {root}"))
+    for column in ("dataset", "present", "where", "note"):
+        table.add_column(column)
+    for row in dataset_status(root):
+        present = "[green]yes[/green]" if row["present"] else "[red]no[/red]"
+        note = "\n".join([*([str(row["note"])] if row["note"] else []), *row["fetch"]])  # type: ignore[misc]
+        table.add_row(escape(str(row["name"])), present, escape(str(row["where"] or "-")), escape(note))
+    for row in corpus_status(root):
+        present = "[green]yes[/green]" if row["present"] else "[red]no[/red]"
+        note = "" if row["present"] else str(row["how_to_get"])
+        table.add_row(escape(str(row["name"])), present, escape(str(row["where"] or "-")), escape(note))
+    console.print(table)
+
+
+def env() -> None:
+    """Show the device, versions, CPU/GPU and the memory probe a run would use."""
+    from structbench import measure
+
+    table = Table(title="structbench environment", show_header=False)
+    for key, value in measure.environment_report().items():
+        table.add_row(key, value)
+    console.print(table)

@@ -1,0 +1,114 @@
+"""One run of a grid as a job any executor can place: the `Job` it needs, `run_job` that trains and stores it, and
+`finish`, the one way a finished run enters the store (a local run and a distributed run's rank 0 alike).
+
+The store is the only coordination between workers: each run is written by atomic rename, so runs placed in this
+process, in worker processes, on Slurm or across torch.distributed ranks never need to talk to each other.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from structbench.environment import command_line
+
+if TYPE_CHECKING:
+    from structbench.execution.runner import RunOutcome
+    from structbench.plan.grid import Cell
+
+
+@dataclass(frozen=True)
+class Job:
+    """Everything a worker needs for one run (picklable: it crosses process and machine boundaries)."""
+
+    cell: Cell
+    device: str
+    data_root: str
+    out: str
+    executor: str
+    parallel_runs: int
+    threads: int | None
+    supersede: tuple[str, ...] = ()
+    """Run ids of earlier final runs of this key (a forced rerun): removed once this run has stored a final row."""
+    time_limit_s: float | None = None
+    """The cluster's time limit of the job running this run (Slurm), which tells a time-limit warning apart."""
+    nproc_per_node: int = 0
+    """Ranks per node of the torch.distributed job this run is (`structbench.execution.torchrun`); 0: one process, no
+    torch.distributed."""
+    nnodes: int = 1
+    """Nodes of that job (Slurm only: torchrun here runs on this machine alone)."""
+    command: str = field(default_factory=command_line)
+    """The command line that planned the run (a worker's own command line is the executor's, not the user's)."""
+
+
+@dataclass
+class Finished:
+    """A run that ended in a worker: its stored row, or the one-line reason the worker raised."""
+
+    job: Job
+    row: dict[str, Any] | None
+    failure: str | None = None
+    fatal: bool = False
+    """The failure was the store's (StoreWriteError): the runs after it would fail to store too."""
+    worker_died: bool = False
+    """The pool broke (a worker was killed or crashed) before this run finished: it may start again."""
+
+
+def finish(out: Path, job: Job, outcome: RunOutcome) -> None:
+    """Store a finished run; once its row is final, its checkpoint goes, and so do the earlier final runs of its key
+    that it supersedes (a forced rerun)."""
+    from structbench.execution import checkpoint
+    from structbench.store import write as store
+
+    store.write_run(out, outcome.row, outcome.curves)
+    if outcome.row["status"] in store.FINAL_STATUSES:
+        checkpoint.remove(out, job.cell.key)
+        if job.supersede:
+            store.remove_runs(out, job.supersede)
+
+
+def run_job(job: Job, on_progress: Callable[[Any], None] | None = None) -> dict[str, Any]:
+    """Train one cell, store it, and return the stored row with `interrupted` and the cell's `setting` added.
+
+    SIGINT and SIGTERM (and on Slurm the time-limit warning) interrupt the training only: the run is stored with
+    status `interrupted` (or `timeout`) and a signal arriving while it is being stored waits until the write is done.
+    The run continues from its checkpoint in the store if it has one; the checkpoint goes once a final row is stored.
+    """
+    import torch
+
+    from structbench import measure
+    from structbench.execution import signals
+    from structbench.execution.runner import execute
+    from structbench.optim import plugins
+
+    plugins.ensure(job.cell.optim, job.cell.suite.plugins.get(job.cell.optim))
+    signals.install(job.time_limit_s)
+    with signals.armed(False):
+        if job.threads is not None:
+            torch.set_num_threads(job.threads)
+        device = measure.resolve_device(job.device)
+        out = Path(job.out)
+        outcome = execute(
+            job.cell.suite,
+            job.cell.optim,
+            job.cell.seed,
+            device,
+            Path(job.data_root),
+            on_progress,
+            run_key=job.cell.key,
+            executor=job.executor,
+            parallel_runs=job.parallel_runs,
+            checkpoints=out,
+        )
+        outcome.row["command"] = job.command
+        finish(out, job, outcome)
+    interrupted = outcome.interrupted or signals.received() is not None
+    return {**outcome.row, "interrupted": interrupted, "setting": job.cell.setting}
+
+
+def one_line(error: BaseException) -> str:
+    """A worker's exception as one line: its type and the last line of its message."""
+    lines = [line.strip() for line in str(error).strip().splitlines() if line.strip()]
+    return f"{type(error).__name__}: {lines[-1] if lines else ''}"
