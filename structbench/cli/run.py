@@ -26,6 +26,7 @@ from structbench.cli.app import (
     without_repeats,
 )
 from structbench.errors import UsageError
+from structbench.execution.session import Events
 
 if TYPE_CHECKING:
     from structbench.execution.job import Job
@@ -146,7 +147,7 @@ def run(
         raise typer.Exit(code)
 
 
-class RichEvents:
+class RichEvents(Events):
     """A grid session's events as the terminal shows them: notes, progress bars (one per run in this process, one
     over the grid for workers), a line per stored run (unless quiet), and what went wrong."""
 

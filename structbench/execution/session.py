@@ -5,8 +5,9 @@ It prepares the store and removes the debris of crashed runs, writes the grid's 
 runs the numerical experiments, dispatches the runs to the executor (inline, local workers, Slurm, or torchrun for a
 distributed run on this machine), accounts for a signal that stops the grid, and brings the store's index up to date.
 It never prints: what happens is reported to an `Events` object (the command line's draws progress bars). Scripts
-plan and run a grid the same way:
+plan and run a grid the same way, silently with the base `Events`:
 
+    events = session.Events()
     result = session.run_grid(grid.plan(grid.Request(suite="quadratic", out=Path("results")), events), events)
 """
 
@@ -18,7 +19,7 @@ import signal
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any
 
 from structbench.errors import DeviceUnusableError, Registry, StoreWriteError, UsageError, did_you_mean
 from structbench.execution.job import Finished, Job
@@ -26,16 +27,19 @@ from structbench.execution.job import Finished, Job
 if TYPE_CHECKING:
     from structbench.execution.runner import Progress, RunOutcome
     from structbench.execution.slurm import SlurmOptions
-    from structbench.plan.grid import Cell, Plan, Request
+    from structbench.plan.grid import Cell, Notes, Plan, Request
     from structbench.plan.spec import SuiteSpec
 
 
-class Events(Protocol):
-    """What a grid session reports as it runs."""
+class Events:
+    """What a grid session reports as it runs. This base reports nothing (a script's grid runs silently); the command
+    line's subclass prints notes and draws progress bars."""
 
-    def note(self, text: str) -> None: ...
+    def note(self, text: str) -> None:
+        """Something planning did (a suite found by another name, a budget shortened for --steps)."""
 
-    def warning(self, text: str) -> None: ...
+    def warning(self, text: str) -> None:
+        """Something that looks wrong but does not stop the grid."""
 
     def grid_started(self, plan: Plan) -> None:
         """The grid is about to run (said only when it has cells)."""
@@ -43,23 +47,29 @@ class Events(Protocol):
     def debris_removed(self, out: Path, description: str) -> None:
         """Files an interrupted or crashed run left in the store were removed."""
 
-    def experiment_done(self, suite: str, seed: int, outcome: RunOutcome) -> None: ...
+    def experiment_done(self, suite: str, seed: int, outcome: RunOutcome) -> None:
+        """A numerical experiment ran and was stored."""
 
     def runs(self, total: int, per_run: bool) -> contextlib.AbstractContextManager[Any]:
         """The span in which the grid's `total` runs go: with `per_run` they run one by one in this process (each
         reports its steps), else they finish in workers."""
+        return contextlib.nullcontext()
 
     def run_started(self, job: Job) -> Callable[[Progress], None] | None:
         """A run starts in this process; what it calls at each log point."""
+        return None
 
     def run_finished(self, job: Job) -> None:
         """A worker is done with a run, stored or not."""
 
-    def run_stored(self, job: Job, row: dict[str, Any], path: Path) -> None: ...
+    def run_stored(self, job: Job, row: dict[str, Any], path: Path) -> None:
+        """A run's row is in the store, at `path`."""
 
-    def worker_failed(self, job: Job, message: str) -> None: ...
+    def worker_failed(self, job: Job, message: str) -> None:
+        """A worker raised instead of storing its run; `message` says so in one line."""
 
-    def slurm_submitted(self, count: int, array: str, partition: str | None, folder: Path, out: Path) -> None: ...
+    def slurm_submitted(self, count: int, array: str, partition: str | None, folder: Path, out: Path) -> None:
+        """The runs went to Slurm as one job array, logging under `folder`."""
 
 
 @dataclass
@@ -375,7 +385,7 @@ def check_distributed_suites(
             )
 
 
-def slurm_placement(request: Request, notes: Any) -> SlurmOptions | None:
+def slurm_placement(request: Request, notes: Notes) -> SlurmOptions | None:
     """With --executor slurm: the resources of each run, from the suite's `[resources]` and the command line; a
     warning when the time limit is too short to warn a run in time. Checks that sbatch is there, unless a dry run."""
     if request.executor != "slurm":
