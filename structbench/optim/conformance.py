@@ -16,8 +16,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from structbench import measure
-from structbench.optim import compile_check, registry
+from structbench import measure, optim
+from structbench.optim import compile_check
 
 STEPS = 3
 
@@ -46,8 +46,8 @@ def toy_model(dtype: torch.dtype = torch.float32, seed: int = 0) -> ToyNet:
 
 
 def build(name: str, model: nn.Module) -> torch.optim.Optimizer:
-    entry = registry.get(name)
-    return registry.make_optimizer(name, model, **entry.check_hparams)
+    entry = optim.get(name)
+    return optim.make_optimizer(name, model, **entry.check_hparams)
 
 
 def loss_of(model: nn.Module, step: int) -> torch.Tensor:
@@ -186,21 +186,21 @@ def check_determinism(name: str) -> None:
 def check_routing(name: str) -> None:
     model = toy_model()
     named = list(model.named_parameters())
-    entry = registry.get(name)
-    hparams = registry.resolve_hparams(name, entry.check_hparams)
+    entry = optim.get(name)
+    hparams = optim.resolve_hparams(name, entry.check_hparams)
     routing = entry.route(model, named, hparams)
     owned = list(routing.structured) + list(routing.fallback)
     expect(sorted(owned) == sorted(n for n, _ in named), f"routing does not cover every parameter once: {owned}")
 
 
 def check_state_bytes(name: str) -> None:
-    entry = registry.get(name)
+    entry = optim.get(name)
     expect(entry.state_bytes is not None, "the registry entry gives no analytic state_bytes formula")
     model = toy_model()
-    optimizer, routing = registry.build_with_routing(name, model, entry.check_hparams)
+    optimizer, routing = optim.build_with_routing(name, model, entry.check_hparams)
     train(model, optimizer, range(STEPS))
     shapes = {n: tuple(p.shape) for n, p in model.named_parameters()}
-    hparams = registry.resolve_hparams(name, entry.check_hparams)
+    hparams = optim.resolve_hparams(name, entry.check_hparams)
     analytic = entry.state_bytes(
         [shapes[n] for n in routing.structured], [shapes[n] for n in routing.fallback], hparams
     )
@@ -213,7 +213,7 @@ def check_compile(name: str) -> str:
     compile at least one graph (or declare its step eager) and the compiled run must match the eager one within
     `COMPILE_RTOL`. Returns what dynamo did, in one line; raises CheckSkipped where a part runs eagerly by declaration
     or the optimizer declares compilation unsupported."""
-    entry = registry.get(name)
+    entry = optim.get(name)
     if not entry.compile_supported:
         raise CheckSkipped(f"torch.compile declared unsupported: {entry.compile_unsupported_reason}")
     dtype = torch.float32
@@ -291,7 +291,7 @@ def check_names() -> list[str]:
 def run_checks(name: str, only: Sequence[str] = ()) -> list[CheckResult]:
     """Every check (or those named in `only`) for optimizer `name`; a failure's message says what went wrong, a
     skip's why it does not apply, a pass's what it found where it has something to say."""
-    registry.get(name)
+    optim.get(name)
     results = []
     for check in CHECKS:
         if only and check.name not in only:

@@ -227,5 +227,7 @@ def ensure(name: str, origin: Mapping[str, Any] | None) -> None:
 
 def record(name: str) -> dict[str, Any] | None:
     """The identity stored with a run of optimizer `name`: None for structbench's own optimizers."""
+    if registry.registered(name) is None:
+        resolve(name)
     entry = registry.get(name)
     return dict(entry.origin) if entry.origin is not None else None

@@ -109,19 +109,16 @@ def registered(name: str) -> OptimizerEntry | None:
 
 
 def names() -> list[str]:
-    """Every optimizer's name: structbench's own and those installed packages register through the
-    `structbench.optimizers` entry point (a `package.module:Class` named on the command line is not listed)."""
-    from structbench.optim import plugins
-
-    plugins.load_entry_points()
+    """The names of the optimizers registered in this process (structbench's own, and plugins found so far), without
+    the `package.module:Class` ones named on the command line; `structbench.optim.names` first loads the installed
+    packages' entry points."""
     return sorted(name for name, entry in _REGISTRY.items() if (entry.origin or {}).get("kind") != "class")
 
 
 def get(name: str) -> OptimizerEntry:
-    """The entry of optimizer `name`: a registered one, a `package.module:Class`, or an installed plugin's."""
-    from structbench.optim import plugins
-
-    entry = _REGISTRY.get(name) or plugins.resolve(name)
+    """The entry registered under `name` in this process; an unknown name is a usage error. `structbench.optim.get`
+    first looks for a plugin of that name."""
+    entry = _REGISTRY.get(name)
     if entry is None:
         raise UsageError(unknown_name_message("optimizer", name, names()))
     return entry
