@@ -16,6 +16,7 @@ in optimizer state (a Python int or a CPU int64 tensor under the optimizer's own
 from __future__ import annotations
 
 import copy
+import inspect
 from collections.abc import Callable, Hashable, Iterable, MutableMapping
 from typing import Any, ClassVar
 
@@ -54,6 +55,21 @@ def gather(tensors: list[torch.Tensor]) -> torch.Tensor:
     return tensors[0].unsqueeze(0) if len(tensors) == 1 else torch.stack(tensors)
 
 
+def _declared_signature(init: Callable[..., None], declared: Declaration) -> inspect.Signature:
+    """The signature of a constructor `init` whose `**hparams` are the hyperparameters `declared`: its arguments after
+    `self` but the `**` one, then each hyperparameter as a keyword-only argument with its type and default."""
+    own = [
+        param
+        for name, param in inspect.signature(init).parameters.items()
+        if name != "self" and param.kind is not inspect.Parameter.VAR_KEYWORD
+    ]
+    keywords = [
+        inspect.Parameter(field.name, inspect.Parameter.KEYWORD_ONLY, default=field.default, annotation=field.kind)
+        for field in declared
+    ]
+    return inspect.Signature([*own, *keywords])
+
+
 class StructuredOptimizer(torch.optim.Optimizer):
     """An optimizer whose constructor takes exactly the hyperparameters its class declares in `hparams`.
 
@@ -70,6 +86,14 @@ class StructuredOptimizer(torch.optim.Optimizer):
 
     def __init__(self, params: Iterable[torch.Tensor] | Iterable[dict[str, Any]], **hparams: Any) -> None:
         super().__init__(params, self.hparams.resolve(hparams))
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        """Give a class that declares `hparams` the signature of its constructor as called: its own arguments, then
+        each declared hyperparameter as a keyword with its type and default (`inspect.signature`, `help`)."""
+        super().__init_subclass__(**kwargs)
+        declared = getattr(cls, "hparams", None)
+        if isinstance(declared, Declaration):
+            cls.__signature__ = _declared_signature(cls.__init__, declared)
 
     def solver_failed(
         self,
