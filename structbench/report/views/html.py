@@ -15,10 +15,11 @@ filled in once they are drawn (`fill`), so that the text is written while the fi
 from __future__ import annotations
 
 import base64
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from html import escape
 from pathlib import Path
 
+from structbench.report import sections
 from structbench.report.build import Report, SuiteReport
 from structbench.report.figures.figure_file import PIXEL_RATIO, FigureFile, figure_links
 from structbench.report.views import claims_section, tables
@@ -133,6 +134,16 @@ def _figures(figures: list[FigureFile], report: Report) -> str:
     return f'<div class="figures">{"".join(_figure(f, report) for f in figures)}</div>' if figures else ""
 
 
+def _tables(shown: Iterable[tuple[tables.Table, str | None]]) -> list[str]:
+    """The tables of a section list (sections.shown): each under its heading, or folded under its summary line."""
+    return [
+        table(t)
+        if summary is None
+        else f'<details id="{escape(t.key)}"><summary>{escape(summary)}</summary>{table(t, heading="")}</details>'
+        for t, summary in shown
+    ]
+
+
 def _suite(suite: SuiteReport, report: Report) -> Layout:
     targets = "; ".join(t.describe() for t in suite.targets) or "none"
     baseline = suite.baseline.label if suite.baseline is not None else f"{report.baseline} (no runs here)"
@@ -141,15 +152,8 @@ def _suite(suite: SuiteReport, report: Report) -> Layout:
         f'<p class="meta">Task <code>{escape(suite.task)}</code> · {suite.run_count} runs · eval metric '
         f"<code>{escape(suite.metric_name)}</code> ({'lower' if suite.metric_mode == 'min' else 'higher'} is better) "
         f"· target: {escape(targets)} · baseline: {escape(baseline)}</p>",
-        table(tables.suite_table(suite)),
+        *_tables(sections.shown(sections.PER_SUITE, suite)),
     ]
-    if len(suite.variants) > len(suite.selected):
-        every = tables.suite_table(suite, every_setting=True)
-        parts.append(
-            f'<details id="{escape(every.key)}"><summary>Every setting ({len(suite.variants)})</summary>'
-            f"{table(every, heading='')}</details>"
-        )
-    parts += [table(t) for t in (tables.comparison_table(suite), tables.failure_table(suite)) if t is not None]
     parts += [f'<p class="note">{escape(note)}</p>' for note in suite.notes]
     sweep_figures = {s.figure_name for s in suite.sweeps}
 
@@ -232,16 +236,7 @@ def layout(report: Report) -> Layout:
     )
     notes = "".join(f'<p class="note">{escape(n)}</p>' for n in report.notes)
     nav = "".join(f'<li><a href="#{anchor("suite", s.name)}">{escape(s.name)}</a></li>' for s in report.suites)
-    across = []
-    for profile, basis in ((report.profile_seconds, "time"), (report.profile_steps, "steps")):
-        if profile is not None:
-            across.append(table(tables.profile_table(profile, basis)))
-    ranks = tables.rank_table(report)
-    if ranks is not None:
-        across.append(table(ranks))
-    experiments = tables.experiment_table(report)
-    if experiments is not None:
-        across.append(table(experiments))
+    across = _tables(sections.shown(sections.ACROSS, report))
     claims = claims_section.claims_table(claims_section.load(report.stores))
     claims_html = (
         f'<section id="papers-claims"><h2>{escape(claims_section.TITLE)}</h2>{table(claims, heading="")}</section>'

@@ -9,6 +9,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable
 from pathlib import Path
 
+from structbench.report import sections
 from structbench.report.build import Report, SuiteReport
 from structbench.report.figures.figure_file import FigureFile, figure_links
 from structbench.report.views import claims_section, tables
@@ -71,6 +72,16 @@ def _figure(figure: FigureFile, links: Iterable[tuple[str, str]]) -> str:
     )
 
 
+def _tables(shown: Iterable[tuple[tables.Table, str | None]]) -> list[str]:
+    """The tables of a section list (sections.shown): each under its heading, or folded under its summary line."""
+    return [
+        table(t)
+        if summary is None
+        else f"<details><summary>{escape(summary)}</summary>\n\n{table(t, heading='')}\n</details>\n"
+        for t, summary in shown
+    ]
+
+
 def _suite(suite: SuiteReport, report: Report) -> Layout:
     targets = "; ".join(t.describe() for t in suite.targets) or "none"
     baseline = suite.baseline.label if suite.baseline is not None else f"{report.baseline} (no runs here)"
@@ -79,16 +90,8 @@ def _suite(suite: SuiteReport, report: Report) -> Layout:
         f"Task {_code(suite.task)} · {suite.run_count} runs · eval metric {_code(suite.metric_name)} "
         f"({'lower' if suite.metric_mode == 'min' else 'higher'} is better) · target: {escape(targets)} · "
         f"baseline: {escape(baseline)}\n",
-        table(tables.suite_table(suite)),
+        *_tables(sections.shown(sections.PER_SUITE, suite)),
     ]
-    if len(suite.variants) > len(suite.selected):
-        parts.append(
-            f"<details><summary>Every setting ({len(suite.variants)})</summary>\n\n"
-            f"{table(tables.suite_table(suite, every_setting=True), heading='')}\n</details>\n"
-        )
-    for extra in (tables.comparison_table(suite), tables.failure_table(suite)):
-        if extra is not None:
-            parts.append(table(extra))
     parts += [f"> note: {escape(note)}\n" for note in suite.notes]
     sweep_figures = {s.figure_name for s in suite.sweeps}
 
@@ -166,16 +169,11 @@ def layout(report: Report) -> Layout:
     def across_figures(figures: list[FigureFile]) -> list[str]:
         return [_figure(f, figure_links(f, report)) for f in figures if f.suite is None]
 
-    across: Layout = ['<a id="across-suites"></a>\n\n## Across suites\n', across_figures]
-    for profile, basis in ((report.profile_seconds, "time"), (report.profile_steps, "steps")):
-        if profile is not None:
-            across.append(table(tables.profile_table(profile, basis)))
-    ranks = tables.rank_table(report)
-    if ranks is not None:
-        across.append(table(ranks))
-    experiments = tables.experiment_table(report)
-    if experiments is not None:
-        across.append(table(experiments))
+    across: Layout = [
+        '<a id="across-suites"></a>\n\n## Across suites\n',
+        across_figures,
+        *_tables(sections.shown(sections.ACROSS, report)),
+    ]
     suites = [part for s in report.suites for part in _suite(s, report)]
     if claims is not None:
         suites += [f'<a id="papers-claims"></a>\n\n## {escape(claims_section.TITLE)}\n', table(claims, heading="")]

@@ -11,6 +11,7 @@ from rich.markup import escape
 from rich.table import Table as RichTable
 from rich.text import Text
 
+from structbench.report import sections
 from structbench.report.build import Report, SuiteReport
 from structbench.report.views import claims_section, tables
 from structbench.report.views.format import fmt_bytes, fmt_num, fmt_seconds
@@ -120,11 +121,10 @@ def print_report(console: Console, report: Report) -> None:
 
 
 def print_suite_head(console: Console, suite: SuiteReport) -> None:
-    """The suite's rule, then its summary, comparison and failure tables."""
+    """The suite's rule, then its tables (sections.PER_SUITE; the folded ones left out)."""
     console.rule(f"[bold]{escape(suite.name)}[/bold]  {escape(f'({suite.task}, {suite.run_count} runs)')}")
-    for table in (tables.suite_table(suite), tables.comparison_table(suite), tables.failure_table(suite)):
-        if table is not None:
-            print_table(console, table)
+    for table, _ in sections.shown(sections.PER_SUITE, suite, foldable=False):
+        print_table(console, table)
 
 
 def print_suite_notes(console: Console, suite: SuiteReport) -> None:
@@ -135,13 +135,12 @@ def print_suite_notes(console: Console, suite: SuiteReport) -> None:
 
 
 def print_across(console: Console, report: Report) -> None:
-    """The cross-suite profiles, ranks and experiments, the report's notes and claims, and how to read it all."""
-    profiles = ((report.profile_seconds, "time"), (report.profile_steps, "steps"))
-    across = [tables.profile_table(p, basis) for p, basis in profiles if p is not None]
-    across += [t for t in (tables.rank_table(report), tables.experiment_table(report)) if t is not None]
+    """The cross-suite tables (sections.ACROSS; the folded ones left out), the report's notes and claims, and how to
+    read it all."""
+    across = sections.shown(sections.ACROSS, report, foldable=False)
     if across:
         console.rule("[bold]across suites[/bold]")
-    for table in across:
+    for table, _ in across:
         print_table(console, table)
     for note in report.notes:
         console.print(Text(f"note: {note}", style="yellow"))
