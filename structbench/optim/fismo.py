@@ -16,7 +16,7 @@ mini-batch-mean gradient G_t, starting from P_0 = I_m, Q_0 = I_n, M_0 = 0:
 
 No bias correction, no Nesterov, no update scaling and no weight decay in the paper (Algorithm 1 lines 7-9). The
 paper gives no hyperparameter values: the defaults lr 0.002, beta 0.95, gamma 0.99, mu 1e-3 are structbench's, chosen
-by the small sweep recorded in the registry entry's notes (grid, criterion, results).
+by the small sweep that docs/optimizers.md reports (FISMO's defaults: tasks, grid, criterion, results).
 Implementation (each choice exact in exact arithmetic, within a stated tolerance, or a switch):
 - Only P^{-1/2} and Q^{-1/2} are kept: G Q^{-1} G^T is formed as (G Q^{-1/2})(G Q^{-1/2})^T and G^T P^{-1} G as
   (P^{-1/2} G)^T (P^{-1/2} G), PSD by construction, and P_t^{-1/2} G_t is reused for the whitening. The statistic
@@ -98,7 +98,7 @@ STATE_DTYPE = torch.float32
 _COUNTERS = ("step", "solver_failures")
 ROOT_FALLBACKS = "root_fallbacks"
 PAPER = "Xu et al. (arXiv 2601.21750)"
-SWEPT = "the sweep in the registry notes; the paper gives no values"
+SWEPT = "the sweep in docs/optimizers.md; the paper gives no values"
 
 
 def factored(shape: tuple[int, int], max_factor_dim: int) -> bool:
@@ -445,35 +445,22 @@ def fismo_state_bytes(structured: list[tuple[int, ...]], fallback: list[tuple[in
 
 
 _NOTES = (
-    "The paper gives no hyperparameter values. lr 0.002, beta 0.95, gamma 0.99, mu 1e-3 come from a small sweep "
-    "(beta fixed at Muon's reference 0.95): "
-    "tasks (a) the quadratic suite's Kronecker problem (32 x 16, cond 100 x 10, 300 steps, final exact "
-    "suboptimality) and (b) an MLP on the synthetic Gaussian mixture, harder than the smoke MLP (which reaches "
-    "eval loss 0 for every setting): 10 classes, dim 32, hidden 64, separation 0.6, 2048 train samples, "
-    "batch 64, 300 steps, fallback adamw_lr 3e-3, final eval loss; seeds 0-2. Grid: gamma {0.9, 0.95, 0.99} x "
-    "mu {1e-4, 1e-3, 1e-2} x lr {0.0005 ... 0.3}. Criterion: each (gamma, mu) at each task's best lr, mean "
-    "log10(loss / task best); the lr is the MLP's best (neural networks are the paper's setting). Results: "
-    "lr optima differ by task (MLP 0.002: 0.324 eval loss, 0.001: 0.435, 0.005: 0.329, 0.01: 0.41; "
-    "quadratic 0.05: 6.4e-3, 0.1: 1.2e-2), so suites must set lr (a Muon lr does not carry over either: no "
-    "shape scale in Algorithm 1). gamma 0.99 won on the quadratic at lr 0.05 (6.4e-3 vs 1.0e-2 at 0.95 and "
-    "5.4e-2-6.6e-2 at 0.9) and tied on the MLP (0.3238 for every gamma, mu); mu changed no result by more "
-    "than 0.3%, so the middle value 1e-3 (more damping, a higher eigenvalue floor than 1e-4). On the MLP, P "
-    "and Q stayed within eigenvalue ratio 1.09 of isotropic and FISMO matched paper-form Muon (0.3239) to "
-    "0.1%: its cross-entropy gradients are small next to the trace-m scale, the regime where FISMO ~ Muon. "
-    "FISMO is not invariant to the gradient scale (loss reduction, batch size, clipping, loss scaling all "
-    "change it; tests/optim/test_fismo.py quantifies it). Polar: Muon's quintic NS from X0 = M/(||M||_F + ns_eps) "
-    "(the paper says only 'following Muon'); polar='svd' is the exact U V^T. Switches: damping 'theorem' (mu "
-    "tr(Q^{-1})/n, Theorem 4.1's form); flagged not in paper: precond_every > 1, nesterov, weight_decay (decoupled), "
-    "max_factor_dim > 0 with oversize 'muon' (identity factors) | 'adamw' (routed to the fallback). Routing: "
-    "hidden matrices and conv filters (out, in*kh*kw) to FISMO; 1-D params, embeddings and the head to torch "
-    "AdamW with Muon's aux-Adam settings. State float32 for any parameter dtype: P, Q, P^{-1/2}, Q^{-1/2}, M "
-    "(4 (2 m^2 + 2 n^2 + m n) bytes) and two int64 counters, plus root_fallbacks with the default roots. Roots: "
-    "root_method 'newton' (default; matrix products only: Newton–Schulz warm-started from the previous root, a "
-    "probe and residual check, a cold coupled start, then eigh; eigh fallbacks counted in root_fallbacks and the "
-    "run's root_fallbacks column) or 'eigh' (exact). Newton roots have residual RMS(Z X Z - I) within root_tol "
-    "(1e-3); each step's update stays within 3 root_tol of the float64 eigh form where the factors' condition "
-    "numbers stay below about 250 (tests/optim/test_matrix_roots.py). The sweep above ran with eigh roots (the default "
-    "then), which the default roots match to that tolerance."
+    "The paper gives no hyperparameter values: lr 0.002, beta 0.95, gamma 0.99 and mu 1e-3 come from a small sweep "
+    "on a quadratic and an MLP (docs/optimizers.md, FISMO's defaults). Its lr optima differ by task, so suites set "
+    "lr (a Muon lr does not carry over either: no shape scale in Algorithm 1). FISMO is not invariant to the gradient "
+    "scale (loss reduction, batch size, clipping, loss scaling all change it; tests/optim/test_fismo.py quantifies "
+    "it). Polar: Muon's quintic NS from X0 = M/(||M||_F + ns_eps) (the paper says only 'following Muon'); "
+    "polar='svd' is the exact U V^T. Switches: damping 'theorem' (mu tr(Q^{-1})/n, Theorem 4.1's form); flagged not "
+    "in paper: precond_every > 1, nesterov, weight_decay (decoupled), max_factor_dim > 0 with oversize 'muon' "
+    "(identity factors) | 'adamw' (routed to the fallback). Routing: hidden matrices and conv filters "
+    "(out, in*kh*kw) to FISMO; 1-D params, embeddings and the head to torch AdamW with Muon's aux-Adam settings. "
+    "State float32 for any parameter dtype: P, Q, P^{-1/2}, Q^{-1/2}, M (4 (2 m^2 + 2 n^2 + m n) bytes) and two "
+    "int64 counters, plus root_fallbacks with the default roots. Roots: root_method 'newton' (default; matrix "
+    "products only: Newton–Schulz warm-started from the previous root, a probe and residual check, a cold coupled "
+    "start, then eigh; eigh fallbacks counted in root_fallbacks and the run's root_fallbacks column) or 'eigh' "
+    "(exact). Newton roots have residual RMS(Z X Z - I) within root_tol (1e-3); each step's update stays within "
+    "3 root_tol of the float64 eigh form where the factors' condition numbers stay below about 250 "
+    "(tests/optim/test_matrix_roots.py)."
 )
 
 FISMO = register(
