@@ -7,7 +7,8 @@ In order:
 2. a sync audit: `torch.cuda.set_sync_debug_mode("warn")` over `--steps` steps of `shakespeare-llama` and `digits`
    (AdamW, one log point at the end, no evaluation inside the loop); every synchronising call is attributed to the
    Python line that made it, and only the runner's own log-point and evaluation code (structbench/execution/runner.py,
-   structbench/measure.py) may appear — a sync in a task or an optimizer is a host sync per step;
+   structbench/execution/loop.py, structbench/measure.py) may appear — a sync in a task or an optimizer is a host
+   sync per step;
 3. the run-order check: the same run twice in one process; the first run's first step within 2x the second's plus
    5 ms, and the one-off setup (`setup_s`) only in the first;
 4. the conformance kit on CUDA (tensors created on the GPU by default) for a handful of optimizers;
@@ -37,7 +38,7 @@ import pandas as pd
 import torch
 
 ROOT = Path(__file__).resolve().parent.parent
-ALLOWED_SYNC_FILES = ("structbench/execution/runner.py", "structbench/measure.py")
+ALLOWED_SYNC_FILES = ("structbench/execution/runner.py", "structbench/execution/loop.py", "structbench/measure.py")
 CONFORMANCE_OPTIMIZERS = ("adamw", "muon", "shampoo-4bit", "soap", "asgo", "alice", "fismo")
 
 

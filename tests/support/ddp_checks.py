@@ -27,7 +27,7 @@ from torch import nn
 from torch.nn.parallel import DistributedDataParallel
 
 from structbench import measure, optim
-from structbench.execution import runner
+from structbench.execution import loop, runner
 from structbench.execution.distributed import SINGLE, Comm
 from structbench.optim import conformance
 from structbench.plan import spec
@@ -177,7 +177,7 @@ SUITES = {
 def capture_final_params(sink: dict[str, torch.Tensor]) -> None:
     """Wrap the runner's training loop so that the trained model's parameters, and the loss of its first training
     call (this rank's share), land in `sink`."""
-    original = runner._train
+    original = loop.train
 
     def train(task: Any, *args: Any, **kwargs: Any) -> Any:
         sink["initial"] = flat(task.model).clone()
@@ -194,7 +194,7 @@ def capture_final_params(sink: dict[str, torch.Tensor]) -> None:
         sink["final"] = flat(task.model).clone()
         return result
 
-    runner._train = train
+    loop.train = train
 
 
 def check_runner(rank: int, data_root: Path) -> dict[str, Any]:
