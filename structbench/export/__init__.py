@@ -23,7 +23,7 @@ import pandas as pd
 
 from structbench.errors import UsageError
 from structbench.report.analysis import filters
-from structbench.store import write as store
+from structbench.store import read
 from structbench.store.write import Problem
 
 TARGETS = ("tensorboard", "mlflow", "wandb", "csv")
@@ -89,16 +89,15 @@ def select(
     since: pd.Timestamp | None = None,
 ) -> Selection:
     """The store's runs that the filters keep (filters.apply: a filter matching nothing is a UsageError), in
-    (suite, optimizer, seed, start) order, with their curves."""
+    (suite, optimizer, seed, start) order, with their curves (read as the report reads them, store.read)."""
     if not out.is_dir():
         raise UsageError(f"results directory {out} does not exist; run `structbench run` first.")
-    runs, problems = store.load_runs(out)
+    runs, problems = read.load_runs(out)
     if runs.empty:
         raise UsageError(f"no runs in {out} to export.")
-    runs = filters.apply(runs, str(out), suites, optims, baseline=None, since=since)
-    runs = runs.sort_values(["suite", "optim", "seed", "started_at", "run_id"], kind="stable").reset_index(drop=True)
-    curves = store.load_curves(out, runs["run_id"].tolist())
-    return Selection(runs, curves, problems)
+    runs = filters.apply(runs, str(out), suites, optims, baseline=None, since=since).reset_index(drop=True)
+    curves, curve_problems = read.load_curves(out, runs["run_id"].tolist())
+    return Selection(runs, curves, problems + curve_problems)
 
 
 def destination_directory(dest: Path) -> None:

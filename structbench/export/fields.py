@@ -90,7 +90,7 @@ def summary(run: pd.Series) -> dict[str, float]:
     return {
         f"{SUMMARY_PREFIX}{column.removeprefix('final_')}": float(run[column])
         for column in SUMMARY_COLUMNS
-        if column in run.index and present(run[column])
+        if present(run[column])
     }
 
 
@@ -103,7 +103,7 @@ def tags(run: pd.Series) -> dict[str, str]:
     """The run's identity, status and environment as text (columns the store does not hold are left out)."""
     found = {}
     for column in TAG_COLUMNS:
-        if column in run.index and present(run[column]):
+        if present(run[column]):
             value = run[column]
             if isinstance(value, pd.Timestamp):
                 found[column] = value.isoformat()

@@ -21,14 +21,12 @@ CURVES_FILE = "curves.csv"
 
 def export(selection: Selection, dest: Path, progress: Progress) -> Result:
     dest.mkdir(parents=True, exist_ok=True)
-    run_columns = [c for c in RUN_SCHEMA.names if c in selection.runs.columns]
-    curve_columns = [c for c in CURVE_SCHEMA.names if c in selection.curves.columns]
-    runs = selection.runs[run_columns].astype({c: "Int64" for c in run_columns if fields.integer_column(c)})
+    runs = selection.runs[RUN_SCHEMA.names].astype({c: "Int64" for c in RUN_SCHEMA.names if fields.integer_column(c)})
     curves = selection.curves.sort_values(["run_id", "step", "split"], kind="stable")
     replaced = (dest / RUNS_FILE).exists() or (dest / CURVES_FILE).exists()
     temporaries = []
     try:
-        for frame, name in ((runs, RUNS_FILE), (curves[curve_columns], CURVES_FILE)):
+        for frame, name in ((runs, RUNS_FILE), (curves[CURVE_SCHEMA.names], CURVES_FILE)):
             temporary = dest / f".{name}.tmp"
             frame.to_csv(temporary, index=False)
             temporaries.append((temporary, dest / name))

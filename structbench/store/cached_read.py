@@ -3,13 +3,14 @@ by file identity.
 
 The store keeps one file per run, and opening a Parquet file costs about a millisecond whatever its size (the footer
 is parsed), so a store of thousands of runs is slow to read file by file. The store therefore keeps one consolidated
-copy of the columns the report reads, its index (structbench.store.write.index_dir):
+copy of the columns its reader reads (structbench.store.read: the report and the exporters), its index
+(structbench.store.write.index_dir):
 
-    <out>/index/runs.arrow      the run columns the report reads, plus each row's source file and its identity
+    <out>/index/runs.arrow      the run columns, plus each row's source file and its identity
     <out>/index/curves.arrow    the same for the curve files
 
-The index is derived data: `structbench run` brings it up to date once at the end of a grid (report.load's
-`refresh_index`), the report on every read, and deleting it loses nothing (the next read rebuilds it). A file's
+The index is derived data: `structbench run` brings it up to date once at the end of a grid (store.read's
+`refresh_index`) and every read of the store does too; deleting it loses nothing (the next read rebuilds it). A file's
 identity is its name, size, modification time (ns) and inode; the store replaces files by renaming a new file into
 place, so any rewrite changes the identity. On each read, indexed rows whose file is still present with the same
 identity are reused, every other file (new, rewritten, or written by a command that does not index, such as a

@@ -1,9 +1,11 @@
-"""What the report reads from the results store (docs/results-schema.md): only the columns it needs, through the
-store index (cached_read), which `structbench run` brings up to date at the end of a grid with `refresh_index`."""
+"""The one reader of a results store (docs/results-schema.md), for the report and the exporters alike: every column
+of the store's run and curve schemas (store.write.RUN_SCHEMA, CURVE_SCHEMA; a column a file lacks reads as null),
+through the store index (cached_read), which `structbench run` brings up to date at the end of a grid with
+`refresh_index`."""
 
 from __future__ import annotations
 
-from collections.abc import Collection, Sequence
+from collections.abc import Collection
 from pathlib import Path
 
 import pandas as pd
@@ -13,73 +15,20 @@ from structbench.store import write as store
 from structbench.store.cached_read import read_columns
 from structbench.store.write import Problem
 
-RUN_COLUMNS = (
-    "run_id",
-    "schema_version",
-    "suite",
-    "task",
-    "optim",
-    "seed",
-    "hparams",
-    "spec",
-    "status",
-    "error",
-    "started_at",
-    "steps",
-    "wall_s",
-    "compile_s",
-    "step_time_median_s",
-    "optim_time_median_s",
-    "peak_mem_bytes",
-    "peak_mem_source",
-    "state_bytes",
-    "analytic_state_bytes",
-    "throughput_per_s",
-    "throughput_unit",
-    "param_count",
-    "final_train_loss",
-    "final_val_loss",
-    "final_val_metric",
-    "final_eval_loss",
-    "final_eval_metric",
-    "eval_metric_name",
-    "eval_metric_mode",
-    "target_step",
-    "target_s",
-    "solver_failures",
-    "routing",
-    "claims",
-    *store.ENVIRONMENT_COLUMNS,
-    "command",
-)
 REQUIRED_RUN_COLUMNS = ("run_id", "suite", "optim", "seed", "status")
-CURVE_COLUMNS = ("run_id", "step", "wall_s", "split", "loss", "metric")
 REQUIRED_CURVE_COLUMNS = ("step", "split", "loss")
-# Columns the report uses when a store has them, with their types where store.RUN_SCHEMA does not name them.
-OPTIONAL_TYPES = {
-    "analytic_state_bytes": pa.int64(),
-    "claims": pa.string(),
-}
-
-
-def _schema(full: pa.Schema, names: Sequence[str]) -> pa.Schema:
-    return pa.schema([full.field(n) if n in full.names else pa.field(n, OPTIONAL_TYPES[n]) for n in names])
-
-
-RUN_READ_SCHEMA = _schema(store.RUN_SCHEMA, RUN_COLUMNS)
-CURVE_READ_SCHEMA = _schema(store.CURVE_SCHEMA, CURVE_COLUMNS)
 
 
 def _read_runs(out: Path) -> tuple[pa.Table, list[Problem]]:
     index = store.index_dir(out) / "runs.arrow"
     return read_columns(
-        store.runs_dir(out), RUN_READ_SCHEMA, REQUIRED_RUN_COLUMNS, index, validate=store.unsupported_version
+        store.runs_dir(out), store.RUN_SCHEMA, REQUIRED_RUN_COLUMNS, index, validate=store.unsupported_version
     )
 
 
 def _read_curves(out: Path, only: Collection[str] | None) -> tuple[pa.Table, list[Problem]]:
     index = store.index_dir(out) / "curves.arrow"
-    return read_columns(store.curves_dir(out), CURVE_READ_SCHEMA, REQUIRED_CURVE_COLUMNS, index, only)
+    return read_columns(store.curves_dir(out), store.CURVE_SCHEMA, REQUIRED_CURVE_COLUMNS, index, only)
 
 
 def refresh_index(out: Path) -> None:
@@ -100,7 +49,8 @@ def _plain(frame: pd.DataFrame) -> pd.DataFrame:
 
 
 def load_runs(out: Path) -> tuple[pd.DataFrame, list[Problem]]:
-    """Every readable run row of the store (the report's filters are filters.py's).
+    """Every readable run row of the store, in (suite, optimizer, seed, start, run id) order (the report's and the
+    exporters' filters are report.analysis.filters').
 
     Files of a schema version this structbench does not read are reported as problems and skipped
     (store.unsupported_version)."""

@@ -6,8 +6,9 @@
     <out>/claims/<claim_row_id>.parquet   one paper claim's verdict (`structbench claims`), one row per file
 
     <out>/checkpoints/<run_key>/    the latest checkpoint of a run in progress (structbench.execution.checkpoint)
-    <out>/index/runs.arrow, curves.arrow   the store index: a derived copy of the columns the report reads, kept up
-                                    to date by `run` and the report, safe to delete (structbench.store.cached_read)
+    <out>/index/runs.arrow, curves.arrow   the store index: a derived copy of the run and curve columns, read by the
+                                    report and the exporters (structbench.store.read), kept up to date by `run` and
+                                    every read, safe to delete (structbench.store.cached_read)
 
 Each file is written to a hidden temporary name in the same directory and renamed into place, so a
 crash never leaves a half-written file where readers look (pyarrow ignores names starting with '.').
@@ -289,7 +290,7 @@ def write_claim(out: Path, row: Mapping[str, Any]) -> Path:
 
 def load_claims(out: Path) -> tuple[pd.DataFrame, list[Problem]]:
     """Every readable claim row and the claim files that could not be read."""
-    frame, problems = _read_dir(claims_dir(out), None)
+    frame, problems = _read_dir(claims_dir(out))
     if frame.empty:
         return pd.DataFrame(columns=CLAIMS_SCHEMA.names), problems
     return frame, problems
@@ -411,17 +412,17 @@ def _problem(path: Path, exc: Exception) -> Problem:
     return Problem(path, str(exc).splitlines()[0] if str(exc) else type(exc).__name__)
 
 
-def _read_dir(directory: Path, columns: Sequence[str] | None) -> tuple[pd.DataFrame, list[Problem]]:
+def _read_dir(directory: Path) -> tuple[pd.DataFrame, list[Problem]]:
     """Every readable file's rows and the files that could not be read."""
     tables: list[pa.Table] = []
     problems: list[Problem] = []
     for path in _store_files(directory):
         try:
-            tables.append(pq.read_table(path, columns=list(columns) if columns else None))
+            tables.append(pq.read_table(path))
         except (pa.ArrowException, OSError, KeyError, ValueError) as exc:
             problems.append(_problem(path, exc))
     if not tables:
-        return pd.DataFrame(columns=list(columns or [])), problems
+        return pd.DataFrame(), problems
     return pa.concat_tables(tables, promote_options="default").to_pandas(), problems
 
 
@@ -490,32 +491,6 @@ def remove_runs(out: Path, run_ids: Sequence[str]) -> None:
 def load_table(out: Path, run_id: str) -> pd.DataFrame:
     """The result table of one experiment run."""
     return pq.read_table(tables_dir(out) / f"{run_id}.parquet").to_pandas()
-
-
-def load_runs(out: Path, columns: Sequence[str] | None = None) -> tuple[pd.DataFrame, list[Problem]]:
-    """Every readable run row with all its columns (only `columns`, if given), and the run files that could not be
-    read, among them files of a schema version this structbench does not read (the exporters' reader; the report
-    reads its projected columns through report.load)."""
-    tables: list[pa.Table] = []
-    problems: list[Problem] = []
-    for path in _store_files(runs_dir(out)):
-        try:
-            tables.append(_read_run_file(path, columns))
-        except (pa.ArrowException, OSError, KeyError, ValueError) as exc:
-            problems.append(_problem(path, exc))
-    if not tables:
-        return pd.DataFrame(columns=list(columns or [])), problems
-    return pa.concat_tables(tables, promote_options="default").to_pandas(), problems
-
-
-def load_curves(out: Path, run_ids: Sequence[str] | None = None) -> pd.DataFrame:
-    """Curve rows of the given runs (all runs when None)."""
-    directory = curves_dir(out)
-    if run_ids is None:
-        frame, _ = _read_dir(directory, None)
-        return frame
-    frames = [pq.read_table(directory / f"{r}.parquet").to_pandas() for r in run_ids]
-    return pd.concat(frames, ignore_index=True) if frames else pd.DataFrame(columns=CURVE_SCHEMA.names)
 
 
 def checkpoints_dir(out: Path) -> Path:
