@@ -1,17 +1,15 @@
 from __future__ import annotations
 
 import signal
-from pathlib import Path
+from collections.abc import Iterator
 
-import pandas as pd
 import pytest
 import torch
-from typer.testing import CliRunner
 
-from structbench.cli.app import app
 from structbench.execution import signals
 from structbench.report.parallel import usable_cores
 from tests.support import system_parts
+from tests.support.cli import invoke
 
 # One intra-op thread for the whole test run: its tensors are small, and OpenMP threads that spin at barriers slow
 # a run many times over when another process shares the cores (a 2-core CI rehearsal took 23 min instead of 2).
@@ -49,19 +47,16 @@ def restore_signal_handlers():
 
 
 @pytest.fixture
+def one_thread() -> Iterator[None]:
+    """One intra-op thread for the test even where a run before it set more (small matrices: a second thread only
+    adds overhead, and stalls on a loaded machine)."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
+
+
+@pytest.fixture
 def cli():
     """Invoke the real Typer app in-process; returns click's Result (stdout and stderr separate)."""
-    runner = CliRunner()
-
-    def invoke(*args: str):
-        return runner.invoke(app, [str(a) for a in args], catch_exceptions=False)
-
     return invoke
-
-
-def read_runs(out: Path) -> pd.DataFrame:
-    return pd.read_parquet(out / "runs")
-
-
-def read_curves(out: Path) -> pd.DataFrame:
-    return pd.read_parquet(out / "curves")

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import read_runs
+from tests.support.store import read_runs
 
 
 def one_error_line(result) -> str:

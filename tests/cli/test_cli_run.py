@@ -14,7 +14,8 @@ import pyarrow.parquet as pq
 import pytest
 
 from structbench.execution import job as job_module
-from tests.conftest import read_curves, read_runs
+from tests.support.store import read_curves, read_runs
+from tests.support.tasks import interrupt_at
 
 QUICK = ("--suite", "quadratic", "--steps", "30", "--quiet")
 
@@ -191,16 +192,7 @@ def test_error_inside_a_run_is_recorded_and_the_grid_goes_on(cli, tmp_path, monk
 
 
 def test_keyboard_interrupt_stores_the_partial_run_as_interrupted(cli, tmp_path, monkeypatch):
-    from structbench.tasks.quadratic import QuadraticTask
-
-    original = QuadraticTask.train_loss
-
-    def interrupting(self, step):
-        if step == 12:
-            raise KeyboardInterrupt
-        return original(self, step)
-
-    monkeypatch.setattr(QuadraticTask, "train_loss", interrupting)
+    interrupt_at(monkeypatch, 12)
     result = cli(
         "run",
         *QUICK,
@@ -406,7 +398,7 @@ def test_missing_data_is_one_line_exit_2_naming_the_expected_path(cli, tmp_path,
 
 
 def test_a_real_format_dataset_trains_through_the_cli(cli, tmp_path):
-    from tests.data.test_data import write_digits_csv
+    from tests.support.datasets import write_digits_csv
 
     write_digits_csv(tmp_path / "data" / "digits" / "digits.csv.gz", n_per_class=20)
     result = cli(

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import read_runs
+from tests.support.store import read_runs
 
 INT64_MAX = 2**63 - 1
 INT64_MIN = -(2**63)

@@ -21,9 +21,9 @@ from structbench.plan import grid, spec
 from structbench.store import write as store
 from structbench.tasks.base import TaskContext
 from structbench.tasks.quadratic import QuadraticTask
-from tests.conftest import read_runs
-from tests.data.test_data import write_cifar10
-from tests.tasks.test_vision_task import make_task
+from tests.support.datasets import write_cifar10
+from tests.support.store import read_runs
+from tests.support.tasks import interrupt_at, language_task, vision_task
 
 QUICK = ["budget.steps=30", "budget.checkpoint_every=10", "budget.eval_every=5", "budget.log_every=1"]
 COMPARED = ["step", "split", "loss", "metric", "lr", "grad_norm"]
@@ -41,17 +41,6 @@ def job(cell: grid.Cell, out: Path) -> Job:
 
 def curves(out: Path, run_id: str) -> pd.DataFrame:
     return pd.read_parquet(out / "curves" / f"{run_id}.parquet")[COMPARED]
-
-
-def interrupt_at(monkeypatch: pytest.MonkeyPatch, step: int) -> None:
-    original = QuadraticTask.train_loss
-
-    def interrupting(self: QuadraticTask, index: int) -> torch.Tensor:
-        if index == step:
-            raise KeyboardInterrupt
-        return original(self, index)
-
-    monkeypatch.setattr(QuadraticTask, "train_loss", interrupting)
 
 
 @pytest.mark.parametrize("optim_name", optim.names())
@@ -158,14 +147,12 @@ def test_synthetic_classification_stream_continues():
 @pytest.mark.filterwarnings("ignore::structbench.data.checksums.ChecksumWarning")  # generated, not the published files
 def test_vision_stream_continues_across_an_epoch_boundary_with_augmentation(tmp_path):
     write_cifar10(tmp_path, per_batch=5)  # 25 training images: 7 batches of 4 per epoch
-    _stream_continues(lambda: make_task(tmp_path, batch_size=4, augment="crop-flip"), 5, 6)
+    _stream_continues(lambda: vision_task(tmp_path, batch_size=4, augment="crop-flip"), 5, 6)
 
 
 def test_language_stream_continues(tmp_path):
-    from tests.tasks.test_language_task import _task
-
     roots = iter(range(3))  # each task writes its own (identical) corpus
-    _stream_continues(lambda: _task(tmp_path / str(next(roots))), 3, 4)
+    _stream_continues(lambda: language_task(tmp_path / str(next(roots))), 3, 4)
 
 
 # ------------------------------------------------------------------ a real SIGKILL of the command line

@@ -22,7 +22,7 @@ from structbench.optim.asgo import ASGO
 from structbench.optim.base import stacks_matrices
 from structbench.tasks.quadratic import QuadraticTask
 from structbench.tasks.vision.task import resolve_switch
-from tests.conftest import read_runs
+from tests.support.store import read_runs
 
 CUDA_ERROR = (
     "CUDA error: device-side assert triggered\nCompile with `TORCH_USE_CUDA_DSA` to enable device-side assertions."
@@ -207,11 +207,11 @@ def test_the_cuda_choices_run_on_cpu_tensors():
 
 
 def test_vision_channels_last_and_bf16_autocast_train_on_cpu(tmp_path):
-    from tests.data.test_data import write_cifar10
-    from tests.tasks.test_vision_task import make_task
+    from tests.support.datasets import write_cifar10
+    from tests.support.tasks import vision_task
 
     write_cifar10(tmp_path, per_batch=5)
-    task = make_task(tmp_path, batch_size=4, model="cnn", model_options={}, channels_last="on", autocast="on")
+    task = vision_task(tmp_path, batch_size=4, model="cnn", model_options={}, channels_last="on", autocast="on")
     loss = task.train_loss(0)
     loss.backward()
     assert torch.isfinite(loss) and loss.dtype == torch.float32

@@ -13,7 +13,6 @@ import os
 import subprocess
 import sys
 import textwrap
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -21,12 +20,11 @@ import pytest
 from structbench import optim
 from structbench.cli.app import EXIT_RUN_ERROR
 from structbench.tasks.base import Shard
-from tests.conftest import read_runs
-from tests.store.test_store_index import assert_indexes_the_store
+from tests.support.paths import ROOT
 from tests.support.slurm_cluster import quiet_submitit_sacct, require_slurm
+from tests.support.store import assert_indexes_the_store, read_runs
 from tests.support.system_parts import missing
 
-REPO = Path(__file__).resolve().parents[2]
 U = 2.0**-24
 """float32 unit roundoff."""
 
@@ -44,11 +42,11 @@ def findings(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
     out = tmp_path_factory.mktemp("ddp") / "findings.json"
     command = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node=2"]
     result = subprocess.run(
-        [*command, str(REPO / "tests" / "ddp_checks.py"), str(out)],
+        [*command, str(ROOT / "tests" / "support" / "ddp_checks.py"), str(out)],
         capture_output=True,
         text=True,
         timeout=300,
-        env={**os.environ, "PYTHONPATH": str(REPO)},
+        env={**os.environ, "PYTHONPATH": str(ROOT)},
         check=False,
     )
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
@@ -176,7 +174,7 @@ def test_a_failing_rank_ends_its_run_error_with_its_traceback_and_the_grid_goes_
         capture_output=True,
         text=True,
         timeout=300,
-        env={**os.environ, "PYTHONPATH": f"{tmp_path / 'site'}:{REPO}"},
+        env={**os.environ, "PYTHONPATH": f"{tmp_path / 'site'}:{ROOT}"},
         check=False,
     )
     assert result.returncode == EXIT_RUN_ERROR, result.stdout + result.stderr
@@ -275,7 +273,7 @@ def test_a_hung_rank_is_bounded_by_the_time_limit_its_ranks_are_stopped_and_the_
             capture_output=True,
             text=True,
             timeout=bound,
-            env={**os.environ, "PYTHONPATH": f"{site}:{REPO}", "TMPDIR": str(scratch)},
+            env={**os.environ, "PYTHONPATH": f"{site}:{ROOT}", "TMPDIR": str(scratch)},
             check=False,
         )
         leftover = [(p.pid, p.info["cmdline"]) for p in processes_mentioning(str(tmp_path))]

@@ -27,8 +27,8 @@ from structbench.execution import checkpoint, slurm
 from structbench.execution.job import Job
 from structbench.store import write as store
 from structbench.tasks.quadratic import QuadraticTask
-from tests.conftest import read_runs
 from tests.support.slurm_cluster import quiet_submitit_sacct, require_slurm
+from tests.support.store import read_runs
 
 TRIALS = int(os.environ.get("STRUCTBENCH_FAULT_TRIALS", "9"))
 SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGKILL)

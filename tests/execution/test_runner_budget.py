@@ -21,7 +21,7 @@ from structbench.errors import UsageError
 from structbench.execution.runner import execute
 from structbench.plan import spec as spec_module
 from structbench.tasks.base import EvalResult, TaskContext, TaskDef
-from tests.conftest import read_runs
+from tests.support.store import read_runs
 
 INPUTS = torch.tensor([[1.0, 2.0], [3.0, -1.0], [0.5, 0.5], [-2.0, 1.0]])
 TARGETS = torch.tensor([1.0, -1.0, 2.0, 0.0])

@@ -19,6 +19,8 @@ import pandas as pd
 import pytest
 
 from structbench.store import write as store
+from tests.support.paths import ROOT
+from tests.support.store import read_curves, read_runs
 from tests.support.system_parts import missing
 
 T0 = datetime(2026, 1, 5, 9, 30, tzinfo=UTC)
@@ -120,17 +122,13 @@ def stored(tmp_path) -> Path:
 
 
 def stored_runs(out: Path) -> pd.DataFrame:
-    return pd.read_parquet(out / "runs").set_index("run_id")
-
-
-def stored_curves(out: Path) -> pd.DataFrame:
-    return pd.read_parquet(out / "curves")
+    return read_runs(out).set_index("run_id")
 
 
 def expected_series(out: Path, run_id: str) -> dict[str, list[tuple[int, float]]]:
     """key -> [(step, value)] of every value the store holds for the run, by the exporters' naming."""
     run = stored_runs(out).loc[run_id]
-    curves = stored_curves(out)
+    curves = read_curves(out)
     series: dict[str, list[tuple[int, float]]] = {}
     for point in curves[curves["run_id"] == run_id].sort_values("step", kind="stable").itertuples():
         for field in ("loss", "metric", "lr", "step_time_s", "optim_time_s", "grad_norm", "wall_s"):
@@ -165,7 +163,7 @@ def test_csv_holds_the_stored_rows_and_curves_exactly_and_a_second_export_replac
     assert text.loc["q-sgd-s0", "torch_threads"] == "2" and text.loc["v-muon-s0", "torch_threads"] == ""
 
     curves = pd.read_csv(dest / "curves.csv")
-    want_curves = stored_curves(stored)
+    want_curves = read_curves(stored)
     key = ["run_id", "step", "split"]
     merged = want_curves.merge(curves, on=key, suffixes=("", "_csv"), how="outer", validate="1:1", indicator=True)
     assert (merged["_merge"] == "both").all() and len(curves) == len(want_curves)
@@ -424,7 +422,7 @@ def test_wandb_export_never_opens_a_network_connection(stored, tmp_path):
     log = tmp_path / "strace.log"
     command = [sys.executable, "-m", "structbench", "export", "--to", "wandb", str(tmp_path / "wb"),
                "--out", str(stored), "--optim", "sgd"]  # fmt: skip
-    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[2])}
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
     env.pop("WANDB_MODE", None)
     done = subprocess.run(["strace", "-f", "-qq", "-e", "trace=connect", "-o", str(log), *command],
                           capture_output=True, text=True, timeout=120, env=env)  # fmt: skip

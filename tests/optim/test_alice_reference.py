@@ -33,6 +33,7 @@ import torch
 from torch import nn
 
 from structbench.optim.alice import Alice
+from tests.support.measures import relative_gap
 
 LR, ALPHA, ALPHA_C, BETA1, BETA2, GAMMA = 0.02, 0.3, 0.4, 0.9, 0.95, 1.01  # beta2 != beta1: Alg. 3 uses beta1
 M, N, RANK, LEADING, INTERVAL, STEPS = 8, 12, 4, 2, 3, 8  # refreshes at t = 1, 3, 6
@@ -117,10 +118,6 @@ def run_optimizer(grads, beta3):
         updates.append(w.detach() - before)
         bases[t] = opt.state[w]["basis"].clone()
     return updates, bases
-
-
-def relative_gap(a: torch.Tensor, b: torch.Tensor) -> float:
-    return float(torch.linalg.matrix_norm(a - b) / torch.linalg.matrix_norm(b))
 
 
 @pytest.mark.parametrize(("name", "beta3"), [("alice", 0.999), ("alice-0", 0.0)])

@@ -18,7 +18,6 @@
 from __future__ import annotations
 
 import math
-from collections.abc import Iterator
 
 import pytest
 import torch
@@ -30,6 +29,7 @@ from structbench.errors import SolverError
 from structbench.optim import linalg, registry
 from structbench.optim.fismo import Fismo
 from structbench.optim.muon import Muon
+from tests.support.paths import ROOT
 
 F64 = torch.float64
 EXACT = {"root_method": "eigh"}
@@ -37,13 +37,7 @@ EXACT = {"root_method": "eigh"}
 Newton–Schulz roots' distance from these)."""
 
 
-@pytest.fixture(autouse=True)
-def _one_thread() -> Iterator[None]:
-    """Small matrices: a second intra-op thread only adds overhead (and stalls on a loaded machine)."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
+pytestmark = pytest.mark.usefixtures("one_thread")
 
 
 def _sym(a: Tensor) -> Tensor:
@@ -549,4 +543,14 @@ def test_registry_entry() -> None:
     assert entry.lr_keys == ("lr", "adamw_lr")
     assert set(fismo_module.Fismo.hparams.names()) < set(entry.defaults)
     assert {"adamw_lr", "adamw_beta1", "adamw_beta2", "adamw_eps", "adamw_weight_decay"} < set(entry.defaults)
-    assert "sweep" in entry.notes and "Grid" in entry.notes
+    assert "sweep" in entry.notes and "docs/optimizers.md, FISMO's defaults" in entry.notes
+
+
+def test_the_sweep_behind_the_defaults_is_reported_in_the_docs() -> None:
+    docs = (ROOT / "docs" / "optimizers.md").read_text()
+    section = docs[docs.index("## FISMO's defaults") :].split("\n## ", 1)[0]
+    defaults = registry.get("fismo").defaults
+    assert (defaults["lr"], defaults["beta"], defaults["gamma"], defaults["mu"]) == (0.002, 0.95, 0.99, 1e-3)
+    assert "lr 0.002, beta 0.95, gamma 0.99 and mu 1e-3" in " ".join(section.split())
+    for part in ("Tasks:", "Grid:", "Criterion:", "Results:"):
+        assert part in section

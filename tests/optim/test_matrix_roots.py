@@ -16,7 +16,7 @@ from torch import nn
 from structbench import measure
 from structbench.optim import linalg, registry
 from structbench.optim.fismo import Fismo
-from tests.conftest import read_runs
+from tests.support.store import read_runs
 
 F64 = torch.float64
 

@@ -26,6 +26,7 @@ from structbench import measure
 from structbench.errors import SolverError
 from structbench.optim import registry
 from structbench.optim.muon import Muon
+from tests.support.steps import feed, random_grads
 
 F64 = torch.float64
 A, B, C = 3.4445, -4.7750, 2.0315  # Jordan et al. (2024) quintic coefficients
@@ -44,21 +45,9 @@ def _ns_float64(u: Tensor, steps: int = 5, eps: float = 1e-7) -> Tensor:
     return x.T if tall else x
 
 
-def _grads(shapes: list[tuple[int, ...]], steps: int, seed: int = 0) -> list[list[Tensor]]:
-    gen = torch.Generator().manual_seed(seed)
-    return [[torch.randn(*s, generator=gen) for s in shapes] for _ in range(steps)]
-
-
 def _params(shapes: list[tuple[int, ...]], seed: int = 1, dtype: torch.dtype = torch.float32) -> list[nn.Parameter]:
     gen = torch.Generator().manual_seed(seed)
     return [nn.Parameter(torch.randn(*s, generator=gen).to(dtype)) for s in shapes]
-
-
-def _run(optimizer: torch.optim.Optimizer, params: list[nn.Parameter], grads: list[list[Tensor]]) -> None:
-    for step_grads in grads:
-        for p, g in zip(params, step_grads, strict=True):
-            p.grad = g.clone().to(p.dtype)
-        optimizer.step()
 
 
 # --------------------------------------------------------------------------------------------------
@@ -74,9 +63,9 @@ def test_two_steps_match_the_reference_formula_in_float64(scale: str, nesterov: 
     lr, mu, wd = 0.02, 0.95, 0.1
     params = _params(SHAPES)
     start = [p.detach().to(F64).clone() for p in params]
-    grads = _grads(SHAPES, 2)
+    grads = random_grads(SHAPES, 2)
     opt = Muon(params, lr=lr, momentum=mu, nesterov=nesterov, weight_decay=wd, scale=scale, ns_dtype="float32")
-    _run(opt, params, grads)
+    feed(opt, params, grads)
 
     for i, shape in enumerate(SHAPES):
         rows, cols = shape[0], math.prod(shape[1:])
@@ -101,9 +90,9 @@ def test_sum_momentum_without_nesterov_is_the_blog_algorithm_box() -> None:
     shapes = [(12, 20), (20, 12)]
     params = _params(shapes)
     start = [p.detach().to(F64).clone() for p in params]
-    grads = _grads(shapes, 3)
+    grads = random_grads(shapes, 3)
     opt = Muon(params, lr=lr, momentum=mu, nesterov=False, momentum_form="sum", scale="none", ns_dtype="float32")
-    _run(opt, params, grads)
+    feed(opt, params, grads)
     for i in range(len(shapes)):
         w, buf = start[i], torch.zeros(shapes[i], dtype=F64)
         for step_grads in grads:
@@ -116,11 +105,11 @@ def test_sum_momentum_without_nesterov_is_the_blog_algorithm_box() -> None:
 def test_ema_and_sum_momentum_forms_give_the_same_update() -> None:
     """B_ema = (1 - mu) B_sum and the Nesterov mixes differ by the same factor; NS is scale-free up to eps."""
     shapes = [(16, 24), (30, 10)]
-    grads = _grads(shapes, 5)
+    grads = random_grads(shapes, 5)
     runs = []
     for form in ("ema", "sum"):
         params = _params(shapes)
-        _run(Muon(params, momentum_form=form, ns_dtype="float32"), params, grads)
+        feed(Muon(params, momentum_form=form, ns_dtype="float32"), params, grads)
         runs.append(params)
     for p, q in zip(*runs, strict=True):
         torch.testing.assert_close(p, q, rtol=0, atol=1e-6)
@@ -176,12 +165,12 @@ def test_parity_with_torch_optim_muon_over_20_steps(
     In bfloat16 the NS op order matters: B = b A + c A^2 and a X + B X must each be one fused addmm, as in
     torch, or rounding differences of ~1e-2 in the NS output grow to ~3e-3 in the parameters after 20 steps.
     """
-    grads = _grads(PARITY_SHAPES, 20)
+    grads = random_grads(PARITY_SHAPES, 20)
     ours, theirs = _params(PARITY_SHAPES), _params(PARITY_SHAPES)
     settings = {"lr": 0.02, "momentum": 0.95, "nesterov": nesterov, "weight_decay": 0.1}
     mine = Muon(ours, **settings, scale=scale, ns_dtype="bfloat16", ns_eps=1e-7, batch_matrices=batch_matrices)
-    _run(mine, ours, grads)
-    _run(torch.optim.Muon(theirs, **settings, eps=1e-7, adjust_lr_fn=adjust_lr_fn), theirs, grads)
+    feed(mine, ours, grads)
+    feed(torch.optim.Muon(theirs, **settings, eps=1e-7, adjust_lr_fn=adjust_lr_fn), theirs, grads)
     worst = max(float((p - q).detach().abs().max()) for p, q in zip(ours, theirs, strict=True))
     assert worst <= 1e-5, f"max |ours - torch.optim.Muon| = {worst:.3g}"
 
@@ -193,13 +182,13 @@ def test_parity_with_pytorch_optimizer_muon_on_conv_filters(use_adjusted_lr: boo
     Its Nesterov path overwrites p.grad (foreach lerp_ into the grads), so it gets its own copy of each grad.
     """
     shapes = [(24, 4, 3, 3), (24, 4, 3, 3), (64, 3, 3, 3), (40, 24)]
-    grads = _grads(shapes, 20)
+    grads = random_grads(shapes, 20)
     ours, theirs = _params(shapes), _params(shapes)
-    _run(Muon(ours, lr=0.02, weight_decay=0.1, scale=scale, ns_dtype="bfloat16"), ours, grads)
+    feed(Muon(ours, lr=0.02, weight_decay=0.1, scale=scale, ns_dtype="bfloat16"), ours, grads)
     oracle = pytorch_optimizer.Muon(
         [{"params": theirs, "use_muon": True}], lr=0.02, weight_decay=0.1, use_adjusted_lr=use_adjusted_lr
     )
-    _run(oracle, theirs, grads)
+    feed(oracle, theirs, grads)
     worst = max(float((p - q).detach().abs().max()) for p, q in zip(ours, theirs, strict=True))
     assert worst <= 1e-5, f"max |ours - pytorch_optimizer.Muon| = {worst:.3g}"
 
@@ -225,11 +214,11 @@ def test_exact_svd_update_is_orthogonal_and_ns5_stays_in_band() -> None:
 def test_update_is_invariant_to_the_loss_scale() -> None:
     """Polar(c G) = Polar(G): with ns_eps=0 and power-of-two c every float op scales exactly, so bit-identical."""
     shapes = [(20, 12), (12, 20)]
-    grads = _grads(shapes, 4)
+    grads = random_grads(shapes, 4)
     runs = []
     for c in (1.0, 2.0**-12, 2.0**12):
         params = _params(shapes)
-        _run(Muon(params, ns_eps=0.0, ns_dtype="float32"), params, [[c * g for g in gs] for gs in grads])
+        feed(Muon(params, ns_eps=0.0, ns_dtype="float32"), params, [[c * g for g in gs] for gs in grads])
         runs.append(params)
     for other in runs[1:]:
         assert all(torch.equal(p, q) for p, q in zip(runs[0], other, strict=True))
@@ -241,12 +230,12 @@ def test_same_shape_matrices_of_a_group_step_like_separate_ones(ns_dtype: str, b
     """Each matrix's step depends on its own gradient only, whether the group's same-shape matrices (two
     shapes, one of them tall, plus a lone conv filter) are stacked into one batched NS call or not."""
     shapes = [(16, 24), (30, 12), (16, 24), (30, 12), (16, 24), (8, 2, 3, 3)]
-    grads = _grads(shapes, 3)
+    grads = random_grads(shapes, 3)
     together = _params(shapes)
-    _run(Muon(together, ns_dtype=ns_dtype, batch_matrices=batch_matrices), together, grads)
+    feed(Muon(together, ns_dtype=ns_dtype, batch_matrices=batch_matrices), together, grads)
     for i in range(len(shapes)):
         alone = _params(shapes)[i : i + 1]
-        _run(Muon(alone, ns_dtype=ns_dtype), alone, [[gs[i]] for gs in grads])
+        feed(Muon(alone, ns_dtype=ns_dtype), alone, [[gs[i]] for gs in grads])
         assert torch.equal(together[i], alone[0])
 
 
@@ -264,7 +253,7 @@ def test_caller_grad_is_never_modified_and_none_grads_are_skipped() -> None:
 def test_bfloat16_parameters_keep_a_bfloat16_momentum_buffer() -> None:
     params = _params([(12, 8)], dtype=torch.bfloat16)
     opt = Muon(params)
-    _run(opt, params, _grads([(12, 8)], 2))
+    feed(opt, params, random_grads([(12, 8)], 2))
     assert opt.state[params[0]]["momentum_buffer"].dtype == torch.bfloat16
     assert params[0].dtype == torch.bfloat16 and torch.isfinite(params[0].float()).all()
 
@@ -318,26 +307,26 @@ def test_svd_failures_fall_back_to_ns_are_counted_and_raise_after_three(monkeypa
         raise SolverError("injected")
 
     shapes = [(12, 8)]
-    grads = _grads(shapes, 3)
+    grads = random_grads(shapes, 3)
     reference = _params(shapes)
-    _run(Muon(reference, ns_dtype="float32"), reference, grads[:2])
+    feed(Muon(reference, ns_dtype="float32"), reference, grads[:2])
 
     monkeypatch.setattr(muon_module, "polar_svd", failing)
     params = _params(shapes)
     opt = Muon(params, polar="svd", ns_dtype="float32")
-    _run(opt, params, grads[:2])
+    feed(opt, params, grads[:2])
     assert opt.solver_failures == 2
     assert torch.equal(params[0], reference[0])  # the failed steps used Newton–Schulz
     with pytest.raises(SolverError, match="3 steps in a row"):
-        _run(opt, params, grads[2:])
+        feed(opt, params, grads[2:])
 
     monkeypatch.undo()
     params = _params(shapes)
     opt = Muon(params, polar="svd")
     monkeypatch.setattr(muon_module, "polar_svd", failing)
-    _run(opt, params, grads[:2])
+    feed(opt, params, grads[:2])
     monkeypatch.undo()
-    _run(opt, params, grads[2:])  # a success resets the run of failures
+    feed(opt, params, grads[2:])  # a success resets the run of failures
     assert opt.solver_failures == 2 and "consecutive_solver_failures" not in opt.state[params[0]]
 
 

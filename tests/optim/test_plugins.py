@@ -15,10 +15,12 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
+from structbench import optim
 from structbench.optim import plugins, registry
-from tests.conftest import read_runs
+from tests.support.paths import ROOT
+from tests.support.store import read_runs
 
-DOC = Path(__file__).resolve().parents[2] / "docs" / "plugins.md"
+DOC = ROOT / "docs" / "plugins.md"
 QUADRATIC_WEIGHT_ELEMENTS = 32 * 16
 """The quadratic suite's one parameter: a 32 x 16 matrix (structbench/suites/quadratic.toml, task_args m and n)."""
 SHORT = ("--steps", "10", "--seed", "0", "--quiet")
@@ -198,8 +200,8 @@ def test_an_edited_plugin_file_is_a_new_run_key(cli, site, tmp_path):
 
 
 def test_a_list_of_all_optimizers_holds_the_entry_point_ones_and_not_ad_hoc_classes(site):
-    registry.get("mylion.plain:Lion")
-    names = registry.names()
+    optim.get("mylion.plain:Lion")
+    names = optim.names()
     assert "lion" in names and "mylion.plain:Lion" not in names and "adamw" in names
 
 

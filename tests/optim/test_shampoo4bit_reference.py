@@ -36,6 +36,7 @@ from torch import nn
 
 from structbench.optim import quant
 from structbench.optim.shampoo4bit import Shampoo4bit, Shampoo4bitNaive
+from tests.support.measures import relative_gap
 
 BETA, EPS, T1, T2 = 0.95, 1e-6, 1, 4
 ROWS, COLS = 64, 96  # both orders quantized; 96 = 64 + 32, so a block running on into the next row would show
@@ -98,10 +99,6 @@ def reference_piru(eigvecs_t: torch.Tensor, eigvals: torch.Tensor, t2: int = T2)
 
 def quantized_offdiag(x: torch.Tensor) -> torch.Tensor:
     return quant.dequantize(quant.quantize_offdiag(x.float())).double()
-
-
-def relative_gap(a: torch.Tensor, b: torch.Tensor) -> float:
-    return float(torch.linalg.matrix_norm(a - b) / torch.linalg.matrix_norm(b))
 
 
 def run_steps(cls, steps: int, **hparams) -> tuple[nn.Parameter, torch.optim.Optimizer, list[dict], list]:

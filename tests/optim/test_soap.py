@@ -20,6 +20,7 @@ from structbench import measure
 from structbench.errors import SolverError
 from structbench.optim import registry
 from structbench.optim.soap import SOAP, EigenAdam
+from tests.support.steps import feed, random_grads
 
 B1 = B2 = B3 = 0.95
 
@@ -42,18 +43,6 @@ def _descending_eigenbasis(a: torch.Tensor) -> torch.Tensor:
 def _same_columns_up_to_sign(a: torch.Tensor, b: torch.Tensor, atol: float) -> None:
     signs = torch.sign(torch.diagonal(a.T @ b))
     torch.testing.assert_close(a * signs, b, rtol=0, atol=atol)
-
-
-def _run(optimizer: torch.optim.Optimizer, params: list[nn.Parameter], grads: list[list[torch.Tensor]]) -> None:
-    for step_grads in grads:
-        for p, g in zip(params, step_grads, strict=True):
-            p.grad = g.to(p.dtype).clone()
-        optimizer.step()
-
-
-def _grads(shapes: list[tuple[int, ...]], steps: int, seed: int) -> list[list[torch.Tensor]]:
-    gen = torch.Generator().manual_seed(seed)
-    return [[torch.randn(*s, generator=gen) for s in shapes] for _ in range(steps)]
 
 
 def _params(shapes: list[tuple[int, ...]], seed: int = 0, dtype: torch.dtype = torch.float32) -> list[nn.Parameter]:
@@ -153,12 +142,12 @@ def test_no_rotation_above_max_precond_dim_is_hf_adam_with_the_first_step_skippe
     (p,) = _params([(3, 4)])
     lr, wd, eps = 0.05, 0.01, 1e-8
     opt = SOAP([p], lr=lr, weight_decay=wd, eps=eps, max_precond_dim=0)
-    grads = _grads([(3, 4)], 5, seed=4)
+    grads = random_grads([(3, 4)], 5, seed=4)
     w = p.detach().double().clone()
     m = torch.zeros(3, 4, dtype=torch.float64)
     v = torch.zeros_like(m)
     for call, (g,) in enumerate(grads):
-        _run(opt, [p], [[g]])
+        feed(opt, [p], [[g]])
         if call == 0:
             continue
         t, g64 = call, g.double()
@@ -172,12 +161,12 @@ def test_no_rotation_above_max_precond_dim_is_hf_adam_with_the_first_step_skippe
 def test_paper_momentum_and_momentum_in_eigenbasis_agree():
     """m kept in the eigenbasis and rotated only on refresh equals projecting the original-space m every step."""
     shapes = [(6, 6), (6, 6), (3, 9), (4, 2, 3, 3)]
-    grads = _grads(shapes, 9, seed=5)
+    grads = random_grads(shapes, 9, seed=5)
     for base in ({}, {"basis_from_current_grad": True, "refresh": "eigh", "sides": "smaller"}):
         finals = []
         for in_eigenbasis in (False, True):
             params = _params(shapes)
-            _run(SOAP(params, precondition_frequency=2, momentum_in_eigenbasis=in_eigenbasis, **base), params, grads)
+            feed(SOAP(params, precondition_frequency=2, momentum_in_eigenbasis=in_eigenbasis, **base), params, grads)
             finals.append([p.detach() for p in params])
         for a, b in zip(*finals, strict=True):
             torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-6)
@@ -203,15 +192,15 @@ def test_parity_with_pytorch_optimizer_soap(batch_matrices):
     The tolerance is float32 rounding through a dozen eigh/QR/matmul steps (observed < 3e-7).
     """
     shapes = [(8, 8), (8, 8), (6, 6)]
-    grads = _grads(shapes, 12, seed=6)
+    grads = random_grads(shapes, 12, seed=6)
     expected = _params(shapes)
-    _run(OracleSOAP(expected, precondition_frequency=3), expected, grads)
+    feed(OracleSOAP(expected, precondition_frequency=3), expected, grads)
     for in_eigenbasis in (False, True):
         params = _params(shapes)
         opt = SOAP(
             params, precondition_frequency=3, momentum_in_eigenbasis=in_eigenbasis, batch_matrices=batch_matrices
         )
-        _run(opt, params, grads)
+        feed(opt, params, grads)
         for ours, theirs in zip(params, expected, strict=True):
             torch.testing.assert_close(ours.detach(), theirs.detach(), rtol=1e-5, atol=1e-6)
 
@@ -219,11 +208,11 @@ def test_parity_with_pytorch_optimizer_soap(batch_matrices):
 def test_one_sided_parity_with_pytorch_optimizer_soap():
     """One-sided SOAP (sides="left", reference order) against the oracle with max_precondition_dim = rows,
     which leaves the wider side unrotated; no bias correction, to cover that switch as well."""
-    grads = _grads([(6, 10)], 10, seed=7)
+    grads = random_grads([(6, 10)], 10, seed=7)
     expected = _params([(6, 10)])
-    _run(OracleSOAP(expected, precondition_frequency=2, max_precondition_dim=6, correct_bias=False), expected, grads)
+    feed(OracleSOAP(expected, precondition_frequency=2, max_precondition_dim=6, correct_bias=False), expected, grads)
     params = _params([(6, 10)])
-    _run(SOAP(params, precondition_frequency=2, sides="left", correct_bias=False), params, grads)
+    feed(SOAP(params, precondition_frequency=2, sides="left", correct_bias=False), params, grads)
     torch.testing.assert_close(params[0].detach(), expected[0].detach(), rtol=1e-5, atol=1e-6)
 
 
@@ -252,11 +241,11 @@ def _algorithm7(w0: torch.Tensor, grads: list[torch.Tensor], lr: float, every: i
 def test_eigen_adam_follows_algorithm_7(shape):
     """Wide: rotate rows by EVD(E[G G^T]). Tall: the smaller side is the columns, i.e. Alg. 7 on G^T."""
     lr, every, eps = 0.05, 2, 1e-8
-    grads = [g for (g,) in _grads([shape], 6, seed=8)]
+    grads = [g for (g,) in random_grads([shape], 6, seed=8)]
     (p,) = _params([shape])
     w0 = p.detach().clone()
     opt = EigenAdam([p], lr=lr, precondition_frequency=every, eps=eps)
-    _run(opt, [p], [[g] for g in grads])
+    feed(opt, [p], [[g] for g in grads])
     if shape[0] <= shape[1]:
         expected = _algorithm7(w0, grads, lr, every, eps)
         assert set(opt.state[p]) >= {"gg_left", "q_left"} and "q_right" not in opt.state[p]
@@ -272,7 +261,7 @@ def test_eigen_adam_first_step_updates_with_the_current_gradients_basis():
     (p,) = _params([(3, 5)])
     g = torch.randn(3, 5, generator=torch.Generator().manual_seed(9))
     w0 = p.detach().double().clone()
-    _run(EigenAdam([p], lr=0.01), [p], [[g]])
+    feed(EigenAdam([p], lr=0.01), [p], [[g]])
     u = _descending_eigenbasis(g.double() @ g.double().T)
     expected = w0 - 0.01 * (1 - B1) / math.sqrt(1 - B2) * u @ torch.sign(u.T @ g.double())
     torch.testing.assert_close(p.detach().double(), expected, rtol=1e-5, atol=1e-6)
@@ -294,30 +283,30 @@ def test_eigh_failure_keeps_the_basis_counts_and_raises_on_the_third_in_a_row(mo
         return real(a)
 
     monkeypatch.setattr(soap, "eigh_with_retry", flaky)
-    grads = _grads([(3, 4)], 5, seed=10)
-    _run(opt, [p], grads[:1])  # t = 1: the initial EVD fails -> identity basis
+    grads = random_grads([(3, 4)], 5, seed=10)
+    feed(opt, [p], grads[:1])  # t = 1: the initial EVD fails -> identity basis
     assert opt.solver_failures == 1
     assert torch.equal(opt.state[p]["q_left"], torch.eye(3))
-    _run(opt, [p], grads[1:2])  # t = 2 succeeds and resets the count in a row
+    feed(opt, [p], grads[1:2])  # t = 2 succeeds and resets the count in a row
     assert opt.solver_failures == 1 and opt.state[p]["failures_in_a_row"] == 0
     kept = opt.state[p]["q_left"].clone()
-    _run(opt, [p], grads[2:4])  # t = 3, 4 fail: the basis is kept
+    feed(opt, [p], grads[2:4])  # t = 3, 4 fail: the basis is kept
     assert opt.solver_failures == 3 and torch.equal(opt.state[p]["q_left"], kept)
     with pytest.raises(SolverError):
-        _run(opt, [p], grads[4:5])
+        feed(opt, [p], grads[4:5])
 
 
 def test_qr_failure_keeps_the_basis_and_leaves_exp_avg_sq_unpermuted(monkeypatch):
     (p,) = _params([(4, 4)])
     opt = SOAP([p], precondition_frequency=1)
-    grads = _grads([(4, 4)], 2, seed=11)
-    _run(opt, [p], grads[:1])
+    grads = random_grads([(4, 4)], 2, seed=11)
+    feed(opt, [p], grads[:1])
     basis = {k: opt.state[p][k].clone() for k in ("q_left", "q_right")}
     real_qr = torch.linalg.qr
     monkeypatch.setattr(torch.linalg, "qr", lambda a: (torch.full_like(a, float("nan")), real_qr(a)[1]))
     g = grads[1][0]
     rotated = basis["q_left"].T @ g @ basis["q_right"]
-    _run(opt, [p], grads[1:2])
+    feed(opt, [p], grads[1:2])
     state = opt.state[p]
     assert opt.solver_failures == 1 and state["failures_in_a_row"] == 1
     assert torch.equal(state["q_left"], basis["q_left"]) and torch.equal(state["q_right"], basis["q_right"])
@@ -330,7 +319,7 @@ def test_same_shape_matrices_batched_equal_separate_runs_and_late_gradients_star
     first gradient two steps late, so its first (initialising) step happens inside a batch where the other is
     already running."""
     shapes = [(5, 6), (5, 6)]
-    grads = _grads(shapes, 7, seed=12)
+    grads = random_grads(shapes, 7, seed=12)
     params = _params(shapes)
     opt = SOAP(params, precondition_frequency=2, batch_matrices=batch_matrices)
     for k, step_grads in enumerate(grads):
@@ -342,8 +331,8 @@ def test_same_shape_matrices_batched_equal_separate_runs_and_late_gradients_star
         if k == 2:
             assert torch.equal(params[1].detach(), late_before), "a first step must not update"
     alone = _params(shapes)
-    _run(SOAP([alone[0]], precondition_frequency=2), [alone[0]], [[g[0]] for g in grads])
-    _run(SOAP([alone[1]], precondition_frequency=2), [alone[1]], [[g[1]] for g in grads[2:]])
+    feed(SOAP([alone[0]], precondition_frequency=2), [alone[0]], [[g[0]] for g in grads])
+    feed(SOAP([alone[1]], precondition_frequency=2), [alone[1]], [[g[1]] for g in grads[2:]])
     for a, b in zip(params, alone, strict=True):
         torch.testing.assert_close(a.detach(), b.detach(), rtol=1e-6, atol=1e-7)
 
@@ -353,14 +342,14 @@ def test_bfloat16_parameters_keep_float32_state_and_follow_the_float32_run():
     statistics and the bfloat16 run differs from a float32 run from the same (bfloat16) start only by rounding the
     weights after each of its 5 updates: at most 5 half-ulps of the largest |w| along the way, 5 * 2^-9 * max|w|."""
     shapes = [(6, 8), (4, 2, 3, 3)]
-    grads = [[g.to(torch.bfloat16).float() for g in step] for step in _grads(shapes, 6, seed=13)]
+    grads = [[g.to(torch.bfloat16).float() for g in step] for step in random_grads(shapes, 6, seed=13)]
     start = _params(shapes, dtype=torch.bfloat16)
     runs = {dtype: [nn.Parameter(p.detach().to(dtype)) for p in start] for dtype in (torch.float32, torch.bfloat16)}
     opts = {dtype: SOAP(params, lr=0.01, precondition_frequency=2) for dtype, params in runs.items()}
     largest = [p.detach().abs() for p in runs[torch.float32]]
     for step_grads in grads:
         for dtype, params in runs.items():
-            _run(opts[dtype], params, [step_grads])
+            feed(opts[dtype], params, [step_grads])
         largest = [torch.maximum(m, p.detach().abs()) for m, p in zip(largest, runs[torch.float32], strict=True)]
     for dtype, opt in opts.items():
         assert all(p.dtype == dtype for p in runs[dtype])
@@ -455,7 +444,7 @@ def test_registry_entries():
 
 def test_resume_is_bit_identical_for_every_switch():
     shapes = [(5, 5), (5, 5), (3, 8)]
-    grads = _grads(shapes, 6, seed=14)
+    grads = random_grads(shapes, 6, seed=14)
     variants = [
         {"momentum_in_eigenbasis": True},
         {"refresh": "eigh", "sides": "right"},
@@ -464,11 +453,11 @@ def test_resume_is_bit_identical_for_every_switch():
     for variant in variants:
         params = _params(shapes)
         opt = SOAP(params, precondition_frequency=2, **variant)
-        _run(opt, params, grads[:3])
+        feed(opt, params, grads[:3])
         saved = copy.deepcopy(opt.state_dict())
         resumed = [nn.Parameter(p.detach().clone()) for p in params]
-        _run(opt, params, grads[3:])
+        feed(opt, params, grads[3:])
         opt2 = SOAP(resumed, precondition_frequency=2, **variant)
         opt2.load_state_dict(saved)
-        _run(opt2, resumed, grads[3:])
+        feed(opt2, resumed, grads[3:])
         assert all(torch.equal(a, b) for a, b in zip(params, resumed, strict=True)), variant

@@ -8,7 +8,7 @@ import json
 import pytest
 
 from structbench.plan import spec
-from tests.conftest import read_curves, read_runs
+from tests.support.store import read_curves, read_runs
 
 
 def test_shakespeare_llama_at_30_steps_is_evaluated_every_5(cli, tmp_path):

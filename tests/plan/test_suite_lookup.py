@@ -11,8 +11,8 @@ import pytest
 
 from structbench.data import ChecksumWarning, dataset_status
 from structbench.plan import spec, suite_lookup
-from tests.conftest import read_runs
-from tests.data.test_data import write_cifar10
+from tests.support.datasets import write_cifar10
+from tests.support.store import read_runs
 
 TINY_QUADRATIC = 'description = "{label}"\ntask = "quadratic"\noptims = ["sgd"]\nseeds = [0]\n[budget]\nsteps = 2\n'
 

@@ -16,9 +16,8 @@ import pytest
 from structbench import optim
 from structbench.errors import UsageError
 from structbench.plan import grid, spec, sweep
-from tests.conftest import read_curves, read_runs
-from tests.store.test_store_index import assert_indexes_the_store
 from tests.support.slurm_cluster import quiet_submitit_sacct, require_slurm
+from tests.support.store import assert_indexes_the_store, read_curves, read_runs
 
 # 2 optimizers x 3 learning rates x 2 seeds on the quadratic suite, short enough for CI.
 GRID = (

@@ -18,8 +18,8 @@ from structbench.plan import spec
 from structbench.report import build
 from structbench.report.views import tables
 from structbench.store import write as store
-from tests.conftest import read_runs
-from tests.report.test_report import write_run
+from tests.support.report_tables import cells
+from tests.support.store import read_runs, write_run
 
 FROM_ADAMW = {"metric": "perplexity", "from_baseline": "adamw"}
 PERPLEXITY = {"eval_metric_name": "perplexity", "eval_metric_mode": "min"}
@@ -61,11 +61,6 @@ def write_derived_store(out: Path, adamw_status: str = "ok") -> None:
         )
     write_run(out, "muon-0", "muon", 0, evals(MUON), target=FROM_ADAMW, **PERPLEXITY)
     write_run(out, "sgd-0", "sgd", 0, evals(SGD), target=FROM_ADAMW, **PERPLEXITY)
-
-
-def cells(table: tables.Table, optim: str) -> dict[str, tables.Cell]:
-    [row] = [r for r in table.rows if r[0].text == optim]
-    return {c.name: cell for c, cell in zip(table.columns, row, strict=True)}
 
 
 @pytest.fixture

@@ -21,9 +21,8 @@ from structbench import environment, measure
 from structbench.report import build
 from structbench.report.views import tables
 from structbench.store import write as store
+from tests.support.paths import ROOT
 from tests.support.report_store import final, write_run
-
-ROOT = Path(__file__).resolve().parents[2]
 
 
 def _git(repo: Path, *args: str) -> str:

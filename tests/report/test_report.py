@@ -16,13 +16,11 @@ import shutil
 import statistics
 import subprocess
 import sys
-import time
-from datetime import UTC, datetime, timedelta
+from datetime import timedelta
 from pathlib import Path
 
 import numpy as np
 import pandas as pd
-import psutil
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
@@ -33,105 +31,9 @@ from structbench.report.figures import render
 from structbench.report.figures.figure_file import optimizer_looks
 from structbench.report.views import tables
 from structbench.store import write as store
-from tests.conftest import read_curves, read_runs
-
-REPO = Path(__file__).resolve().parents[2]
-
-T0 = datetime(2025, 3, 1, tzinfo=UTC)
-TARGET = {"metric": "loss", "value": 0.5}
-
-
-def write_run(
-    out: Path,
-    run_id: str,
-    optim: str,
-    seed: int,
-    evals: list[tuple[int, float, float, float]],
-    *,
-    suite: str = "hand",
-    status: str = "ok",
-    hparams: dict | None = None,
-    target: dict | None = TARGET,
-    started: datetime | None = None,
-    **fields: object,
-) -> None:
-    """One run: evals are (step, cumulative seconds, loss, accuracy); train points mirror the evals."""
-    hparams = hparams or {"lr": 0.1}
-    spec = {
-        "suite": suite,
-        "task": "t",
-        "task_args": {},
-        "budget": {"steps": 20},
-        "schedule": {"kind": "constant"},
-        "target": target,
-        "optim": optim,
-        "hparams": hparams,
-        "seed": seed,
-        "source": "test",
-    }
-    last = evals[-1]
-    row = {f.name: None for f in store.RUN_SCHEMA}
-    row.update(
-        run_id=run_id,
-        schema_version=1,
-        suite=suite,
-        task="t",
-        optim=optim,
-        seed=seed,
-        hparams=json.dumps(hparams),
-        spec=json.dumps(spec),
-        status=status,
-        error=None if status == "ok" else f"{status}: something\nmore",
-        started_at=started or T0 + timedelta(minutes=seed),
-        steps=last[0],
-        wall_s=last[1],
-        compile_s=0.01,
-        step_time_median_s=0.002,
-        optim_time_median_s=0.0005,
-        peak_mem_bytes=100 << 20,
-        peak_mem_source="rss",
-        state_bytes=4096,
-        final_eval_loss=last[2] if status == "ok" else None,
-        final_eval_metric=last[3] if status == "ok" else None,
-        eval_metric_name="accuracy",
-        eval_metric_mode="max",
-        device="cpu",
-        device_name="test cpu",
-        torch_version="2.13",
-        structbench_version="0.1.0",
-        git_commit="abc",
-        hostname="h",
-        python_version="3.11",
-        routing=json.dumps({"structured": ["w"], "fallback": ["b"], "fallback_optimizer": "adamw"}),
-    )
-    row.update(fields)
-    curves = [
-        {
-            "step": s,
-            "wall_s": w,
-            "split": "eval",
-            "loss": loss,
-            "metric": acc,
-            "lr": None,
-            "step_time_s": None,
-            "optim_time_s": None,
-        }
-        for s, w, loss, acc in evals
-    ] + [
-        {
-            "step": s,
-            "wall_s": w,
-            "split": "train",
-            "loss": loss,
-            "metric": None,
-            "lr": 0.1,
-            "step_time_s": 0.002,
-            "optim_time_s": 0.0005,
-        }
-        for s, w, loss, _ in evals
-        if s > 0
-    ]
-    store.write_run(out, row, curves)
+from tests.support.paths import ROOT
+from tests.support.store import T0, adamw_evals, muon_evals, read_curves, read_runs, write_run
+from tests.support.workers import kill_once_two_workers_run
 
 
 def crossing(evals: list[tuple[int, float, float, float]], target: float) -> tuple[float, float]:
@@ -141,16 +43,6 @@ def crossing(evals: list[tuple[int, float, float, float]], target: float) -> tup
             f = (l0 - target) / (l0 - l1)
             return s0 + f * (s1 - s0), w0 + f * (w1 - w0)
     return math.inf, math.inf
-
-
-def adamw_evals(seed: int) -> list[tuple[int, float, float, float]]:
-    k = 1 + 0.1 * seed
-    return [(0, 0.0, 2.0, 0.1), (10, 1.0 * k, 1.0, 0.5), (20, 2.0 * k, 0.2, 0.8 + 0.01 * seed)]
-
-
-def muon_evals(seed: int) -> list[tuple[int, float, float, float]]:
-    k = 1 + 0.2 * seed
-    return [(0, 0.0, 2.0, 0.1), (10, 0.8 * k, 0.4 - 0.1 * seed, 0.7), (20, 1.6 * k, 0.1, 0.9 + 0.02 * seed)]
 
 
 @pytest.fixture(scope="module")
@@ -704,28 +596,8 @@ def test_killing_a_report_ends_its_figure_workers(three_suite_stores, tmp_path):
     """kill -9 of `structbench report` while its forked workers draw the figures: the workers end with it."""
     command = [sys.executable, "-c", FORKING_REPORT, "--out", str(three_suite_stores[0]), "--format", "html"]
     command += ["--to", str(tmp_path / "rep")]
-    report = subprocess.Popen(command, cwd=REPO, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    report = subprocess.Popen(command, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     kill_once_two_workers_run(report)
-
-
-def kill_once_two_workers_run(report: subprocess.Popen) -> None:
-    """kill -9 of `report` as soon as it has two worker processes; both must end within 10 s (any left are killed)."""
-    workers: list[psutil.Process] = []
-    try:
-        deadline = time.monotonic() + 120
-        while len(workers) < 2:
-            assert report.poll() is None, "the report ended before both workers were seen"
-            assert time.monotonic() < deadline
-            workers = psutil.Process(report.pid).children()
-            time.sleep(0.01)
-        report.kill()
-        report.wait()
-        _, alive = psutil.wait_procs(workers, timeout=10)
-        assert alive == []
-    finally:
-        for process in workers:
-            if process.is_running():
-                process.kill()
 
 
 def test_a_worker_whose_parent_already_ended_ends_at_once():

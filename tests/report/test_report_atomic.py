@@ -9,7 +9,7 @@ import pytest
 from PIL import Image
 
 from structbench.store import write as store
-from tests.report.test_report import adamw_evals, muon_evals, write_run
+from tests.support.store import adamw_evals, muon_evals, write_run
 
 
 def files(directory: Path) -> dict[str, bytes]:

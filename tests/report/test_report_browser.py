@@ -21,17 +21,17 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from matplotlib.figure import Figure
 from PIL import Image, ImageStat
 
 from structbench.report import build
 from structbench.report.figures import plots, render
 from structbench.report.views import html
 from structbench.store import write as store
-from tests.report.test_report import adamw_evals, muon_evals, write_run
-from tests.support.figure_oracle import drawn_by_matplotlib, pixels, same_drawing
+from tests.support.cli import invoke
+from tests.support.figure_oracle import drawn_by_matplotlib, keeping_figures, pixels, same_drawing
 from tests.support.report_store import Point
 from tests.support.report_store import write_run as write_validated_run
+from tests.support.store import adamw_and_muon_store, write_run
 
 CHROMIUM = shutil.which("chromium")
 pytestmark = pytest.mark.system_part("chromium")
@@ -76,18 +76,10 @@ def drawn(png: Path) -> tuple[int, float]:
 
 @pytest.fixture(scope="module")
 def html_report(tmp_path_factory) -> Path:
-    from typer.testing import CliRunner
-
-    from structbench.cli.app import app
-
     root = tmp_path_factory.mktemp("browser")
-    out = root / "results"
-    store.prepare(out)
-    for seed in range(3):
-        write_run(out, f"adamw-{seed}", "adamw", seed, adamw_evals(seed))
-        write_run(out, f"muon-{seed}", "muon", seed, muon_evals(seed))
+    out = adamw_and_muon_store(root / "results", seeds=3)
     write_run(out, "sgd-0", "sgd", 0, [(0, 0.0, 2.0, 0.1), (5, 0.5, 1.5, 0.2)], status="diverged")
-    result = CliRunner().invoke(app, ["report", "--out", str(out), "--format", "html", "--to", str(root / "rep")])
+    result = invoke("report", "--out", out, "--format", "html", "--to", root / "rep")
     assert result.exit_code == 0, result.output
     return root / "rep" / "report.html"
 
@@ -192,16 +184,7 @@ def many(tmp_path_factory):
     ]  # fmt: skip
     write_run(out, "exp-0", "-", 0, [(0, 0.0, 0.0, 0.0)], suite="orth-error", task="experiment:orth-error",
               claims=json.dumps(claims), target=None)  # fmt: skip
-    drawn: list[tuple[Figure, bytes]] = []
-    original = plots._png
-
-    def keep(fig: Figure, title: str, run_ids: list[str]) -> bytes:
-        png = original(fig, title, run_ids)
-        drawn.append((fig, png))
-        return png
-
-    with pytest.MonkeyPatch.context() as patch:
-        patch.setattr(plots, "_png", keep)
+    with keeping_figures() as drawn:
         report = build.build_report(out, plotted=True)
         figures = render.render_figures(report, workers=1, cache=False)
     (root / "rep").mkdir()

@@ -18,7 +18,8 @@ import pytest
 from markdown_it import MarkdownIt
 
 from structbench.store import write as store
-from tests.report.test_report import adamw_evals, muon_evals, write_run
+from tests.support.cli import invoke
+from tests.support.store import adamw_evals, muon_evals, write_run
 
 SUITE = "<script>alert(1)</script> *s_uite* | #1 `x`"
 OPTIM = "<img src=x onerror=alert(2)>"
@@ -74,10 +75,6 @@ class Page(HTMLParser):
 
 @pytest.fixture(scope="module")
 def reports(tmp_path_factory) -> Path:
-    from typer.testing import CliRunner
-
-    from structbench.cli.app import app
-
     root = tmp_path_factory.mktemp("escaping")
     out = root / "results"
     store.prepare(out)
@@ -101,7 +98,7 @@ def reports(tmp_path_factory) -> Path:
         error=ERROR,
         **hostile,
     )
-    result = CliRunner().invoke(app, ["report", "--out", str(out), "--format", "all", "--to", str(root / "rep")])
+    result = invoke("report", "--out", out, "--format", "all", "--to", root / "rep")
     assert result.exit_code == 0, result.output
     return root / "rep"
 

@@ -8,10 +8,8 @@ import subprocess
 import sys
 from pathlib import Path
 
-from structbench.store import write as store
-from tests.report.test_report import adamw_evals, muon_evals, write_run
-
-ROOT = Path(__file__).resolve().parents[2]
+from tests.support.paths import ROOT
+from tests.support.store import adamw_and_muon_store, adamw_evals, write_run
 
 # Runs in a fresh interpreter: the test process has usually imported torch already.
 PROBE = """
@@ -38,11 +36,7 @@ def probe(*commands: list[str]) -> dict[str, object]:
 
 
 def test_report_does_not_import_torch_and_reuses_cached_figures(tmp_path: Path) -> None:
-    out = tmp_path / "results"
-    store.prepare(out)
-    for seed in range(2):
-        write_run(out, f"adamw-{seed}", "adamw", seed, adamw_evals(seed))
-        write_run(out, f"muon-{seed}", "muon", seed, muon_evals(seed))
+    out = adamw_and_muon_store(tmp_path / "results")
     write_run(out, "smoke-0", "adamw", 0, adamw_evals(0), suite="smoke-mlp")  # `--suite smoke` stands for it
     term = ["report", "--out", str(out), "--suite", "smoke", "--suite", "hand"]
     assert probe(term) == {"torch": [], "drew": False, "matplotlib": False}

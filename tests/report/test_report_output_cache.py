@@ -13,19 +13,13 @@ import pytest
 
 from structbench.report import build
 from structbench.store import write as store
-from tests.report.test_report import adamw_evals, muon_evals, write_run
-
-ROOT = Path(__file__).resolve().parents[2]
+from tests.support.paths import ROOT
+from tests.support.store import adamw_and_muon_store, muon_evals, write_run
 
 
 @pytest.fixture
 def small_store(tmp_path: Path) -> Path:
-    out = tmp_path / "results"
-    store.prepare(out)
-    for seed in range(2):
-        write_run(out, f"adamw-{seed}", "adamw", seed, adamw_evals(seed))
-        write_run(out, f"muon-{seed}", "muon", seed, muon_evals(seed))
-    return out
+    return adamw_and_muon_store(tmp_path / "results")
 
 
 @pytest.fixture

@@ -31,7 +31,7 @@ from structbench.report.figures import plots, render
 from structbench.report.figures.log_ticks import PlainLogFormatter
 from structbench.report.figures.png import encode
 from structbench.store import write as store
-from tests.support.figure_oracle import drawn_by_matplotlib, pixels, same_drawing
+from tests.support.figure_oracle import drawn_by_matplotlib, keeping_figures, pixels, same_drawing
 from tests.support.report_store import Point, write_run
 
 
@@ -61,16 +61,7 @@ def suite_store(tmp_path_factory) -> Path:
 @pytest.fixture(scope="module")
 def drawn(suite_store) -> list[tuple[str, Figure, bytes]]:
     """Every figure of the suite as (name, matplotlib figure, PNG bytes)."""
-    figures: list[tuple[Figure, bytes]] = []
-    original = plots._png
-
-    def keep(fig: Figure, title: str, run_ids: list[str]) -> bytes:
-        png = original(fig, title, run_ids)
-        figures.append((fig, png))
-        return png
-
-    with pytest.MonkeyPatch.context() as patch:
-        patch.setattr(plots, "_png", keep)
+    with keeping_figures() as figures:
         files = render.render_figures(build.build_report(suite_store, plotted=True), workers=1, cache=False)
     assert [f.png for f in files] == [png for _, png in figures]
     return [(f.name, fig, png) for f, (fig, png) in zip(files, figures, strict=True)]

@@ -14,7 +14,7 @@ import pytest
 
 from structbench.report import build
 from structbench.store import write as store
-from tests.report.test_report import T0, write_run
+from tests.support.store import T0, write_run
 
 HOUR = timedelta(hours=1)
 

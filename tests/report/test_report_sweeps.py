@@ -21,7 +21,7 @@ from structbench.report.figures import plots, render
 from structbench.report.figures.figure_file import optimizer_looks
 from structbench.report.views import tables
 from structbench.store import write as store
-from tests.report.test_report import write_run
+from tests.support.store import write_run
 
 LRS = (0.01, 0.02, 0.04)
 

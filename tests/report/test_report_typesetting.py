@@ -16,7 +16,9 @@ from rich.console import Console
 from structbench.report import build, parallel
 from structbench.report.views import tables, terminal, typesetting
 from structbench.store import write as store
-from tests.report.test_report import REPO, adamw_evals, kill_once_two_workers_run, muon_evals, write_run
+from tests.support.paths import ROOT
+from tests.support.store import adamw_evals, muon_evals, write_run
+from tests.support.workers import kill_once_two_workers_run
 
 SUITES = ("s1", "s2", "s3", "s4", "s5")
 
@@ -112,7 +114,7 @@ def test_killing_a_terminal_report_ends_its_typesetting_workers(five_suite_store
     workers end with it."""
     report = subprocess.Popen(
         [sys.executable, "-c", SLOW_REPORT, str(five_suite_store)],
-        cwd=REPO,
+        cwd=ROOT,
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
     )

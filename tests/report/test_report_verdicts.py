@@ -21,6 +21,7 @@ from structbench.report.figures.figure_file import optimizer_looks
 from structbench.report.views import tables, terminal
 from structbench.store import write as store
 from tests.support.report_store import Point, final, write_run
+from tests.support.report_tables import cells
 
 TARGET = {"metric": "accuracy", "value": 0.5}
 STEP_TIME = [0.001, 0.002, 0.003, 0.005, 0.010, 0.050]
@@ -47,11 +48,6 @@ def ramp(val: float, test: float, wall: float, steps: int = 100) -> list[Point]:
         )
         for s in range(0, steps + 1, steps // 4)
     ]
-
-
-def cells(table: tables.Table, label: str) -> dict[str, tables.Cell]:
-    [row] = [r for r in table.rows if r[0].text == label]
-    return {c.name: cell for c, cell in zip(table.columns, row, strict=True)}
 
 
 def scipy_interval(values: list[float]) -> tuple[float, float]:

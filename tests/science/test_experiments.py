@@ -7,7 +7,7 @@ import json
 import pandas as pd
 
 from structbench.experiments import EXPERIMENTS, Claim, ExperimentDef, ExperimentResult
-from tests.conftest import read_runs
+from tests.support.store import read_runs
 
 
 def squares(args, seed, device):

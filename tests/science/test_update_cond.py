@@ -12,7 +12,6 @@
 from __future__ import annotations
 
 import math
-from collections.abc import Iterator
 
 import pandas as pd
 import pytest
@@ -32,13 +31,7 @@ F64 = torch.float64
 CPU = torch.device("cpu")
 
 
-@pytest.fixture(autouse=True)
-def _one_thread() -> Iterator[None]:
-    """Small matrices: a second intra-op thread only adds overhead (and stalls on a loaded machine)."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
+pytestmark = pytest.mark.usefixtures("one_thread")
 
 
 def _known(s: list[float], m: int = 8, n: int = 5) -> torch.Tensor:

@@ -11,7 +11,6 @@ import time
 from pathlib import Path
 
 import pandas as pd
-import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
@@ -20,30 +19,19 @@ from structbench.report.cache_dir import CACHE_DIR
 from structbench.store import cached_read
 from structbench.store import write as store
 from structbench.store.read import refresh_index
-from tests.conftest import read_curves, read_runs
-from tests.report.test_report import adamw_evals, muon_evals, write_run
+from tests.support.store import (
+    adamw_and_muon_store,
+    adamw_evals,
+    assert_indexes_the_store,
+    index_file,
+    indexed,
+    muon_evals,
+    read_runs,
+    write_run,
+)
+from tests.support.tasks import interrupt_at
 
 QUICK = ("--suite", "quadratic", "--steps", "30", "--quiet")
-
-
-def index_file(out: Path, dataset: str) -> Path:
-    return store.index_dir(out) / f"{dataset}.arrow"
-
-
-def indexed(out: Path, dataset: str) -> pd.DataFrame:
-    with pa.memory_map(str(index_file(out, dataset))) as source:
-        return pa.ipc.open_file(source).read_all().to_pandas()
-
-
-def assert_indexes_the_store(out: Path) -> None:
-    """The index holds one row per stored run and every stored curve point, each row naming its own file."""
-    runs, curves = indexed(out, "runs"), indexed(out, "curves")
-    stored_runs, stored_curves = read_runs(out), read_curves(out)
-    assert sorted(runs.run_id) == sorted(stored_runs.run_id)
-    assert sorted(runs["_file"]) == sorted(p.name for p in (out / "runs").glob("*.parquet"))
-    assert (runs["_file"] == runs.run_id + ".parquet").all()
-    assert len(curves) == len(stored_curves)
-    assert curves.groupby("run_id").size().to_dict() == stored_curves.groupby("run_id").size().to_dict()
 
 
 @pytest.fixture
@@ -75,16 +63,7 @@ def test_run_leaves_an_index_of_exactly_the_stores_runs_and_a_later_run_is_still
 
 
 def test_an_interrupted_grid_is_not_indexed(cli, tmp_path, monkeypatch):
-    from structbench.tasks.quadratic import QuadraticTask
-
-    original = QuadraticTask.train_loss
-
-    def interrupting(self, step):
-        if step == 12:
-            raise KeyboardInterrupt
-        return original(self, step)
-
-    monkeypatch.setattr(QuadraticTask, "train_loss", interrupting)
+    interrupt_at(monkeypatch, 12)
     result = cli("run", *QUICK, "--optim", "sgd", "--seed", "0", "--out", tmp_path)
     assert result.exit_code == 130
     assert len(read_runs(tmp_path)) == 1 and not store.index_dir(tmp_path).exists()
@@ -142,11 +121,7 @@ def term_report(cli, out: Path) -> str:
 
 @pytest.fixture
 def indexed_store(tmp_path: Path) -> Path:
-    out = tmp_path / "results"
-    store.prepare(out)
-    for seed in range(2):
-        write_run(out, f"adamw-{seed}", "adamw", seed, adamw_evals(seed))
-        write_run(out, f"muon-{seed}", "muon", seed, muon_evals(seed))
+    out = adamw_and_muon_store(tmp_path / "results")
     refresh_index(out)
     return out
 

@@ -5,9 +5,12 @@ the figure's background, plus the padding."""
 from __future__ import annotations
 
 import io
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 
 import numpy as np
+import pytest
 from matplotlib import rc_context
 from matplotlib.colors import to_hex
 from matplotlib.figure import Figure
@@ -53,3 +56,19 @@ def same_drawing(ours: np.ndarray, theirs: np.ndarray) -> bool:
     """Equal shapes and at most one pixel in a thousand different: a line whose position falls on a pixel's edge may
     be placed on either side of it depending on where the canvas starts (matplotlib snaps lines to whole pixels)."""
     return ours.shape == theirs.shape and float((ours != theirs).any(axis=2).mean()) <= 1e-3
+
+
+@contextmanager
+def keeping_figures() -> Iterator[list[tuple[Figure, bytes]]]:
+    """While open, every figure the report draws is kept, in order, as (matplotlib figure, its PNG bytes)."""
+    kept: list[tuple[Figure, bytes]] = []
+    original = plots._png
+
+    def keep(fig: Figure, title: str, run_ids: list[str]) -> bytes:
+        png = original(fig, title, run_ids)
+        kept.append((fig, png))
+        return png
+
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(plots, "_png", keep)
+        yield kept

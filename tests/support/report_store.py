@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import NamedTuple
 
 from structbench.store import write as store
+from tests.support.store import hand_row, hand_spec
 
 T0 = datetime(2025, 6, 1, tzinfo=UTC)
 
@@ -43,26 +44,15 @@ def write_run(
     """One run whose row and curves follow `points` (the last is the final evaluation); `fields` override the row.
     Without `validated` the run has no validation split (no val curve, no final_val_* values)."""
     hparams = hparams or {"lr": 0.1}
-    spec: dict[str, object] = {
-        "suite": suite,
-        "task": task,
-        "task_args": {},
-        "budget": {"steps": points[-1].step},
-        "schedule": {"kind": "constant"},
-        "target": target,
-        "optim": optim,
-        "hparams": hparams,
-        "seed": seed,
-        "source": "test",
-    }
+    spec = hand_spec(
+        suite=suite, task=task, steps=points[-1].step, target=target, optim=optim, hparams=hparams, seed=seed
+    )
     if hparams_source is not None:
         spec["hparams_source"] = hparams_source
     last = points[-1]
     ok = status == "ok"
-    row = {f.name: None for f in store.RUN_SCHEMA}
-    row.update(
+    row = hand_row(
         run_id=run_id,
-        schema_version=1,
         suite=suite,
         task=task,
         optim=optim,
@@ -74,27 +64,14 @@ def write_run(
         started_at=T0 + timedelta(minutes=seed),
         steps=last.step,
         wall_s=last.wall_s,
-        compile_s=0.01,
-        step_time_median_s=0.002,
-        optim_time_median_s=0.0005,
-        peak_mem_bytes=100 << 20,
         peak_mem_source="cuda",
-        state_bytes=4096,
         final_train_loss=last.test_loss,
         final_val_loss=last.val_loss if ok and validated else None,
         final_val_metric=last.val_metric if ok and validated else None,
         final_eval_loss=last.test_loss if ok else None,
         final_eval_metric=last.test_metric if ok else None,
-        eval_metric_name="accuracy",
-        eval_metric_mode="max",
         device="cuda",
         device_name="test gpu",
-        torch_version="2.13",
-        structbench_version="0.1.0",
-        git_commit="abc",
-        hostname="h",
-        python_version="3.11",
-        routing=json.dumps({"structured": ["w"], "fallback": ["b"], "fallback_optimizer": "adamw"}),
     )
     row.update(fields)
     curves = []

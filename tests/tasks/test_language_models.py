@@ -30,6 +30,7 @@ from structbench.tasks.language.configs import ModelConfig
 from structbench.tasks.language.gpt import CausalSelfAttention
 from structbench.tasks.language.llama import Attention, RMSNorm, apply_rope, rope_angles
 from structbench.tasks.language.models import MODEL_CONFIGS, build_model, count_params
+from tests.support.measures import n_params
 
 GIB = 2**30
 
@@ -40,10 +41,6 @@ def meta_model(name: str, vocab_size: int | None = None, **overrides) -> nn.Modu
         return build_model(
             name, vocab_size=vocab_size or config.reference_vocab_size, seq_len=config.max_seq_len, **overrides
         )
-
-
-def n_params(model: nn.Module) -> int:
-    return sum(p.numel() for p in model.parameters())
 
 
 @pytest.mark.parametrize("name", sorted(MODEL_CONFIGS))

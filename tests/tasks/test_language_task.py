@@ -4,40 +4,21 @@ from __future__ import annotations
 
 import json
 import math
-from pathlib import Path
 
 import numpy as np
 import pytest
 import torch
 
 from structbench import optim
-from structbench.tasks.base import TaskContext
-from structbench.tasks.language.task import DEFAULTS, LanguageModelTask, prepare
-from tests.conftest import read_curves, read_runs
-
-
-def _write_corpus(root: Path) -> Path:
-    """A small directory corpus: ten documents of patterned English-like text."""
-    corpus = root / "mini"
-    corpus.mkdir(parents=True)
-    rng = np.random.default_rng(0)
-    words = ["the", "king", "shall", "speak", "and", "queen", "will", "go", "to", "war", "now"]
-    for i in range(10):
-        text = " ".join(words[j] for j in rng.integers(0, len(words), size=800))
-        (corpus / f"doc{i:02d}.txt").write_text(text + "\n")
-    return corpus
-
-
-def _task(tmp_path: Path, **overrides: object) -> LanguageModelTask:
-    args = {**DEFAULTS, "corpus": str(_write_corpus(tmp_path)), "seq_len": 32, "eval_tokens": 200, **overrides}
-    ctx = TaskContext(seed=0, device=torch.device("cpu"), data_root=tmp_path, batch_size=4)
-    return LanguageModelTask(args, ctx)
+from structbench.tasks.language.task import DEFAULTS, prepare
+from tests.support.store import read_curves, read_runs
+from tests.support.tasks import language_task, write_corpus
 
 
 def test_evaluation_of_uniform_logits_is_log_vocab_over_exactly_eval_tokens(tmp_path):
     """Uniform predictions cost exactly ln(V) nats per token, whatever the windows; each of the two evaluation
     splits (validation and test) counts exactly eval_tokens predictions."""
-    task = _task(tmp_path, eval_tokens=203, eval_batch_size=3)
+    task = language_task(tmp_path, eval_tokens=203, eval_batch_size=3)
     seen: list[torch.Tensor] = []
 
     def uniform(inputs: torch.Tensor) -> torch.Tensor:
@@ -63,7 +44,7 @@ def test_evaluation_of_uniform_logits_is_log_vocab_over_exactly_eval_tokens(tmp_
 def test_validation_and_test_losses_are_each_splits_own(tmp_path):
     """Make the validation split all id 0 and predict id 0 with logit 50 against 0 for the 255 others: the validation
     loss is ln(1 + 255 e^-50) ~ 0, and on the test split (text, never byte 0) every token costs 50 + that."""
-    task = _task(tmp_path, eval_tokens=150, eval_batch_size=2)
+    task = language_task(tmp_path, eval_tokens=150, eval_batch_size=2)
     task.val_tokens = torch.zeros_like(task.val_tokens)
     assert (task.test_tokens != 0).all()
 
@@ -81,7 +62,7 @@ def test_validation_and_test_losses_are_each_splits_own(tmp_path):
 
 
 def test_training_windows_are_consecutive_corpus_tokens_with_shifted_targets(tmp_path):
-    task = _task(tmp_path)
+    task = language_task(tmp_path)
     captured: list[torch.Tensor] = []
 
     def record(inputs: torch.Tensor) -> torch.Tensor:
@@ -99,14 +80,14 @@ def test_training_windows_are_consecutive_corpus_tokens_with_shifted_targets(tmp
 
 
 def test_throughput_and_epoch_attributes_count_tokens(tmp_path):
-    task = _task(tmp_path)
+    task = language_task(tmp_path)
     assert task.items_per_call == 4 * 32
     assert task.item_unit == "tokens"
     assert task.steps_per_epoch == len(task.train_tokens) // (4 * 32)
 
 
 def test_model_overrides_and_resolved_args_are_recorded(tmp_path):
-    task = _task(tmp_path, model="gpt-tiny", n_layer=1, tie_weights="off")
+    task = language_task(tmp_path, model="gpt-tiny", n_layer=1, tie_weights="off")
     assert task.model.config.n_layer == 1 and task.model.config.tie_weights is False
     resolved = task.resolved_args
     assert resolved["autocast"] == "off" and resolved["compile"] == "off"
@@ -115,7 +96,7 @@ def test_model_overrides_and_resolved_args_are_recorded(tmp_path):
 
 
 def test_tokens_come_from_the_shared_cache(tmp_path):
-    args = {**DEFAULTS, "corpus": str(_write_corpus(tmp_path))}
+    args = {**DEFAULTS, "corpus": str(write_corpus(tmp_path))}
     first, second = prepare(args, tmp_path), prepare(args, tmp_path)
     assert first.cache_path == second.cache_path
     assert np.array_equal(first.train, second.train)
@@ -180,7 +161,7 @@ def test_a_missing_corpus_is_exit_2_naming_the_path(cli, tmp_path):
 
 
 def test_a_missing_gpt2_vocabulary_is_exit_2_naming_the_files(cli, tmp_path):
-    corpus = _write_corpus(tmp_path)
+    corpus = write_corpus(tmp_path)
     result = cli(
         "run", "--suite", "shakespeare-llama", "--optim", "adamw", "--out", tmp_path / "r", "--data-dir", tmp_path,
         "--set", f'task_args.corpus="{corpus}"', "--set", 'task_args.tokenizer="gpt2"',

@@ -16,6 +16,7 @@ from torch import nn
 from structbench.errors import UsageError
 from structbench.optim.partition import parameter_kinds
 from structbench.tasks.vision.models import MODELS, build_model
+from tests.support.measures import n_params
 
 HEAVY = ("resnet18", "resnet34", "vgg19-bn", "vit-small", "simple-dla", "speed-net")
 
@@ -110,10 +111,6 @@ def meta_model(name: str, c_in: int = 3, image: int = 32, classes: int = 10, **o
     """Shapes only (no initialisation work): enough for counting."""
     with torch.device("meta"):
         return build_model(name, in_channels=c_in, image_size=image, num_classes=classes, **options)
-
-
-def n_params(model: nn.Module) -> int:
-    return sum(p.numel() for p in model.parameters())
 
 
 def test_the_kuangliu_resnet_counts_follow_from_the_formula() -> None:

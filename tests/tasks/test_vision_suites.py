@@ -20,8 +20,8 @@ import torch
 from structbench.errors import UsageError
 from structbench.plan import spec
 from structbench.plan.schedule import lr_factor, make_scheduler
-from tests.conftest import read_curves, read_runs
-from tests.data.test_data import write_cifar10, write_cifar100
+from tests.support.datasets import write_cifar10, write_cifar100
+from tests.support.store import read_curves, read_runs
 
 pytestmark = pytest.mark.filterwarnings("ignore::structbench.data.ChecksumWarning")
 

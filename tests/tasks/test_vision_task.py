@@ -16,10 +16,10 @@ import torch
 import torch.nn.functional as F
 
 from structbench.errors import UsageError
-from structbench.tasks.base import TaskContext
 from structbench.tasks.vision.augment import random_crop_flip
-from structbench.tasks.vision.task import DEFAULTS, ImageClassificationTask, preflight
-from tests.data.test_data import write_cifar10
+from structbench.tasks.vision.task import DEFAULTS, preflight
+from tests.support.datasets import write_cifar10
+from tests.support.tasks import vision_task
 
 pytestmark = pytest.mark.filterwarnings("ignore::structbench.data.ChecksumWarning")
 
@@ -77,14 +77,6 @@ def normaliser(train_x: np.ndarray):
     return lambda x: (x.astype(np.float64) / 255 - mean) / std
 
 
-def make_task(root: Path, batch_size: int, seed: int = 0, **args: object) -> ImageClassificationTask:
-    """The task on the tiny CIFAR files; without a validation split unless `val_fraction` is given."""
-    full = {**DEFAULTS, "dataset": "cifar10", "model": "mlp", "model_options": {"hidden": 16}, "val_fraction": 0.0}
-    full.update(args)
-    ctx = TaskContext(seed=seed, device=torch.device("cpu"), data_root=root, batch_size=batch_size)
-    return ImageClassificationTask(full, ctx)
-
-
 def source_of(row: torch.Tensor, candidates: np.ndarray) -> int:
     """Index of the candidate image `row` is (to float32 rounding); fails if none is."""
     distances = np.abs(candidates - row.double().numpy()[None]).reshape(len(candidates), -1).max(axis=1)
@@ -139,7 +131,7 @@ def test_every_training_example_once_per_epoch_with_its_label(tmp_path: Path) ->
     raw = cifar_raw(write_cifar10(tmp_path, per_batch=5))
     train_x, train_y = raw[0], raw[1]
     candidates = normaliser(train_x)(train_x)
-    task = make_task(tmp_path, batch_size=4)
+    task = vision_task(tmp_path, batch_size=4)
     assert task.steps_per_epoch == 7  # 25 examples: six batches of 4, then the partial batch of 1 is kept
     orders = []
     for _ in range(2):
@@ -156,14 +148,14 @@ def test_every_training_example_once_per_epoch_with_its_label(tmp_path: Path) ->
         orders.append(sources)
     assert orders[0] != orders[1], "each epoch draws a new permutation"
 
-    replay = make_task(tmp_path, batch_size=4)
+    replay = vision_task(tmp_path, batch_size=4)
     assert [source_of(row, candidates) for row in replay.next_batch()[0]] == orders[0][:4]
 
 
 def test_drop_last_keeps_only_full_batches(tmp_path: Path) -> None:
     train_x = cifar_raw(write_cifar10(tmp_path, per_batch=5))[0]
     candidates = normaliser(train_x)(train_x)
-    task = make_task(tmp_path, batch_size=4, drop_last=True)
+    task = vision_task(tmp_path, batch_size=4, drop_last=True)
     assert task.steps_per_epoch == 6
     for _ in range(2):
         sources = [source_of(row, candidates) for _ in range(6) for row in task.next_batch()[0]]
@@ -172,7 +164,7 @@ def test_drop_last_keeps_only_full_batches(tmp_path: Path) -> None:
 
 def test_normalised_training_inputs_have_zero_mean_unit_std_per_channel(tmp_path: Path) -> None:
     write_cifar10(tmp_path, per_batch=5)
-    task = make_task(tmp_path, batch_size=25)
+    task = vision_task(tmp_path, batch_size=25)
     inputs, _ = task.next_batch()
     assert inputs.dtype == torch.float32
     assert torch.allclose(inputs.double().mean(dim=(0, 2, 3)), torch.zeros(3, dtype=torch.float64), atol=1e-5)
@@ -185,7 +177,7 @@ def test_crop_flip_batches_are_windows_of_black_padded_images_with_their_labels(
     normalise = normaliser(train_x)
     padded = torch.from_numpy(normalise(explicit_pad(torch.from_numpy(train_x), 4).numpy())).float()
     views = torch.stack([all_windows(image, 32, 32) for image in padded])  # (image, placement, C, H, W)
-    task = make_task(tmp_path, batch_size=5, augment="crop-flip", crop_padding=4)
+    task = vision_task(tmp_path, batch_size=5, augment="crop-flip", crop_padding=4)
     for _ in range(task.steps_per_epoch):
         inputs, labels = task.next_batch()
         for row, label in zip(inputs, labels.tolist(), strict=True):
@@ -201,7 +193,7 @@ def test_crop_flip_batches_are_windows_of_black_padded_images_with_their_labels(
 def test_training_loss_is_label_smoothed_cross_entropy(tmp_path: Path, smoothing: float) -> None:
     raw = cifar_raw(write_cifar10(tmp_path, per_batch=5))
     train_x, train_y = raw[0], raw[1]
-    task = make_task(tmp_path, batch_size=25, label_smoothing=smoothing)
+    task = vision_task(tmp_path, batch_size=25, label_smoothing=smoothing)
     loss = float(task.train_loss(0).detach())
     inputs = torch.from_numpy(normaliser(train_x)(train_x)).float()
     with torch.no_grad():
@@ -215,7 +207,7 @@ def test_training_loss_is_label_smoothed_cross_entropy(tmp_path: Path, smoothing
 
 def test_evaluation_covers_the_whole_test_split_in_chunks(tmp_path: Path) -> None:
     train_x, _, test_x, test_y = cifar_raw(write_cifar10(tmp_path, per_batch=5))
-    task = make_task(tmp_path, batch_size=4, eval_batch_size=2)
+    task = vision_task(tmp_path, batch_size=4, eval_batch_size=2)
     task.model.eval()
     with torch.no_grad():
         result = task.evaluate()
@@ -231,7 +223,7 @@ def test_validation_subset_is_held_out_of_training_and_evaluated_apart(tmp_path:
     and reports the five's loss and accuracy beside the test split's."""
     train_x, train_y, test_x, test_y = cifar_raw(write_cifar10(tmp_path, per_batch=5))
     everything = torch.from_numpy(train_x)
-    task = make_task(tmp_path, batch_size=4, eval_batch_size=3, val_fraction=0.2)
+    task = vision_task(tmp_path, batch_size=4, eval_batch_size=3, val_fraction=0.2)
 
     def rows_of(images: torch.Tensor) -> list[int]:
         return sorted(int((everything == image).flatten(1).all(dim=1).nonzero()[0]) for image in images)
@@ -244,8 +236,8 @@ def test_validation_subset_is_held_out_of_training_and_evaluated_apart(tmp_path:
     candidates = normalise(train_x)
     seen = sorted(source_of(row, candidates) for _ in range(task.steps_per_epoch) for row in task.next_batch()[0])
     assert seen == trained and task.steps_per_epoch == 5
-    assert rows_of(make_task(tmp_path, batch_size=4, seed=7, val_fraction=0.2).val_images) == held
-    assert rows_of(make_task(tmp_path, batch_size=4, val_fraction=0.2, split_seed=1).val_images) != held
+    assert rows_of(vision_task(tmp_path, batch_size=4, seed=7, val_fraction=0.2).val_images) == held
+    assert rows_of(vision_task(tmp_path, batch_size=4, val_fraction=0.2, split_seed=1).val_images) != held
     task.model.eval()
     with torch.no_grad():
         result = task.evaluate()
@@ -258,7 +250,7 @@ def test_validation_subset_is_held_out_of_training_and_evaluated_apart(tmp_path:
     assert result.val_metric == pytest.approx(float((val_logits.argmax(dim=1) == val_labels).double().mean()))
     assert math.isclose(result.loss, float(F.cross_entropy(test_logits, test_labels)), rel_tol=1e-5)
     with torch.no_grad():
-        assert not make_task(tmp_path, batch_size=4).evaluate().validated  # val_fraction 0: no validation split
+        assert not vision_task(tmp_path, batch_size=4).evaluate().validated  # val_fraction 0: no validation split
 
 
 # ---------------------------------------------------------------- switches and arguments
@@ -266,10 +258,10 @@ def test_validation_subset_is_held_out_of_training_and_evaluated_apart(tmp_path:
 
 def test_auto_switches_resolve_off_on_cpu_and_on_when_asked(tmp_path: Path) -> None:
     write_cifar10(tmp_path, per_batch=2)
-    auto = make_task(tmp_path, batch_size=4)
+    auto = vision_task(tmp_path, batch_size=4)
     assert auto.resolved_args["channels_last"] == "off" and auto.resolved_args["autocast"] == "off"
     assert auto.resolved_args["steps_per_epoch"] == auto.steps_per_epoch == 3
-    forced = make_task(tmp_path, batch_size=4, model="cnn", model_options=None, channels_last="on", autocast="on")
+    forced = vision_task(tmp_path, batch_size=4, model="cnn", model_options=None, channels_last="on", autocast="on")
     assert forced.resolved_args["channels_last"] == "on" and forced.resolved_args["autocast"] == "on"
     inputs, _ = forced.next_batch()
     assert inputs.is_contiguous(memory_format=torch.channels_last)
