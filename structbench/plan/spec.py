@@ -37,9 +37,8 @@ from pathlib import Path
 from typing import Any
 
 from structbench import optim
-from structbench.errors import UsageError
+from structbench.errors import UsageError, unknown_name_message
 from structbench.optim import plugins
-from structbench.optim.registry import unknown_name_message
 from structbench.plan import suite_lookup
 from structbench.plan.schedule import SCHEDULE_DEFAULTS, validate_schedule
 from structbench.plan.sweep import Search, Swept, declared_sweep, grid_points, parse_swept, suite_sweep_table
