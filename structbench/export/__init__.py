@@ -15,16 +15,15 @@ next export deletes and writes again).
 from __future__ import annotations
 
 import importlib.util
-from collections.abc import Callable, Iterator, Mapping, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 import pandas as pd
 
 from structbench.errors import UsageError
+from structbench.export.base import Progress, Result, Selection
 from structbench.report.analysis import filters
 from structbench.store import read
-from structbench.store.write import Problem
 
 TARGETS = ("tensorboard", "mlflow", "wandb", "csv")
 NEEDS = {
@@ -36,38 +35,6 @@ NEEDS = {
 """The modules each target imports; a missing one means its extra is not installed."""
 DEFAULT_NAME = "structbench"
 """The MLflow experiment and W&B project runs go to unless --name says otherwise."""
-Progress = Callable[[str], None]
-"""Called with each run's id once it has been exported (or found already there)."""
-
-
-@dataclass
-class Selection:
-    """The runs to export (store rows, every column) and their curve points."""
-
-    runs: pd.DataFrame
-    curves: pd.DataFrame
-    problems: list[Problem] = field(default_factory=list)
-
-    def __iter__(self) -> Iterator[tuple[pd.Series, pd.DataFrame]]:
-        """Each run's row with its curve points."""
-        by_run = dict(iter(self.curves.groupby("run_id", sort=False)))
-        empty = self.curves.iloc[0:0]
-        for _, run in self.runs.iterrows():
-            yield run, by_run.get(run["run_id"], empty)
-
-
-@dataclass
-class Result:
-    """What an export did, in words for the command line."""
-
-    exported: int
-    skipped: int
-    where: str
-    note: str = ""
-
-    def message(self) -> str:
-        skipped = f"; {self.skipped} already there, skipped" if self.skipped else ""
-        return f"exported {self.exported} run(s) to {self.where}{skipped}{self.note}"
 
 
 def check_target(target: str) -> None:

@@ -12,7 +12,8 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from structbench.export import Progress, Result, Selection, fields
+from structbench.export import fields
+from structbench.export.base import Progress, Result, Selection
 from structbench.store.write import CURVE_SCHEMA, RUN_SCHEMA
 
 RUNS_FILE = "runs.csv"

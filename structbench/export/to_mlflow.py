@@ -24,7 +24,8 @@ from typing import Any, TypeVar
 import pandas as pd
 
 from structbench.errors import UsageError
-from structbench.export import Progress, Result, Selection, fields
+from structbench.export import fields
+from structbench.export.base import Progress, Result, Selection
 
 ID_TAG = "run_id"
 STATUS = {"ok": "FINISHED", "interrupted": "KILLED"}

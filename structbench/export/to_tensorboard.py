@@ -20,7 +20,8 @@ from pathlib import Path
 
 import pandas as pd
 
-from structbench.export import Progress, Result, Selection, fields
+from structbench.export import fields
+from structbench.export.base import Progress, Result, Selection
 
 PROVENANCE_TAG = "provenance"
 

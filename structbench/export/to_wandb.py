@@ -29,7 +29,8 @@ from typing import Any
 
 import pandas as pd
 
-from structbench.export import Progress, Result, Selection, fields
+from structbench.export import fields
+from structbench.export.base import Progress, Result, Selection
 
 RUNS_DIR = "wandb"
 OFFLINE_ENV = {"WANDB_MODE": "offline", "WANDB_SILENT": "true", "WANDB_ERROR_REPORTING": "false"}
