@@ -17,11 +17,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
-from structbench.plan.spec import SuiteSpec
-
 if TYPE_CHECKING:
     from structbench.execution.job import Job
     from structbench.execution.slurm import SlurmOptions
+    from structbench.plan.spec import SuiteSpec
 
 KEY_LENGTH = 20
 
@@ -161,14 +160,15 @@ class Notes(Protocol):
 def plan(request: Request, notes: Notes) -> Plan:
     """Check the request, resolve its suites (`--steps` shortening included), run the tasks' preflight checks, and
     build the grid, its cache lookup in the store and the job of each run to do."""
-    from structbench.data.root import resolve_data_root
     from structbench.execution import session
+
+    world_size = session.check_request(request)  # first: local workers' server imports torch while this does
+    from structbench.data.root import resolve_data_root
     from structbench.optim import plugins
     from structbench.plan import spec, suite_lookup
     from structbench.plan import sweep as sweeps
     from structbench.store import write as store
 
-    world_size = session.check_request(request)
     plugins.parse_aliases(list(request.optim_aliases))
     suites, checks = spec.load_suites(
         request.suite,
