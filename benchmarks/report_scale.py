@@ -4,7 +4,7 @@ Writes a synthetic store through `store.write_run` (real Parquet files, one run 
 run): suites x optimizers x learning rates x seeds runs (5,000 by default) whose curves decay at rates set
 by the optimizer and learning rate, with diverged and out-of-memory runs among them, half the suites with
 a loss target and half with an accuracy target. It then brings the store index up to date with the same call
-`structbench run` makes at the end of a grid (`report.load.refresh_index`), timing it, and times the real command
+`structbench run` makes at the end of a grid (`store.read.refresh_index`), timing it, and times the real command
 line for each format three ways: cold (the report cache `<out>/.report-cache` removed, the index as `run` leaves
 it), cold without the index either (`<out>/index` removed too: the worst case, e.g. runs copied in from another
 store), and warm (right after the cold report). It prints wall-clock and CPU time (CPU time, the command's and its

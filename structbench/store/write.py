@@ -488,11 +488,6 @@ def remove_runs(out: Path, run_ids: Sequence[str]) -> None:
             (directory / f"{run_id}.parquet").unlink(missing_ok=True)
 
 
-def load_table(out: Path, run_id: str) -> pd.DataFrame:
-    """The result table of one experiment run."""
-    return pq.read_table(tables_dir(out) / f"{run_id}.parquet").to_pandas()
-
-
 def checkpoints_dir(out: Path) -> Path:
     """Checkpoints of runs in progress, one directory per run key (see structbench.execution.checkpoint)."""
     return out / "checkpoints"
