@@ -293,16 +293,11 @@ def show_experiment(suite: str, seed: int, outcome: RunOutcome) -> None:
 @usage_errors_exit_2
 def status(out: OutDir = Path("results")) -> None:
     """Per suite and optimizer: runs done, failed (by status), queued and running on Slurm, and missing."""
-    import shutil
-
-    from structbench.execution import slurm
-    from structbench.store import grids as grid_status
-    from structbench.store import write as store
+    from structbench.execution import session
 
     if not out.is_dir():
         raise UsageError(f"results directory {out} does not exist; run `structbench run` first.")
-    states = slurm.slurm_states if shutil.which("squeue") else None
-    tallies = grid_status.grid_status(out, store.run_keys(out), states)
+    tallies = session.grid_progress(out)
     if not tallies:
         console.print(f"no grids or keyed runs in {escape(str(out))}")
         return

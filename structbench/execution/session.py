@@ -29,6 +29,7 @@ if TYPE_CHECKING:
     from structbench.execution.slurm import SlurmOptions
     from structbench.plan.grid import Cell, Notes, Plan, Request
     from structbench.plan.spec import SuiteSpec
+    from structbench.store.grids import Tally
 
 
 class Events:
@@ -273,6 +274,19 @@ def _run_file(job: Job, row: dict[str, Any]) -> Path:
     from structbench.store import write as store
 
     return store.runs_dir(Path(job.out)) / f"{row['run_id']}.parquet"
+
+
+def grid_progress(out: Path) -> dict[tuple[str, str], Tally]:
+    """Per suite and optimizer of the grids recorded in `out`: runs done, failed, queued and running on Slurm (when
+    `squeue` is on PATH), and missing."""
+    import shutil
+
+    from structbench.execution import slurm
+    from structbench.store import grids
+    from structbench.store import write as store
+
+    states = slurm.slurm_states if shutil.which("squeue") else None
+    return grids.grid_status(out, store.run_keys(out), states)
 
 
 def index_store(out: Path) -> int | None:

@@ -127,3 +127,33 @@ def test_every_command_line_function_is_short():
     long = {name: lines for name, lines in command_functions() if lines > CLI_FUNCTION_MAX_LINES}
     assert long == {}
     assert dict(command_functions())["run.py:run"] > 20  # the walk found the commands themselves
+
+
+CLI_MAY_IMPORT = (
+    "structbench.cli",
+    "structbench.errors",
+    "structbench.plan.",
+    "structbench.execution.session",
+    "structbench.report.publish",
+    "structbench.report.options",
+    "structbench.report.suite_files",
+    "structbench.report.views.",
+    "structbench.store.",
+    "structbench.optim",
+    "structbench.claims",
+    "structbench.data",
+    "structbench.export",
+    "structbench.measure",
+)
+"""What the command line may reach: planning, the grid session, report publishing and the views it prints with, the
+store (status, doctor), and the registries of optimizers, claims, datasets and exporters. Not the training code
+(runner, loop, executors), nor the report's analysis and figures: those are reached through the session and
+publish."""
+
+
+def test_the_command_line_reaches_the_pipeline_only_through_its_front_doors():
+    graph = import_graph()
+    reached = {target for name in MODULES if name.startswith("structbench.cli") for target in graph[name]}
+    assert {"structbench.execution.session", "structbench.report.publish"} <= reached
+    outside = sorted(t for t in reached if t != "structbench" and not t.startswith(CLI_MAY_IMPORT))
+    assert outside == []
