@@ -14,8 +14,10 @@ next export deletes and writes again).
 
 from __future__ import annotations
 
+import importlib
 import importlib.util
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 
 import pandas as pd
@@ -25,14 +27,23 @@ from structbench.export.base import Progress, Result, Selection
 from structbench.report.analysis import filters
 from structbench.store import read
 
-TARGETS = ("tensorboard", "mlflow", "wandb", "csv")
-NEEDS = {
-    "tensorboard": ("tensorboard",),
-    "mlflow": ("mlflow", "sqlalchemy", "alembic"),
-    "wandb": ("wandb",),
-    "csv": (),
+
+@dataclass(frozen=True)
+class Target:
+    """An exporter: the module (structbench.export.<module>) whose `export(selection, dest, name, progress)` writes
+    the runs, and the modules it imports (a missing one means its extra is not installed)."""
+
+    module: str
+    needs: tuple[str, ...] = ()
+
+
+TARGETS = {
+    "tensorboard": Target("to_tensorboard", ("tensorboard",)),
+    "mlflow": Target("to_mlflow", ("mlflow", "sqlalchemy", "alembic")),
+    "wandb": Target("to_wandb", ("wandb",)),
+    "csv": Target("to_csv"),
 }
-"""The modules each target imports; a missing one means its extra is not installed."""
+"""The targets `export --to` takes, in the order its messages list them."""
 DEFAULT_NAME = "structbench"
 """The MLflow experiment and W&B project runs go to unless --name says otherwise."""
 
@@ -41,7 +52,7 @@ def check_target(target: str) -> None:
     """A UsageError unless `target` is known and its extra installed (naming the `pip install` that adds it)."""
     if target not in TARGETS:
         raise UsageError(f"--to must be one of {', '.join(TARGETS)}, got {target!r}.")
-    missing = [module for module in NEEDS[target] if importlib.util.find_spec(module) is None]
+    missing = [module for module in TARGETS[target].needs if importlib.util.find_spec(module) is None]
     if missing:
         raise UsageError(
             f"--to {target} needs {', '.join(missing)}, which {'is' if len(missing) == 1 else 'are'} not installed: "
@@ -67,32 +78,10 @@ def select(
     return Selection(runs, curves, problems + curve_problems)
 
 
-def destination_directory(dest: Path) -> None:
-    """A UsageError when `dest` exists and is not a directory (file-based exports write a directory)."""
-    if dest.exists() and not dest.is_dir():
-        raise UsageError(f"{dest} is not a directory; the export writes a directory of files.")
-
-
 def export(
     target: str, selection: Selection, dest: str, name: str = DEFAULT_NAME, progress: Progress | None = None
 ) -> Result:
     """Write the selection to `dest` (a directory; for MLflow a tracking URI or a SQLite file path)."""
     check_target(target)
-    report = progress or (lambda _run_id: None)
-    if target == "mlflow":
-        from structbench.export import to_mlflow
-
-        return to_mlflow.export(selection, to_mlflow.tracking_uri(dest), name, report)
-    directory = Path(dest)
-    destination_directory(directory)
-    if target == "tensorboard":
-        from structbench.export import to_tensorboard
-
-        return to_tensorboard.export(selection, directory, report)
-    if target == "wandb":
-        from structbench.export import to_wandb
-
-        return to_wandb.export(selection, directory, name, report)
-    from structbench.export import to_csv
-
-    return to_csv.export(selection, directory, report)
+    exporter = importlib.import_module(f"structbench.export.{TARGETS[target].module}")
+    return exporter.export(selection, dest, name, progress or (lambda _run_id: None))

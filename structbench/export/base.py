@@ -5,9 +5,11 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
+from pathlib import Path
 
 import pandas as pd
 
+from structbench.errors import UsageError
 from structbench.store.write import Problem
 
 Progress = Callable[[str], None]
@@ -42,3 +44,11 @@ class Result:
     def message(self) -> str:
         skipped = f"; {self.skipped} already there, skipped" if self.skipped else ""
         return f"exported {self.exported} run(s) to {self.where}{skipped}{self.note}"
+
+
+def destination_directory(dest: str) -> Path:
+    """`dest` as the directory a file-based export writes; a UsageError when it exists and is not a directory."""
+    directory = Path(dest)
+    if directory.exists() and not directory.is_dir():
+        raise UsageError(f"{directory} is not a directory; the export writes a directory of files.")
+    return directory

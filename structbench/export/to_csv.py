@@ -10,17 +10,18 @@ written under a temporary name and renamed into place, so a reader never sees ha
 from __future__ import annotations
 
 import os
-from pathlib import Path
 
 from structbench.export import fields
-from structbench.export.base import Progress, Result, Selection
+from structbench.export.base import Progress, Result, Selection, destination_directory
 from structbench.store.write import CURVE_SCHEMA, RUN_SCHEMA
 
 RUNS_FILE = "runs.csv"
 CURVES_FILE = "curves.csv"
 
 
-def export(selection: Selection, dest: Path, progress: Progress) -> Result:
+def export(selection: Selection, destination: str, name: str, progress: Progress) -> Result:
+    """The selected runs and their curve points as two CSV files in `destination` (`name` is not used)."""
+    dest = destination_directory(destination)
     dest.mkdir(parents=True, exist_ok=True)
     runs = selection.runs[RUN_SCHEMA.names].astype({c: "Int64" for c in RUN_SCHEMA.names if fields.integer_column(c)})
     curves = selection.curves.sort_values(["run_id", "step", "split"], kind="stable")

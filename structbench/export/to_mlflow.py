@@ -97,8 +97,11 @@ def _write(client: Any, experiment_id: str, run: pd.Series, curves: pd.DataFrame
     client.set_terminated(mlflow_id, status=STATUS.get(str(run["status"]), "FAILED"), end_time=_ms(finished))
 
 
-def export(selection: Selection, uri: str, name: str, progress: Progress) -> Result:
+def export(selection: Selection, destination: str, name: str, progress: Progress) -> Result:
+    """The selected runs into experiment `name` of the tracking store `destination` (a URI or a SQLite file)."""
     from mlflow.tracking import MlflowClient
+
+    uri = tracking_uri(destination)
 
     for logger in ("mlflow", "alembic"):  # their INFO lines (creating the database's tables) would bury the progress
         logging.getLogger(logger).setLevel(logging.WARNING)

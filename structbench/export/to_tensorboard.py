@@ -21,7 +21,7 @@ from pathlib import Path
 import pandas as pd
 
 from structbench.export import fields
-from structbench.export.base import Progress, Result, Selection
+from structbench.export.base import Progress, Result, Selection, destination_directory
 
 PROVENANCE_TAG = "provenance"
 
@@ -57,7 +57,9 @@ def _write(directory: Path, run: pd.Series, curves: pd.DataFrame) -> None:
             writer.file_writer.add_summary(part, walltime=finished)
 
 
-def export(selection: Selection, dest: Path, progress: Progress) -> Result:
+def export(selection: Selection, destination: str, name: str, progress: Progress) -> Result:
+    """One event-file directory per run in `destination` (`name` is not used)."""
+    dest = destination_directory(destination)
     dest.mkdir(parents=True, exist_ok=True)
     exported = skipped = 0
     for run, curves in selection:

@@ -30,7 +30,7 @@ from typing import Any
 import pandas as pd
 
 from structbench.export import fields
-from structbench.export.base import Progress, Result, Selection
+from structbench.export.base import Progress, Result, Selection, destination_directory
 
 RUNS_DIR = "wandb"
 OFFLINE_ENV = {"WANDB_MODE": "offline", "WANDB_SILENT": "true", "WANDB_ERROR_REPORTING": "false"}
@@ -111,8 +111,11 @@ def _write(staging: Path, run: pd.Series, curves: pd.DataFrame, project: str) ->
     return directory
 
 
-def export(selection: Selection, dest: Path, project: str, progress: Progress) -> Result:
+def export(selection: Selection, destination: str, project: str, progress: Progress) -> Result:
+    """Offline W&B run directories of project `project` in `destination`."""
     import wandb
+
+    dest = destination_directory(destination)
 
     (dest / RUNS_DIR).mkdir(parents=True, exist_ok=True)
     exported = skipped = 0
