@@ -319,11 +319,9 @@ def _budget_notes(variants: Sequence[VariantSummary]) -> list[str]:
 def build_suite(
     name: str, runs: pd.DataFrame, curves: pd.DataFrame, baseline_name: str, plotted: bool, smoke: bool = False
 ) -> SuiteReport:
-    metric_name = (
-        str(runs["eval_metric_name"].dropna().mode().iloc[0]) if runs["eval_metric_name"].notna().any() else "-"
-    )
-    modes = runs["eval_metric_mode"].dropna()
-    metric_mode = str(modes.mode().iloc[0]) if len(modes) else "min"
+    """One suite's numbers: its variants summarized, each optimizer's selected setting, the comparisons with the
+    baseline of each store, its failures and its notes; `plotted` also keeps the selected settings' curves."""
+    metric_name, metric_mode = _metric_of(runs)
     evals = Evaluations(CurveIndex(curves, "val"), CurveIndex(curves, "eval"))
     grouped = group_variants(runs)
     variants = [
@@ -340,7 +338,49 @@ def build_suite(
         for v in selected.values()
         if v.variant.optim_name != baseline_name and v.variant.store in baselines
     ]
-    notes: list[str] = []
+    superseded = variants[0].variant.older.frame if variants else runs.iloc[0:0]
+    notes = _selection_notes(by_optim, selections, selected) + _run_notes(variants, superseded)
+    plotted_ids = {r for v in selected.values() for r in v.variant.run_ids}
+    report = SuiteReport(
+        name=name,
+        task=str(runs["task"].dropna().iloc[0]) if runs["task"].notna().any() else "-",
+        metric_name=metric_name,
+        metric_mode=metric_mode,
+        variants=variants,
+        selected=dict(sorted(selected.items())),
+        selections=dict(sorted(selections.items())),
+        sweeps=sweeps_of(by_optim, selections),
+        baselines=dict(sorted(baselines.items())),
+        comparisons=comparisons,
+        failures=_failures(variants),
+        superseded=superseded,
+        notes=notes,
+        curves=curves[curves["run_id"].isin(plotted_ids)] if plotted else curves.iloc[0:0],
+        digest=digest(runs, curves) if plotted else "",
+        smoke=smoke,
+    )
+    notes[:0] = [_split_note(report)]
+    notes += _budget_notes(list(report.selected.values()))
+    return report
+
+
+def _metric_of(runs: pd.DataFrame) -> tuple[str, str]:
+    """The suite's evaluation metric and its direction: the most common among its runs ("-" and "min" when none
+    records one)."""
+    metric_name = (
+        str(runs["eval_metric_name"].dropna().mode().iloc[0]) if runs["eval_metric_name"].notna().any() else "-"
+    )
+    modes = runs["eval_metric_mode"].dropna()
+    return metric_name, str(modes.mode().iloc[0]) if len(modes) else "min"
+
+
+def _selection_notes(
+    by_optim: Mapping[str, Sequence[VariantSummary]],
+    selections: Mapping[str, Selection],
+    selected: Mapping[str, VariantSummary],
+) -> list[str]:
+    """For each optimizer run under several settings: which setting represents it, and the metric that selected it."""
+    notes = []
     for optim, vs in by_optim.items():
         if len(vs) > 1:
             criterion = selections[optim].criterion
@@ -350,16 +390,26 @@ def build_suite(
                 f"comparisons, plots, profiles and ranks — {criterion.describe()}"
                 + (f", the {best} median over seeds." if criterion.column else ".")
             )
+    return notes
+
+
+def _run_notes(variants: Sequence[VariantSummary], superseded: pd.DataFrame) -> list[str]:
+    """Runs timed without an evaluation curve, and runs superseded by a later run of their seed."""
+    notes = []
     stored = sum(v.stored_target_used for v in variants)
     if stored:
         notes.append(f"{stored} run(s) have no evaluation curve: the runner's first-evaluation time to target is used.")
-    superseded = variants[0].variant.older.frame if variants else runs.iloc[0:0]
     if len(superseded):
         notes.append(
             f"{len(superseded)} run(s) of a seed that ran more than once are superseded (listed with the runs): "
             "per seed the latest run with a final status counts, else the latest run."
         )
-    failures = pd.DataFrame(
+    return notes
+
+
+def _failures(variants: Sequence[VariantSummary]) -> pd.DataFrame:
+    """Every run whose status is not ok, with the telling line of its error."""
+    return pd.DataFrame(
         [
             {
                 "run_id": run_id,
@@ -378,28 +428,6 @@ def build_suite(
         ],
         columns=["run_id", "variant", "seed", "status", "steps", "message"],
     )
-    plotted_ids = {r for v in selected.values() for r in v.variant.run_ids}
-    report = SuiteReport(
-        name=name,
-        task=str(runs["task"].dropna().iloc[0]) if runs["task"].notna().any() else "-",
-        metric_name=metric_name,
-        metric_mode=metric_mode,
-        variants=variants,
-        selected=dict(sorted(selected.items())),
-        selections=dict(sorted(selections.items())),
-        sweeps=sweeps_of(by_optim, selections),
-        baselines=dict(sorted(baselines.items())),
-        comparisons=comparisons,
-        failures=failures,
-        superseded=superseded,
-        notes=notes,
-        curves=curves[curves["run_id"].isin(plotted_ids)] if plotted else curves.iloc[0:0],
-        digest=digest(runs, curves) if plotted else "",
-        smoke=smoke,
-    )
-    notes[:0] = [_split_note(report)]
-    notes += _budget_notes(list(report.selected.values()))
-    return report
 
 
 def digest(*frames: pd.DataFrame) -> str:
@@ -489,7 +517,32 @@ def build_report(
     is_experiment = everything["task"].fillna("").str.startswith(EXPERIMENT_PREFIX).to_numpy(bool)
     runs, experiments = everything[~is_experiment], everything[is_experiment]
     curves, curve_problems = _read_curves(stores, runs, plotted)
-    problems = problems + curve_problems
+    reports = _build_suites(runs, curves, baseline, plotted, listeners)
+    left_out = tuple(s.name for s in reports if s.smoke and not include_smoke)
+    aggregated = [s for s in reports if s.name not in left_out]
+    optim_names = sorted({o for s in aggregated for o in s.selected})
+    profile_seconds, profile_steps = _profiles(aggregated, optim_names)
+    return Report(
+        out=stores[0],
+        baseline=baseline,
+        filters=_filters_text(groups, optims, baseline, since),
+        suites=reports,
+        profile_seconds=profile_seconds,
+        profile_steps=profile_steps,
+        ranks=_ranks(aggregated, optim_names),
+        runs=runs,
+        problems=problems + curve_problems,
+        experiments=experiments.reset_index(drop=True),
+        notes=_report_notes(reports, baseline, left_out),
+        stores=tuple(stores),
+        left_out=left_out,
+    )
+
+
+def _build_suites(
+    runs: pd.DataFrame, curves: pd.DataFrame, baseline: str, plotted: bool, listeners: Sequence[SuiteListener]
+) -> list[SuiteReport]:
+    """Every suite of the runs, by name, each told to the listeners as soon as it is built."""
     by_suite = list(runs.groupby("suite", sort=True))
     for listener in listeners:
         listener.begin(len(by_suite), entries(runs))
@@ -499,32 +552,48 @@ def build_report(
         reports.append(build_suite(name, group, suite_curves, baseline, plotted, suite_files.is_smoke(str(name))))
         for listener in listeners:
             listener.built(len(reports) - 1, reports[-1])
-    left_out = tuple(s.name for s in reports if s.smoke and not include_smoke)
-    aggregated = [s for s in reports if s.name not in left_out]
-    optim_names = sorted({o for s in aggregated for o in s.selected})
+    return reports
+
+
+def _profiles(aggregated: Sequence[SuiteReport], optim_names: Sequence[str]) -> tuple[Profile | None, Profile | None]:
+    """The performance profiles of seconds and of steps to target over the timed suites (None without one)."""
     timed = [s for s in aggregated if s.timed]
-    profile_seconds = profile_steps = None
-    if timed:
-        profile_seconds = performance_profile(
-            {s.name: {o: v.seconds_to_target.median for o, v in s.selected.items()} for s in timed}, optim_names
-        )
-        profile_steps = performance_profile(
-            {s.name: {o: v.steps_to_target.median for o, v in s.selected.items()} for s in timed}, optim_names
-        )
-    ranks = (
-        rank_table(
-            {s.name: {o: v.final_metric.median for o, v in s.selected.items()} for s in aggregated},
-            {s.name: s.metric_mode for s in aggregated},
-            optim_names,
-        )
-        if aggregated
-        else None
+    if not timed:
+        return None, None
+    profile_seconds = performance_profile(
+        {s.name: {o: v.seconds_to_target.median for o, v in s.selected.items()} for s in timed}, optim_names
     )
-    filters_text = {
+    profile_steps = performance_profile(
+        {s.name: {o: v.steps_to_target.median for o, v in s.selected.items()} for s in timed}, optim_names
+    )
+    return profile_seconds, profile_steps
+
+
+def _ranks(aggregated: Sequence[SuiteReport], optim_names: Sequence[str]) -> Ranks | None:
+    """The optimizers ranked by final metric in each suite (None without a suite)."""
+    if not aggregated:
+        return None
+    return rank_table(
+        {s.name: {o: v.final_metric.median for o, v in s.selected.items()} for s in aggregated},
+        {s.name: s.metric_mode for s in aggregated},
+        optim_names,
+    )
+
+
+def _filters_text(
+    groups: Mapping[str, Sequence[str]], optims: Collection[str], baseline: str, since: pd.Timestamp | None
+) -> dict[str, str]:
+    """The filters the report was made with, as the report states them."""
+    return {
         "suites": ", ".join(groups) or "all",
         "optimizers": ", ".join(sorted(set(optims) | {baseline})) if optims else "all",
         "since": since.isoformat() if since is not None else "-",
     }
+
+
+def _report_notes(reports: Sequence[SuiteReport], baseline: str, left_out: Sequence[str]) -> list[str]:
+    """The report's notes: smoke suites left out, and a baseline that ran nowhere; where the baseline ran some suites
+    but not others, each suite it missed (in some store) gets the note first among its own instead."""
     notes = []
     if left_out:
         notes.append(
@@ -543,18 +612,4 @@ def build_report(
                     + (f" in {', '.join(missing)}" if len(suite.stores) > 1 else "")
                     + ": no speed-ups or comparisons there.",
                 )
-    return Report(
-        out=stores[0],
-        baseline=baseline,
-        filters=filters_text,
-        suites=reports,
-        profile_seconds=profile_seconds,
-        profile_steps=profile_steps,
-        ranks=ranks,
-        runs=runs,
-        problems=problems,
-        experiments=experiments.reset_index(drop=True),
-        notes=notes,
-        stores=tuple(stores),
-        left_out=left_out,
-    )
+    return notes

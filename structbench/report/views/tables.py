@@ -240,6 +240,20 @@ def _quality_columns(suite: SuiteReport, every_setting: bool) -> list[tuple[Colu
     return columns
 
 
+@dataclass(frozen=True)
+class _OptionalColumns:
+    """Which of the suite table's optional columns it shows."""
+
+    store: bool
+    """Over several stores: each row's store."""
+    timed: bool
+    """With a target: steps and time to target and the speed-ups."""
+    effective: bool
+    """With a target from a baseline whose runs record a throughput."""
+    throughput: bool
+    """When some row records a throughput."""
+
+
 def suite_table(suite: SuiteReport, every_setting: bool = False) -> Table:
     """One row per optimizer (its selected setting), or per setting: outcomes, quality, time to target, cost.
 
@@ -247,14 +261,29 @@ def suite_table(suite: SuiteReport, every_setting: bool = False) -> Table:
     numbers (the test split is reported for the selected setting only)."""
     variants = suite.variants if every_setting else list(suite.selected.values())
     timed = bool(suite.targets)
-    effective = timed and _has_effective_throughput(variants)
-    throughput = any(not math.isnan(v.throughput_per_s) for v in variants)
-    stores = len(suite.stores) > 1
+    shown = _OptionalColumns(
+        store=len(suite.stores) > 1,
+        timed=timed,
+        effective=timed and _has_effective_throughput(variants),
+        throughput=any(not math.isnan(v.throughput_per_s) for v in variants),
+    )
     quality = _quality_columns(suite, every_setting)
+    columns = _suite_columns(suite, quality, shown)
+    rows = _suite_rows(suite, variants, quality, shown, every_setting)
+    caption = _suite_caption(suite, variants, shown, every_setting)
+    if every_setting:
+        return Table(f"{suite.name}: every setting", columns, rows, caption, key=anchor("settings", suite.name))
+    return Table(f"{suite.name}: results per optimizer", columns, rows, caption, key=anchor("suite", suite.name))
+
+
+def _suite_columns(
+    suite: SuiteReport, quality: Sequence[tuple[Column, str, bool]], shown: _OptionalColumns
+) -> list[Column]:
+    """The suite table's columns, grouped as the terminal prints them: results, time to target, cost."""
     timing = f" ({suite.timing_split})" if suite.timing_split else ""
-    columns = [
+    return [
         Column("optimizer", "all", left=True),
-        *([Column("store", "results", left=True)] if stores else []),
+        *([Column("store", "results", left=True)] if shown.store else []),
         Column("runs", "results", left=True, wrap=False),
         Column("hyperparameters", "results", left=True),
         *(column for column, _, _ in quality),
@@ -265,62 +294,97 @@ def suite_table(suite: SuiteReport, every_setting: bool = False) -> Table:
                 Column("speed-up (steps)", "time to target"),
                 Column("speed-up (time)", "time to target"),
             ]
-            if timed
+            if shown.timed
             else []
         ),
-        *([Column("effective throughput", "time to target")] if effective else []),
+        *([Column("effective throughput", "time to target")] if shown.effective else []),
         Column("step time", "cost"),
         Column("optimizer share", "cost"),
         Column("compile", "cost"),
-        *([Column("throughput", "cost")] if throughput else []),
+        *([Column("throughput", "cost")] if shown.throughput else []),
         Column("peak memory", "cost"),
         Column("state (measured)", "cost"),
         Column("state (analytic)", "cost"),
         Column("routing", "cost", left=True),
     ]
+
+
+def _suite_rows(
+    suite: SuiteReport,
+    variants: Sequence[VariantSummary],
+    quality: Sequence[tuple[Column, str, bool]],
+    shown: _OptionalColumns,
+    every_setting: bool,
+) -> list[list[Cell]]:
+    """The suite table's rows, one per variant; medians are marked best against the other rows of their column."""
     quality_cells = [
         _estimate_cells([getattr(v, attribute) for v in variants], fmt_num, lower) for _, attribute, lower in quality
     ]
     steps = _estimate_cells([v.steps_to_target for v in variants], fmt_steps)
     seconds = _estimate_cells([v.seconds_to_target for v in variants], fmt_seconds)
     settings = {o: sum(1 for v in suite.variants if v.optim == o) for o in suite.selected}
-    rows = []
-    for i, v in enumerate(variants):
-        failed = any(v.statuses.get(s) for s in STATUSES if s != "ok")
-        reached = f"{v.reached}/{len(v.crossings)} reached" if v.target is not None else ""
-        if v.target is not None and v.target.available:
-            steps[i] = Cell(steps[i].text, f"{steps[i].sub} {reached}".strip(), steps[i].tone)
-        steps_cell, seconds_cell = _target_cell(steps[i], v), _target_cell(seconds[i], v)
-        measured, analytic = _state_cells(v)
-        source = words(v.hparams_source, 1 if every_setting else settings.get(v.optim, 1))
-        rows.append(
-            [
-                Cell(
-                    v.label,
-                    "baseline" if v is suite.baseline_of(v) else "",
-                    "muted" if not v.has_ok else "",
-                    link=v.variant.anchor,
-                ),
-                *([Cell(v.variant.store)] if stores else []),
-                Cell(status_text(v.statuses), tone="bad" if failed else ""),
-                Cell(source, tone="bad" if untuned(v.hparams_source) else ""),
-                *(cells[i] for cells in quality_cells),
-                *(
-                    [steps_cell, seconds_cell, _speedup_cell(suite, v, "steps"), _speedup_cell(suite, v, "seconds")]
-                    if timed
-                    else []
-                ),
-                *([_effective_throughput_cell(v)] if effective else []),
-                Cell(fmt_seconds(v.step_time_s)),
-                Cell(fmt_percent(v.optim_share)),
-                Cell(fmt_seconds(v.compile_s)),
-                *([_throughput_cell(v)] if throughput else []),
-                _memory_cell(v),
-                measured,
-                analytic,
-                Cell(v.routing, title=v.routing_detail),
-            ]
+    return [
+        _suite_row(
+            suite,
+            v,
+            [cells[i] for cells in quality_cells],
+            (_steps_to_target_cell(steps[i], v), _target_cell(seconds[i], v)),
+            words(v.hparams_source, 1 if every_setting else settings.get(v.optim, 1)),
+            shown,
         )
+        for i, v in enumerate(variants)
+    ]
+
+
+def _steps_to_target_cell(estimate_cell: Cell, v: VariantSummary) -> Cell:
+    """The steps to target cell, with how many seeds reached the target beside its interval."""
+    if v.target is not None and v.target.available:
+        reached = f"{v.reached}/{len(v.crossings)} reached"
+        estimate_cell = Cell(estimate_cell.text, f"{estimate_cell.sub} {reached}".strip(), estimate_cell.tone)
+    return _target_cell(estimate_cell, v)
+
+
+def _suite_row(
+    suite: SuiteReport,
+    v: VariantSummary,
+    quality: Sequence[Cell],
+    to_target: tuple[Cell, Cell],
+    source: str,
+    shown: _OptionalColumns,
+) -> list[Cell]:
+    """One variant's cells: `quality` its quality columns', `to_target` its steps and time to target, `source` where
+    its hyperparameters come from in words."""
+    failed = any(v.statuses.get(s) for s in STATUSES if s != "ok")
+    measured, analytic = _state_cells(v)
+    return [
+        Cell(
+            v.label,
+            "baseline" if v is suite.baseline_of(v) else "",
+            "muted" if not v.has_ok else "",
+            link=v.variant.anchor,
+        ),
+        *([Cell(v.variant.store)] if shown.store else []),
+        Cell(status_text(v.statuses), tone="bad" if failed else ""),
+        Cell(source, tone="bad" if untuned(v.hparams_source) else ""),
+        *quality,
+        *([*to_target, _speedup_cell(suite, v, "steps"), _speedup_cell(suite, v, "seconds")] if shown.timed else []),
+        *([_effective_throughput_cell(v)] if shown.effective else []),
+        Cell(fmt_seconds(v.step_time_s)),
+        Cell(fmt_percent(v.optim_share)),
+        Cell(fmt_seconds(v.compile_s)),
+        *([_throughput_cell(v)] if shown.throughput else []),
+        _memory_cell(v),
+        measured,
+        analytic,
+        Cell(v.routing, title=v.routing_detail),
+    ]
+
+
+def _suite_caption(
+    suite: SuiteReport, variants: Sequence[VariantSummary], shown: _OptionalColumns, every_setting: bool
+) -> str:
+    """What the suite table's numbers are: intervals, splits, hyperparameters, the target, memory, and (per
+    optimizer) how a setting was selected."""
     caption = (
         f"Medians over seeds; below each, the smallest and largest seed's value (min–max) with fewer than {MIN_SEEDS} "
         f"seeds, else the 95% bootstrap CI; best in a column (bold) from {MIN_BEST_SEEDS} seeds."
@@ -334,22 +398,20 @@ def suite_table(suite: SuiteReport, every_setting: bool = False) -> Table:
     else:
         caption += " These runs hold out no validation split."
     caption += " Hyperparameters: the suite's, or untuned here (the registry's defaults: not a finding)."
-    if timed:
-        caption += _target_caption(suite, effective)
+    if shown.timed:
+        caption += _target_caption(suite, shown.effective)
     if any("rss" in v.mem_source for v in variants):
         caption += (
             " Peak memory on CPU is the process's resident set (approximate: allocator caches, and a process's "
             "first run counts torch's one-time allocations); optimizer-state bytes are exact."
         )
-    if every_setting:
-        return Table(f"{suite.name}: every setting", columns, rows, caption, key=anchor("settings", suite.name))
-    if len(suite.variants) > len(suite.selected):
+    if not every_setting and len(suite.variants) > len(suite.selected):
         caption += (
             " Optimizers run under several settings show their selected one (chosen on a validation metric, else on "
             "the training loss, never on the test split; the notes say which); the Markdown and HTML reports also "
             "list every setting."
         )
-    return Table(f"{suite.name}: results per optimizer", columns, rows, caption, key=anchor("suite", suite.name))
+    return caption
 
 
 def _state_cells(v: VariantSummary) -> tuple[Cell, Cell]:
