@@ -57,11 +57,12 @@ class Finished:
 
 
 def finish(out: Path, job: Job, outcome: RunOutcome) -> None:
-    """Store a finished run; once its row is final, its checkpoint goes, and so do the earlier final runs of its key
-    that it supersedes (a forced rerun)."""
+    """Store a finished run, with the command line that planned it; once its row is final, its checkpoint goes, and
+    so do the earlier final runs of its key that it supersedes (a forced rerun)."""
     from structbench.execution import checkpoint
     from structbench.store import write as store
 
+    outcome.row["command"] = job.command
     store.write_run(out, outcome.row, outcome.curves)
     if outcome.row["status"] in store.FINAL_STATUSES:
         checkpoint.remove(out, job.cell.key)
@@ -102,7 +103,6 @@ def run_job(job: Job, on_progress: Callable[[Any], None] | None = None) -> dict[
             parallel_runs=job.parallel_runs,
             checkpoints=out,
         )
-        outcome.row["command"] = job.command
         finish(out, job, outcome)
     interrupted = outcome.interrupted or signals.received() is not None
     return {**outcome.row, "interrupted": interrupted, "setting": job.cell.setting}

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import os
+import shlex
 import subprocess
 import sys
 import textwrap
@@ -186,6 +187,7 @@ def test_a_failing_rank_ends_its_run_error_with_its_traceback_and_the_grid_goes_
     assert "Traceback" in failed.error and "RuntimeError: deliberate failure on rank 1" in failed.error
     assert healthy.status == "ok" and healthy.steps == 4
     assert healthy.world_size == 2 and healthy.distributed_backend == "gloo" and healthy.executor == "torchrun"
+    assert healthy.command.endswith(shlex.join([*command, "--out", str(out), "--quiet"])), "the user's command"
     peaks = json.loads(healthy.peak_mem_bytes_per_rank)
     assert len(peaks) == 2 and all(p > 0 for p in peaks) and healthy.peak_mem_bytes == max(peaks)
     # SGD with momentum keeps one float32 buffer per parameter element, whole on every rank.
