@@ -289,7 +289,19 @@ def test_trace_normalisation_symmetry_and_positive_definiteness() -> None:
                 assert torch.equal(factor, factor.T)
                 assert float(torch.linalg.eigvalsh(factor.to(F64))[0]) > 0
                 product = state[root].to(F64) @ factor.to(F64) @ state[root].to(F64)
-                tolerance = 1e-6 * float(torch.linalg.cond(factor.to(F64)))  # float32 eigh: eps * cond
+                # R = Q diag(lambda^-1/2) Q^T from a float32 eigh (eigenvalues above the floor, no clamping):
+                # - eigh is backward stable, Q L Q^T = P + E with ||E|| <= n u ||P|| (n = dim, u = 2^-24), and
+                #   R P R - I = -R E R to first order: <= kappa n u (kappa = cond(P));
+                # - Q^T Q = I + F with ||F|| <= n u: R P R = Q D Q^T Q L Q^T Q D Q^T picks up 2 ||F|| sqrt(kappa)
+                #   (each F sits between a sqrt(L) and a D);
+                # - forming R: each entry is an n-term sum of Q_ik d_k Q_jk, |dR_ij| <= gamma_n ||R|| (Cauchy-
+                #   Schwarz on the rows of Q), so a row of dR has norm <= sqrt(n) gamma_n ||R||, and with
+                #   ||R|| ||P R|| = sqrt(kappa) both roots add 2 sqrt(n) gamma_n sqrt(kappa) per entry.
+                # The product itself is formed in float64. A wrong root (exponent, stale or unsymmetrised factor)
+                # is off by the factor's change or kappa^(1/4) - 1, >= 1e-2 here.
+                dim_u = dim * 2.0**-24
+                kappa = float(torch.linalg.cond(factor.to(F64)))
+                tolerance = kappa * dim_u + 2 * math.sqrt(kappa) * (dim_u + math.sqrt(dim) * dim_u / (1 - dim_u))
                 torch.testing.assert_close(product, torch.eye(dim, dtype=F64), atol=tolerance, rtol=0)
     kappa = max(float(torch.linalg.cond(optimizer.state[p]["P"].to(F64))) for p in params)
     assert kappa > 10  # anisotropic factors: normalisation is tested away from the identity
