@@ -211,8 +211,9 @@ def main() -> None:
     )
     args = parser.parse_args()
     for tree in args.tree:
-        if not (tree / "structbench" / "cli.py").is_file():
-            parser.error(f"{tree} holds no structbench/cli/app.py")
+        package = tree / "structbench"
+        if not ((package / "cli" / "app.py").is_file() or (package / "cli.py").is_file()):
+            parser.error(f"{tree} holds no structbench checkout (no structbench/cli/app.py, nor an older cli.py)")
     trees = [ROOT, *(tree.resolve() for tree in args.tree)]
     root = args.keep or Path(tempfile.mkdtemp(prefix="structbench-report-scale-"))
     out = root / "results"
