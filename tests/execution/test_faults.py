@@ -149,15 +149,17 @@ def test_sigterm_to_the_local_executor_reaches_its_workers_and_their_runs_are_st
     out = tmp_path / "results"
     proc = subprocess.Popen(
         [sys.executable, "-m", "structbench", "run", "--suite", "quadratic", "--optim", "sgd", "--seed", "0",
-         "--seed", "1", "--steps", "100000000", "--executor", "local", "--jobs", "2", "--out", str(out), "--quiet"],
+         "--seed", "1", "--steps", "100000000", "--set", "budget.checkpoint_every=1", "--executor", "local",
+         "--jobs", "2", "--out", str(out), "--quiet"],
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
     )  # fmt: skip
     wait_for_line(proc, b"grid:", 120)
     deadline = time.monotonic() + 120
-    while len(list((out / "runs").glob("*"))) == 0 and time.monotonic() < deadline:
-        time.sleep(2.0)  # the runs last ~forever: wait a little for both workers to be training
-        break
+    # The runs last ~forever; each run's first checkpoint (after its first step) says its worker is training.
+    while len(list((out / "checkpoints").glob("*/checkpoint.pt"))) < 2:
+        assert proc.poll() is None and time.monotonic() < deadline, "both workers should be training by now"
+        time.sleep(0.05)
     proc.send_signal(signal.SIGTERM)  # to the command alone, as `timeout` or a batch system sends it
     _, err = proc.communicate(timeout=120)
     assert proc.returncode == 143, err.decode()
