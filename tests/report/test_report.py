@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import gc
 import itertools
-import json
 import math
 import multiprocessing
 import os
@@ -32,7 +31,7 @@ from structbench.report.figures.figure_file import optimizer_looks
 from structbench.report.views import tables
 from structbench.store import write as store
 from tests.support.paths import ROOT
-from tests.support.store import T0, adamw_evals, muon_evals, read_curves, read_runs, write_run
+from tests.support.store import T0, adamw_evals, muon_evals, read_curves, read_runs, write_experiment_run, write_run
 from tests.support.workers import kill_once_two_workers_run
 
 
@@ -329,18 +328,7 @@ def test_corrupt_curve_file_is_warned_and_the_run_falls_back(cli, tmp_path):
 def test_experiment_runs_list_their_claims(cli, tmp_path):
     out = tmp_path / "results"
     store.prepare(out)
-    claims = [{"source": "Paper §3", "statement": "error falls with iterations", "holds": True, "evidence": "1e-3"}]
-    write_run(
-        out,
-        "exp-0",
-        "-",
-        0,
-        [(0, 0.0, 0.0, 0.0)],
-        suite="orth",
-        task="experiment:orth-error",
-        claims=json.dumps(claims),
-        target=None,
-    )
+    write_experiment_run(out, "error falls with iterations")
     write_run(out, "a-0", "adamw", 0, adamw_evals(0))
     result = cli("report", "--out", out)
     assert result.exit_code == 0, result.output

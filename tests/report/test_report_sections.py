@@ -4,7 +4,6 @@ one order, the one sections.py lists, and render whatever that list holds."""
 from __future__ import annotations
 
 import io
-import json
 
 import pytest
 from rich.console import Console
@@ -12,7 +11,7 @@ from rich.console import Console
 from structbench.report import build, sections
 from structbench.report.views import html, markdown, tables, terminal
 from structbench.store import write as store
-from tests.support.store import adamw_evals, muon_evals, write_run
+from tests.support.store import adamw_evals, muon_evals, write_experiment_run, write_run
 
 WIDTH = 400
 """Wide enough that the terminal prints every table whole, its title on one line."""
@@ -30,18 +29,7 @@ def report(tmp_path_factory) -> build.Report:
         write_run(out, f"sgd-{seed}", "sgd", seed, adamw_evals(seed), hparams={"lr": 0.01})
     write_run(out, "sgd-failed", "sgd", 3, [(0, 0.0, 2.0, 0.1)], status="diverged")
     write_run(out, "sgd-fast-0", "sgd", 0, muon_evals(0), hparams={"lr": 0.1})
-    claims = [{"source": "Paper §3", "statement": "error falls", "holds": True, "evidence": "1e-3"}]
-    write_run(
-        out,
-        "exp-0",
-        "-",
-        0,
-        [(0, 0.0, 0.0, 0.0)],
-        suite="orth",
-        task="experiment:orth-error",
-        claims=json.dumps(claims),
-        target=None,
-    )
+    write_experiment_run(out, "error falls")
     return build.build_report(out)
 
 

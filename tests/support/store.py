@@ -151,6 +151,22 @@ def write_run(
     write.write_run(out, row, curves)
 
 
+def write_experiment_run(out: Path, statement: str) -> None:
+    """A stored numerical-experiment run (suite "orth") whose one claim, `statement`, holds."""
+    claims = [{"source": "Paper §3", "statement": statement, "holds": True, "evidence": "1e-3"}]
+    write_run(
+        out,
+        "exp-0",
+        "-",
+        0,
+        [(0, 0.0, 0.0, 0.0)],
+        suite="orth",
+        task="experiment:orth-error",
+        claims=json.dumps(claims),
+        target=None,
+    )
+
+
 def adamw_evals(seed: int) -> list[tuple[int, float, float, float]]:
     k = 1 + 0.1 * seed
     return [(0, 0.0, 2.0, 0.1), (10, 1.0 * k, 1.0, 0.5), (20, 2.0 * k, 0.2, 0.8 + 0.01 * seed)]
