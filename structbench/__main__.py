@@ -1,3 +1,3 @@
-from structbench.cli.app import app
+from structbench.cli.app import run_command
 
-app(prog_name="structbench")
+run_command()

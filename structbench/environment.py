@@ -7,6 +7,7 @@ measure.environment adds what torch knows (device, CUDA/cuDNN, GPUs, torch threa
 from __future__ import annotations
 
 import contextlib
+import functools
 import json
 import os
 import platform
@@ -102,16 +103,26 @@ def package_version(distribution: str) -> str | None:
         return None
 
 
-def facts() -> dict[str, Any]:
-    """The torch-free provenance columns of a run row."""
+@functools.cache
+def code_facts() -> dict[str, Any]:
+    """The checkout's commit and state and the packages' versions, found once per process: the code a process runs
+    is what it loaded, so each of its runs records them as its first run found them (and a grid of small runs does not
+    start two git processes and read four packages' metadata per run)."""
     root = checkout_root()
     return {
         "git_commit": git_commit(root),
         "git_dirty": git_dirty(root),
+        **{column: package_version(name) for name, column in PACKAGE_COLUMNS.items()},
+    }
+
+
+def facts() -> dict[str, Any]:
+    """The torch-free provenance columns of a run row."""
+    return {
         "command": command_line(),
         "cpu_model": cpu_model(),
         "cpu_count": os.cpu_count(),
         "cpu_usable": usable_cores(),
         "thread_env": thread_env(),
-        **{column: package_version(name) for name, column in PACKAGE_COLUMNS.items()},
+        **code_facts(),
     }

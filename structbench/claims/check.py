@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import gc
 import json
 import math
 import time
@@ -15,7 +14,7 @@ from typing import Any
 
 import torch
 
-from structbench import measure
+from structbench import heap, measure
 from structbench.claims.base import UNTESTABLE, ClaimDef, Context, Outcome, untestable
 from structbench.store import write as store
 
@@ -38,11 +37,10 @@ def check_claims(
     threads = torch.get_num_threads()
     if context.device.type == "cpu":
         torch.set_num_threads(1)
-    gc.freeze()
     try:
-        return _check(claims, scale, context, out, on_claim)
+        with heap.frozen():
+            return _check(claims, scale, context, out, on_claim)
     finally:
-        gc.unfreeze()
         torch.set_num_threads(threads)
 
 

@@ -17,6 +17,7 @@ import typer
 from rich.console import Console
 from typer.core import TyperGroup
 
+from structbench import heap
 from structbench.errors import UsageError
 
 # Modules that load torch (runner, optim, tasks, spec, measure, data) are imported inside the commands that use
@@ -65,6 +66,18 @@ app = typer.Typer(
     add_completion=False,
     pretty_exceptions_enable=False,
 )
+
+
+def run_command() -> None:
+    """The `structbench` command (its console script and `python -m structbench`). Once the command is done, what is
+    alive is frozen out of the garbage collector (`structbench.heap`): the interpreter's last collections then skip
+    torch's heap, about 1 s less at exit on 2 cores."""
+    try:
+        app(prog_name="structbench")
+    finally:
+        heap.freeze()
+
+
 WIDTH = None if sys.stdout.isatty() else 160
 console = Console(width=WIDTH)
 err_console = Console(stderr=True, width=WIDTH)

@@ -10,6 +10,7 @@ import typer
 from rich.markup import escape
 from rich.table import Table
 
+from structbench import catalogue
 from structbench.cli.app import (
     EXIT_RUN_ERROR,
     DataDir,
@@ -35,8 +36,7 @@ def list_cmd(
     ] = None,
 ) -> None:
     """List the registered suites, and the optimizers with each hyperparameter's default, range, tuning and source."""
-    from structbench import optim
-    from structbench.plan import spec, suite_lookup
+    from structbench.plan import suite_file, suite_lookup
 
     if what not in ("suites", "optims", "all"):
         from structbench.errors import unknown_name_message
@@ -49,7 +49,7 @@ def list_cmd(
         for column in ("name", "from", "task", "optimizers", "budget", "description"):
             table.add_column(column)
         for found in suite_lookup.every_suite():
-            _, _, raw = spec.read_suite_file(found.name)
+            _, _, raw = suite_file.read_suite_file(found.name)
             budget = raw.get("budget", {})
             table.add_row(
                 escape(found.name),
@@ -66,23 +66,38 @@ def list_cmd(
             )
         console.print(table)
     if what in ("optims", "all"):
-        names = list(dict.fromkeys(optims or optim.names()))
-        entries = [optim.get(name) for name in names]
+        listings = optimizer_listings(list(dict.fromkeys(optims or [])))
         table = Table(title="optimizers")
         for column in ("name", "reference", "description"):
             table.add_column(column)
-        for entry in entries:
-            table.add_row(entry.name, escape(entry.reference), escape(entry.summary))
+        for listing in listings:
+            table.add_row(listing.name, escape(listing.reference), escape(listing.summary))
         console.print(table)
-        for entry in entries:
-            notes = escape(entry.notes) if optims else None
-            table = Table(title=f"{entry.name}: hyperparameters", caption=notes, caption_justify="left")
+        for listing in listings:
+            notes = escape(listing.notes) if optims else None
+            table = Table(title=f"{listing.name}: hyperparameters", caption=notes, caption_justify="left")
             table.add_column("name", no_wrap=True)
             for column in ("default", "range", "tuning", "source"):
                 table.add_column(column)
-            for row in entry.hparams.rows():
+            for row in listing.hparams:
                 table.add_row(*map(escape, row))
             console.print(table)
+
+
+def optimizer_listings(names: list[str]) -> list[catalogue.Listing]:
+    """What `list optims` shows of `names` (every optimizer when empty): structbench's own from the catalogue, without
+    importing torch; plugins and `package.module:Class` names from the registry."""
+    known = catalogue.builtin()
+    if not names:
+        names = _registry().names() if catalogue.plugins_installed() else sorted(known)
+    return [known[name] if name in known else catalogue.Listing.of(_registry().get(name)) for name in names]
+
+
+def _registry() -> Any:
+    """structbench.optim, imported (with torch) only when a plugin is to be listed."""
+    from structbench import optim
+
+    return optim
 
 
 @usage_errors_exit_2

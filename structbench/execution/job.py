@@ -76,10 +76,15 @@ def run_job(job: Job, on_progress: Callable[[Any], None] | None = None) -> dict[
     SIGINT and SIGTERM (and on Slurm the time-limit warning) interrupt the training only: the run is stored with
     status `interrupted` (or `timeout`) and a signal arriving while it is being stored waits until the write is done.
     The run continues from its checkpoint in the store if it has one; the checkpoint goes once a final row is stored.
+
+    The garbage of the process is collected first and what survives is frozen out of the collector for the run
+    (`structbench.heap`): the memory probe's collections then walk only what the run made, not torch's whole heap.
     """
+    import gc
+
     import torch
 
-    from structbench import measure
+    from structbench import heap, measure
     from structbench.execution import signals
     from structbench.execution.runner import execute
     from structbench.optim import plugins
@@ -91,18 +96,20 @@ def run_job(job: Job, on_progress: Callable[[Any], None] | None = None) -> dict[
             torch.set_num_threads(job.threads)
         device = measure.resolve_device(job.device)
         out = Path(job.out)
-        outcome = execute(
-            job.cell.suite,
-            job.cell.optim,
-            job.cell.seed,
-            device,
-            Path(job.data_root),
-            on_progress,
-            run_key=job.cell.key,
-            executor=job.executor,
-            parallel_runs=job.parallel_runs,
-            checkpoints=out,
-        )
+        gc.collect()
+        with heap.frozen():
+            outcome = execute(
+                job.cell.suite,
+                job.cell.optim,
+                job.cell.seed,
+                device,
+                Path(job.data_root),
+                on_progress,
+                run_key=job.cell.key,
+                executor=job.executor,
+                parallel_runs=job.parallel_runs,
+                checkpoints=out,
+            )
         finish(out, job, outcome)
     interrupted = outcome.interrupted or signals.received() is not None
     return {**outcome.row, "interrupted": interrupted, "setting": job.cell.setting}

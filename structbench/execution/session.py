@@ -21,6 +21,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from structbench import heap
 from structbench.errors import DeviceUnusableError, Registry, StoreWriteError, UsageError, did_you_mean
 from structbench.execution.job import Finished, Job
 
@@ -197,7 +198,9 @@ class _Session:
         EXECUTORS.lookup(self.plan.request.executor)(self)
 
     def inline(self) -> None:
-        """Each run in this process, one after another; a distributed run as a torchrun job on this machine."""
+        """Each run in this process, one after another; a distributed run as a torchrun job on this machine. What
+        exists before the first run is frozen out of the garbage collector until the last (`structbench.heap`), so
+        each run's collections walk only what the runs made."""
         from structbench.execution import job as job_module
         from structbench.execution import torchrun
 
@@ -205,7 +208,7 @@ class _Session:
         if self.plan.request.nproc_per_node is not None:
             self.collect(torchrun.run_torchrun_jobs(jobs))
             return
-        with self.events.runs(len(jobs), per_run=True):
+        with heap.frozen(), self.events.runs(len(jobs), per_run=True):
             for index, job in enumerate(jobs):
                 row = job_module.run_job(job, self.events.run_started(job))
                 self.result.rows.append(row)
@@ -405,9 +408,9 @@ def slurm_placement(request: Request, notes: Notes) -> SlurmOptions | None:
     if request.executor != "slurm":
         return None
     from structbench.execution import slurm
-    from structbench.plan import spec
+    from structbench.plan import suite_file
 
-    options = slurm.slurm_options(spec.read_suite_file(request.suite)[2].get("resources", {}), request.slurm)
+    options = slurm.slurm_options(suite_file.read_suite_file(request.suite)[2].get("resources", {}), request.slurm)
     risk = slurm.early_warning_risk(options)
     if risk is not None:
         notes.warning(risk)

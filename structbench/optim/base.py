@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import copy
 import inspect
+import sys
 from collections.abc import Callable, Hashable, Iterable, MutableMapping
 from typing import Any, ClassVar
 
@@ -191,10 +192,31 @@ class StructuredOptimizer(torch.optim.Optimizer):
             }
 
 
-class EagerStructuredOptimizer(StructuredOptimizer):
-    """A `StructuredOptimizer` whose step runs eagerly inside a compiled training step (`torch.compiler.disable`):
-    for steps whose solver fallbacks, refresh schedules and Python-int counters are data-dependent control flow."""
+_DISABLED: dict[Callable[..., Any], Callable[..., Any]] = {}
+"""`torch.compiler.disable(function)` per function, made once torch's compiler machinery is loaded."""
 
-    @torch.compiler.disable
+
+def eager(function: Callable[..., Any], *args: Any) -> Any:
+    """`function(*args)`, run eagerly (through `torch.compiler.disable`) when torch.compile is tracing the caller.
+
+    Outside tracing the call is direct: importing an optimizer module does not import torch's compiler machinery
+    (`torch._dynamo`, about 2 s on 2 cores), as a `torch.compiler.disable` decorator would, so commands that only
+    read the registry (`structbench list optims`) do not pay for it. (torch.optim itself imports it when the first
+    optimizer is built.) Once it is loaded the disabled form is made outside tracing, so dynamo meets a ready
+    `disable`d function."""
+    if torch.compiler.is_compiling():
+        disabled = _DISABLED.get(function)
+        return (disabled or torch.compiler.disable(function))(*args)
+    if function not in _DISABLED and "torch._dynamo" in sys.modules:
+        _DISABLED[function] = torch.compiler.disable(function)
+    return function(*args)
+
+
+class EagerStructuredOptimizer(StructuredOptimizer):
+    """A `StructuredOptimizer` whose step runs eagerly inside a compiled training step (`eager`): for steps whose
+    solver fallbacks, refresh schedules and Python-int counters are data-dependent control flow."""
+
+    eager_step: ClassVar[bool] = True
+
     def step(self, closure: Callable[[], torch.Tensor] | None = None) -> torch.Tensor | None:
-        return super().step(closure)
+        return eager(StructuredOptimizer.step, self, closure)

@@ -84,9 +84,11 @@ def optimizer_parts(optimizer: torch.optim.Optimizer, name: str) -> dict[str, to
 
 
 def eager_declaration(part: torch.optim.Optimizer) -> str | None:
-    """How `part` declares its step eager under torch.compile (`torch.compiler.disable` on it), or None."""
-    step = type(part).step
-    if getattr(step, "_torchdynamo_disable", False):
+    """How `part` declares its step eager under torch.compile (an `EagerStructuredOptimizer`, or a step wrapped in
+    `torch.compiler.disable`), or None."""
+    if getattr(type(part), "eager_step", False):
+        return f"{type(part).__name__}.step runs eagerly under torch.compile (EagerStructuredOptimizer)"
+    if getattr(type(part).step, "_torchdynamo_disable", False):
         return f"{type(part).__name__}.step is wrapped in torch.compiler.disable"
     return None
 

@@ -28,12 +28,12 @@ from typing import Any
 
 import torch
 
+from structbench.catalogue import ENTRY_POINT_GROUP
 from structbench.errors import UsageError
 from structbench.optim import registry
 from structbench.optim.base import StructuredOptimizer
 from structbench.optim.hparams import Declaration, Hyperparameter, Interval, code, decade_around
 
-ENTRY_POINT_GROUP = "structbench.optimizers"
 SCALAR_KINDS = (bool, int, float, str)
 
 

@@ -49,7 +49,7 @@ from torch import Tensor, nn
 
 from structbench.errors import SolverError
 from structbench.optim import linalg
-from structbench.optim.base import StructuredOptimizer
+from structbench.optim.base import StructuredOptimizer, eager
 from structbench.optim.distributed import DISTRIBUTED
 from structbench.optim.hparams import Declaration, code, decade_around, flag, integer, lin, option, paper, real
 from structbench.optim.hybrid import build_hybrid
@@ -291,7 +291,7 @@ class Shampoo(StructuredOptimizer):
         ]
         if due:
             # data-dependent solver loops and retries: run eagerly under torch.compile
-            torch.compiler.disable(self.compute_inverse_roots)(due, group)
+            eager(type(self).compute_inverse_roots, self, due, group)
         # Until a root update succeeds every root is exactly I, and I G I == G bit for bit: skip the products.
         return [
             self.precondition(state, grad, blocks) if state["root_updates"] else grad

@@ -13,14 +13,12 @@ Linux sends it SIGTERM then (prctl PR_SET_PDEATHSIG), so an interrupted report l
 When the workers are forked, every object that exists then is frozen out of the garbage collector (gc.freeze) until
 they are closed: the collections that the work triggers, in the workers and here, do not walk the objects read before
 (some hundred thousand at 5,000 runs), and a worker does not copy the memory pages they sit on. Freezes are counted
-(`freeze`, `thaw`): gc.unfreeze gives every frozen object back at once, and two pools may be open together (a report
-of every format draws figures and typesets text), so only the last holder's thaw calls it.
+(`structbench.heap`): two pools may be open together (a report of every format draws figures and typesets text).
 """
 
 from __future__ import annotations
 
 import ctypes
-import gc
 import multiprocessing
 import os
 import signal
@@ -30,32 +28,13 @@ from concurrent.futures import Future, ProcessPoolExecutor
 from concurrent.futures.process import BrokenProcessPool
 from typing import Any, Generic, Self, TypeVar
 
-from structbench import environment
+from structbench import environment, heap
 
 MAX_WORKERS = 8
 PR_SET_PDEATHSIG = 1
 """prctl(2): the signal a process receives when the thread that forked it ends."""
 T = TypeVar("T")
 R = TypeVar("R")
-
-
-_freezes = 0
-"""How many holders (pools, or callers of `freeze`) keep what they froze out of the garbage collector."""
-
-
-def freeze() -> None:
-    """Freeze every object that exists now out of the garbage collector (gc.freeze), until the matching `thaw`."""
-    global _freezes
-    gc.freeze()
-    _freezes += 1
-
-
-def thaw() -> None:
-    """Let go of one `freeze`: the last one gives every frozen object back to the garbage collector (gc.unfreeze)."""
-    global _freezes
-    _freezes -= 1
-    if _freezes == 0:
-        gc.unfreeze()
 
 
 def usable_cores() -> int:
@@ -100,7 +79,7 @@ class Workers(Generic[T, R]):
             return
         try:
             if self._pool is None:
-                freeze()
+                heap.freeze()
                 self._frozen = True
                 self._pool = ProcessPoolExecutor(
                     self._count,
@@ -119,7 +98,7 @@ class Workers(Generic[T, R]):
             self._pool.shutdown(cancel_futures=True)
         self._pool, self._futures = None, []
         if self._frozen:
-            thaw()
+            heap.thaw()
             self._frozen = False
 
     def results(self) -> list[R]:

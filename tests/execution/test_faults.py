@@ -214,6 +214,7 @@ def test_sigterm_inside_the_git_call_still_stores_the_finished_run(cli, tmp_path
         return original(root)
 
     monkeypatch.setattr(environment, "git_commit", interrupted_git)
+    environment.code_facts.cache_clear()  # git runs once per process: make it run in this command
     result = cli("run", "--suite", "quadratic", "--optim", "sgd", "--seed", "0", "--steps", "30", "--out", tmp_path)
     assert result.exit_code == 143
     runs = read_runs(tmp_path)

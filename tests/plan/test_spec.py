@@ -8,11 +8,11 @@ import pytest
 
 from structbench import optim
 from structbench.errors import UsageError
-from structbench.plan import spec
+from structbench.plan import spec, suite_file
 
 
 def test_every_builtin_suite_resolves():
-    for name in spec.suite_names():
+    for name in suite_file.suite_names():
         suites, _ = spec.load_suites(name)
         assert suites and all((s.optims or s.experiment) and s.seeds for s in suites)
 

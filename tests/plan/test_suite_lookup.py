@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from structbench.data import ChecksumWarning, dataset_status
-from structbench.plan import spec, suite_lookup
+from structbench.plan import spec, suite_file, suite_lookup
 from tests.support.datasets import write_cifar10
 from tests.support.store import read_runs
 
@@ -75,11 +75,11 @@ def test_project_suites_come_first_then_the_environment_directories_in_order_the
     write(second, "only-second", "second")
     write(first, "both", "first")
     monkeypatch.setenv(suite_lookup.SUITES_ENV, f"{first}{__import__('os').pathsep}{second}")
-    assert spec.read_suite_file("both")[2]["description"] == "first"
-    assert spec.read_suite_file("only-second")[2]["description"] == "second"
+    assert suite_file.read_suite_file("both")[2]["description"] == "first"
+    assert suite_file.read_suite_file("only-second")[2]["description"] == "second"
     write(project / "suites", "both", "project")
-    assert spec.read_suite_file("both")[2]["description"] == "project"
-    builtin = spec.read_suite_file("quadratic")
+    assert suite_file.read_suite_file("both")[2]["description"] == "project"
+    builtin = suite_file.read_suite_file("quadratic")
     assert builtin[1] == Path(spec.__file__).parents[1] / "suites" / "quadratic.toml"
 
 

@@ -15,7 +15,7 @@ import pytest
 
 from structbench import optim
 from structbench.errors import UsageError
-from structbench.plan import grid, spec, sweep
+from structbench.plan import grid, spec, suite_file, sweep
 from tests.support.slurm_cluster import quiet_submitit_sacct, require_slurm
 from tests.support.store import assert_indexes_the_store, read_curves, read_runs
 
@@ -147,7 +147,7 @@ def test_run_key_depends_on_what_determines_the_result_only(tmp_path):
     assert grid.build_grid(suites, "cuda")[0].key != base.key
     # The same suite read from a copy of its file elsewhere is the same run.
     copy = tmp_path / "quadratic.toml"
-    copy.write_text(spec.read_suite_file("quadratic")[1].read_text())
+    copy.write_text(suite_file.read_suite_file("quadratic")[1].read_text())
     suites, _ = spec.load_suites(str(copy), [], ["adamw"], [0])
     assert grid.build_grid(suites, "cpu")[0].key == base.key
 

@@ -144,9 +144,12 @@ CLI_MAY_IMPORT = (
     "structbench.data",
     "structbench.export",
     "structbench.measure",
+    "structbench.catalogue",
+    "structbench.heap",
 )
 """What the command line may reach: planning, the grid session, report publishing and the views it prints with, the
-store (status, doctor), and the registries of optimizers, claims, datasets and exporters. Not the training code
+store (status, doctor), the registries of optimizers, claims, datasets and exporters, the optimizer catalogue `list`
+prints, and the garbage-collector freeze it leaves at exit. Not the training code
 (runner, loop, executors), nor the report's analysis and figures: those are reached through the session and
 publish."""
 

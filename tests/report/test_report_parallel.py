@@ -7,6 +7,7 @@ import operator
 
 import pytest
 
+from structbench import heap
 from structbench.report import parallel
 
 
@@ -37,7 +38,7 @@ def test_what_exists_when_workers_fork_is_frozen_until_they_close(forks_seen):
 def test_one_pool_closing_leaves_the_others_freeze(forks_seen):
     """Two pools open at once (a report of every format: figures and text); the first to close must not give back what
     the second froze (gc.unfreeze gives back everything at once), nor the second what a caller of `freeze` holds."""
-    parallel.freeze()
+    heap.freeze()
     figures, text = parallel.Workers(operator.neg, 2), parallel.Workers(abs, 2)
     figures.add(3)
     text.add(-4)
@@ -46,7 +47,7 @@ def test_one_pool_closing_leaves_the_others_freeze(forks_seen):
     assert gc.get_freeze_count() > 0
     assert figures.results() == [-3]
     assert gc.get_freeze_count() > 0
-    parallel.thaw()
+    heap.thaw()
     assert gc.get_freeze_count() == 0 and multiprocessing.active_children() == []
 
 

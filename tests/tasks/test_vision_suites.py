@@ -18,7 +18,7 @@ import pytest
 import torch
 
 from structbench.errors import UsageError
-from structbench.plan import spec
+from structbench.plan import spec, suite_file
 from structbench.plan.schedule import lr_factor, make_scheduler
 from tests.support.datasets import write_cifar10, write_cifar100
 from tests.support.store import read_curves, read_runs
@@ -51,7 +51,7 @@ def test_every_vision_suite_resolves_with_its_dataset_and_model(name: str) -> No
     assert suite.task == "image-classification"
     assert (suite.task_args["dataset"], suite.task_args["model"]) == (dataset, model)
     assert suite.budget["epochs"] > 0 and suite.target["metric"] == "accuracy"
-    _, _, raw = spec.read_suite_file(name)
+    _, _, raw = suite_file.read_suite_file(name)
     assert set(raw.get("hparams", {})) <= set(raw["optims"]), "hyperparameters for an optimizer the suite omits"
 
 

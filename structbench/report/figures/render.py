@@ -18,10 +18,11 @@ import importlib
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
+from structbench.heap import freeze, thaw
 from structbench.report.build import Report, SuiteReport
 from structbench.report.figures import figure_cache
 from structbench.report.figures.figure_file import FigureFile, Look, optimizer_looks
-from structbench.report.parallel import HoldsWorkers, Workers, freeze, thaw, workers_for
+from structbench.report.parallel import HoldsWorkers, Workers, workers_for
 
 MIN_TASKS_FOR_WORKERS = 4
 """Suites plus the cross-suite task below which the figures are drawn here."""
