@@ -26,7 +26,7 @@ from benchmarks.arguments import Parser, at_least
 
 HERE = Path(__file__).resolve().parents[1]
 COMMANDS = {
-    "run --suite smoke": (["run", "--suite", "smoke", "--quiet"], 10.0),
+    "run --suite smoke": (["run", "--suite", "smoke"], 10.0),
     "list optims": (["list", "optims"], 3.0),
     "list suites": (["list", "suites"], 3.0),
 }
