@@ -13,7 +13,12 @@ class UsageError(Exception):
 
 
 class MissingDataError(UsageError):
-    """A dataset a suite needs is not on disk; the message names the expected files and how to get them."""
+    """A dataset a suite needs is not on disk; the message names the expected files and how to get them, `summary`
+    says what is missing and how to get it in one short line (for reports that list many, such as `claims`)."""
+
+    def __init__(self, message: str, summary: str | None = None) -> None:
+        super().__init__(message)
+        self.summary = summary or message
 
 
 class SolverError(RuntimeError):

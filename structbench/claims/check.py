@@ -16,6 +16,7 @@ import torch
 
 from structbench import heap, measure
 from structbench.claims.base import UNTESTABLE, ClaimDef, Context, Outcome, untestable
+from structbench.errors import MissingDataError
 from structbench.store import write as store
 
 
@@ -63,6 +64,8 @@ def _check(
                 outcome = untestable(f"scale gpu needs a CUDA device; this run has {context.device.type}")
             else:
                 outcome = claim.run(scale, context)
+        except MissingDataError as exc:  # this machine lacks the data: a verdict about the machine, not an error
+            outcome = untestable(exc.summary)
         except Exception:
             error = traceback.format_exc().strip().splitlines()[-1]
             outcome = Outcome(UNTESTABLE, {}, f"the experiment failed: {error}", reason=f"error: {error}")

@@ -112,7 +112,7 @@ def claims(
     """Check the papers' claims at small scale: each claim's verdict (holds, does not hold at this scale, not
     testable here) with its numbers beside the paper's, stored in OUT/claims/ and printed as a table."""
     from structbench.claims import claims_of
-    from structbench.claims.base import SCALES, Context
+    from structbench.claims.base import SCALES, UNTESTABLE, Context
     from structbench.claims.check import check_claims
 
     if scale not in SCALES:
@@ -131,7 +131,8 @@ def claims(
     store.prepare(out)
 
     def announce(row: dict[str, Any]) -> None:
-        console.print(escape(f"{row['paper']}/{row['claim_id']}: {row['verdict']} ({row['wall_s']:.1f} s)"))
+        why = f": {row['reason']}" if row["verdict"] == UNTESTABLE and row["reason"] else ""
+        console.print(escape(f"{row['paper']}/{row['claim_id']}: {row['verdict']}{why} ({row['wall_s']:.1f} s)"))
 
     rows = check_claims(selected, scale, context, out, announce)
     import pandas as pd

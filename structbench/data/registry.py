@@ -47,7 +47,7 @@ class DatasetInfo:
     ``image_shape`` is one image's (channels, height, width), as its reader returns it. ``expected_files`` is the
     primary layout, relative to the data root (``[.gz]``: the file may be gzipped); ``also_accepted`` lists the
     other places and forms that are recognised; ``how_to_get`` says how to obtain the files by hand (``<data root>``
-    stands for the root).
+    stands for the root), ``get`` the shortest way in a few words (one-line reports).
     """
 
     name: str
@@ -57,6 +57,7 @@ class DatasetInfo:
     expected_files: tuple[str, ...]
     also_accepted: tuple[str, ...]
     how_to_get: str
+    get: str
     reader: DatasetReader
     fetch: tuple[tuple[str, str], ...] = ()
     """The files to fetch by hand for the primary layout: (URL, where to put it relative to the data root)."""
@@ -88,6 +89,7 @@ DATASETS: dict[str, DatasetInfo] = {
             image_shape=(3, 32, 32),
             expected_files=tuple(f"{CIFAR10.folder}/{name}" for name in CIFAR10.member_files),
             also_accepted=(CIFAR10.archive,),
+            get="put cifar-10-python.tar.gz in <data root>/",
             how_to_get=(
                 "Download https://www.cs.toronto.edu/~kriz/cifar-10-python.tar.gz by hand and put it in "
                 "<data root>/ as is (it is read in place) or extracted there as cifar-10-batches-py/."
@@ -102,6 +104,7 @@ DATASETS: dict[str, DatasetInfo] = {
             image_shape=(3, 32, 32),
             expected_files=tuple(f"{CIFAR100.folder}/{name}" for name in CIFAR100.member_files),
             also_accepted=(CIFAR100.archive,),
+            get="put cifar-100-python.tar.gz in <data root>/",
             how_to_get=(
                 "Download https://www.cs.toronto.edu/~kriz/cifar-100-python.tar.gz by hand and put it in "
                 "<data root>/ as is (it is read in place) or extracted there as cifar-100-python/."
@@ -116,6 +119,7 @@ DATASETS: dict[str, DatasetInfo] = {
             image_shape=(1, 28, 28),
             expected_files=_idx_files("mnist"),
             also_accepted=_idx_files("MNIST/raw"),
+            get="put the four MNIST .gz files in <data root>/mnist/",
             how_to_get=(
                 "Download the four files train-images-idx3-ubyte.gz, train-labels-idx1-ubyte.gz, "
                 "t10k-images-idx3-ubyte.gz and t10k-labels-idx1-ubyte.gz by hand from "
@@ -135,6 +139,7 @@ DATASETS: dict[str, DatasetInfo] = {
                 *_idx_files("FashionMNIST/raw"),
                 *(f"{DEBIAN_FASHION_MNIST_DIR}/{b}.gz" for b in IDX_FILES.values()),
             ),
+            get="apt-get install dataset-fashion-mnist",
             how_to_get=(
                 "Install Debian's package (apt-get install dataset-fashion-mnist, found automatically in "
                 f"{DEBIAN_FASHION_MNIST_DIR}/), or download the four .gz files by hand from "
@@ -153,6 +158,7 @@ DATASETS: dict[str, DatasetInfo] = {
             image_shape=(1, 8, 8),
             expected_files=(DIGITS_FILE,),
             also_accepted=("sklearn/datasets/data/digits.csv.gz inside an installed scikit-learn",),
+            get="pip install scikit-learn",
             how_to_get=(
                 "pip install scikit-learn (its bundled sklearn/datasets/data/digits.csv.gz is found "
                 "automatically), or copy that file to <data root>/digits/digits.csv.gz."
@@ -189,12 +195,17 @@ def missing_data_message(info: DatasetInfo, data_root: Path, search: Search) -> 
     )
 
 
+def missing_data_summary(info: DatasetInfo, data_root: Path) -> str:
+    """One line: which dataset is missing and how to get it."""
+    return f"dataset {info.name!r} is not on disk; {info.get.replace(ROOT_PLACEHOLDER, str(data_root))}"
+
+
 def require(name: str, data_root: Path) -> None:
     """Raise :class:`MissingDataError` (naming every path looked at) unless dataset ``name`` is on disk."""
     info = dataset_info(name)
     search = info.reader.locate(data_root)
     if search.found is None:
-        raise MissingDataError(missing_data_message(info, data_root, search))
+        raise MissingDataError(missing_data_message(info, data_root, search), missing_data_summary(info, data_root))
 
 
 def load(name: str, data_root: Path, **options: object) -> tuple[ArraySplit, ArraySplit, DatasetMeta]:
@@ -212,7 +223,7 @@ def load(name: str, data_root: Path, **options: object) -> tuple[ArraySplit, Arr
         raise UsageError(f"dataset {name!r} takes no option {', '.join(unknown)} (accepted: {accepted})")
     search = info.reader.locate(data_root)
     if search.found is None:
-        raise MissingDataError(missing_data_message(info, data_root, search))
+        raise MissingDataError(missing_data_message(info, data_root, search), missing_data_summary(info, data_root))
     return info.reader.read(search.found, **options)
 
 

