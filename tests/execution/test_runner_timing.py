@@ -20,7 +20,7 @@ from structbench.execution.runner import execute
 from structbench.plan import spec as spec_module
 from structbench.tasks.base import EvalResult, TaskContext, TaskDef
 
-EVAL_SLEEP_S = 0.25
+EVAL_SLEEP_S = 0.5
 
 
 class SlowEvaluation:
