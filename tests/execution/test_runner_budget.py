@@ -87,6 +87,8 @@ def test_gradient_accumulation_steps_on_the_mean_of_the_micro_batch_gradients(fi
     assert stored["task_args_resolved"]["seen_batch_size"] == 1
     first_losses = [0.5 * float(w0 @ INPUTS[k] - TARGETS[k]) ** 2 for k in (0, 1)]
     train = [c for c in outcome.curves if c["split"] == "train"]
+    # float32 losses of a 2-weight model: a length-2 dot product, a square and a mean of 2, each within a few u
+    # (u = 2^-24) relative: below 1e-6 (pytest.approx's default rel); a sum instead of a mean is off by 2x.
     assert train[0]["loss"] == pytest.approx(sum(first_losses) / 2)
     weight = _final_weight(tmp_path, "steps = 1\nbatch_size = 2\ngrad_accum = 2\nlog_every = 1")
     torch.testing.assert_close(weight, expected)
@@ -116,8 +118,11 @@ def test_gradient_clipping_rescales_the_gradient_to_the_clip_norm_and_logs_the_n
     budget = f"steps = 1\nbatch_size = 1\ngrad_clip = {clip}\nlog_every = 1"
     outcome = _run(_suite(tmp_path, budget))
     train = [c for c in outcome.curves if c["split"] == "train"]
+    # The norm of a float32 2-vector (two squares, a sum, a square root) is within 3u = 1.8e-7 relative: rel 1e-6.
     assert train[0]["grad_norm"] == pytest.approx(float(grad.norm()), rel=1e-6)
     weight = _final_weight(tmp_path, budget)
+    # One clipped SGD step in float32, w - lr g (clip / ||g||): a handful of roundings of entries below 1, each within
+    # u |value|: rtol 1e-5 and atol 1e-6 hold them with margin; an unclipped step would be off by 0.9 lr ||g||.
     torch.testing.assert_close(weight, w0 - 0.1 * grad * (clip / float(grad.norm())), rtol=1e-5, atol=1e-6)
 
 
@@ -188,6 +193,7 @@ def test_clip_norm_matches_torch_clip_grad_norm_definition(fixed_task, tmp_path)
     w0 = torch.tensor([0.5, -0.25])
     outcome = _run(_suite(tmp_path, "steps = 1\nbatch_size = 1\ngrad_clip = 1e6\nlog_every = 1"))
     grad = _grad(w0, 0)
+    # A float32 2-vector's norm either way: within 3u = 1.8e-7 relative of each other (rel 1e-6).
     assert outcome.curves[1]["grad_norm"] == pytest.approx(math.sqrt(float((grad**2).sum())), rel=1e-6)
 
 
