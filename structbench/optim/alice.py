@@ -382,6 +382,7 @@ HEAD_SWITCH = head_switch(False, paper(f"{PAPER} Table 2 'Ppl.': the LM head tra
 ALICE_ENTRY = register(
     OptimizerEntry(
         name="alice",
+        refresh_interval="update_interval",
         summary="Alice: low-rank Eigen-Adam with tracking, subspace switching and optimal compensation",
         reference=_REFERENCE,
         hparams=Alice.hparams + HEAD_SWITCH + PAPER_ADAM,
@@ -406,6 +407,7 @@ ALICE0_COMPILE_NOTE = f" torch.compile: declared unsupported. {ALICE0_COMPILE_RE
 ALICE0_ENTRY = register(
     OptimizerEntry(
         name="alice-0",
+        refresh_interval="update_interval",
         summary="Alice-0: Alice without low-rank tracking (beta3 = 0); switching and compensation kept",
         reference=_REFERENCE,
         hparams=(

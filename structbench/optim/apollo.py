@@ -230,6 +230,7 @@ HEAD_SWITCH = head_switch(True, paper(f"{RACS_ALICE_PAPER} Sec. 7.1, F.2: every 
 APOLLO_SVD = register(
     OptimizerEntry(
         name="apollo-svd",
+        refresh_interval="update_proj_gap",
         summary="Apollo-svd: raw gradient scaled per channel by an SVD-projected low-rank Adam's norm ratios",
         reference=_REFERENCE,
         hparams=Apollo.hparams + HEAD_SWITCH + APOLLO_FALLBACK,
@@ -246,6 +247,7 @@ APOLLO_SVD = register(
 APOLLO_MINI = register(
     OptimizerEntry(
         name="apollo-mini",
+        refresh_interval="update_proj_gap",
         summary="Apollo-mini: raw gradient scaled by one ratio from a rank-1 random-projection Adam (SGD-like memory)",
         reference=_REFERENCE,
         hparams=(

@@ -375,6 +375,7 @@ TITLE = "An et al. 2025, 'ASGO: Adaptive Structured Gradient Optimization', Neur
 ASGO_ENTRY = register(
     OptimizerEntry(
         name="asgo",
+        refresh_interval="tau",
         summary="ASGO: one-sided full-matrix preconditioner (V + eps I)^{-1/2} from EMA G G^T on the smaller side",
         reference=f"{TITLE}, App. B, Algorithm 2",
         hparams=ASGO.hparams + ASGO_ROUTING + CODE_ADAM,

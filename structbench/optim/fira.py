@@ -125,6 +125,7 @@ def fira_state_bytes(structured: list[tuple[int, ...]], fallback: list[tuple[int
 FIRA = register(
     OptimizerEntry(
         name="fira",
+        refresh_interval="update_proj_gap",
         summary="Fira: GaLore plus a norm-scaled full-rank compensation of the residual gradient, norm-limited",
         reference=(
             "Chen et al. 2024 (Fira, arXiv 2410.01623), as the baseline of Gong et al., RACS/Alice paper, Sec. 7.2, "

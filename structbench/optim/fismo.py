@@ -466,6 +466,7 @@ _NOTES = (
 FISMO = register(
     OptimizerEntry(
         name="fismo",
+        refresh_interval="precond_every",
         summary="FISMO: Kronecker Fisher factors (Gauss–Seidel EMA, trace-normalised) whiten a Muon-style polar step",
         reference=(
             "Xu, Yan & Zhang 2026, 'FISMO: Fisher-Structured Momentum-Orthogonalized Optimizer' "

@@ -365,6 +365,7 @@ decay (torch AdamW here, whose eps comes after the bias correction)."""
 GALORE = register(
     OptimizerEntry(
         name="galore",
+        refresh_interval="update_proj_gap",
         summary="GaLore: Adam on an SVD low-rank projection of each matrix gradient, refreshed every T steps",
         reference=(
             "Zhao et al. 2024 (GaLore, ICML); algorithm box: Gong et al., RACS/Alice paper, Alg. 8 (App. B.11); "

@@ -65,6 +65,9 @@ class OptimizerEntry:
     compile_unsupported_reason: str = ""
     """Why torch.compile is declared unsupported (required when compile_supported is False): the conformance kit's
     compile check is then a skip with this reason."""
+    refresh_interval: str | None = None
+    """The hyperparameter that sets how many steps apart the costly refreshes (roots, bases, projections) come, or
+    None when every step costs the same: the cost profile (structbench.optim.cost_profile) amortises over it."""
     check_hparams: Mapping[str, Any] = field(default_factory=dict)
     """Overrides the conformance kit uses so every code path (refreshes, root updates) runs within a few steps."""
     origin: Mapping[str, Any] | None = None

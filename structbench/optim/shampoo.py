@@ -439,6 +439,7 @@ def state_bytes(structured: list[tuple[int, ...]], fallback: list[tuple[int, ...
 SHAMPOO = register(
     OptimizerEntry(
         name="shampoo",
+        refresh_interval="root_interval",
         summary="32-bit Shampoo (EMA statistics every T1, inverse 4th roots every T2) grafted onto SGD-M or AdamW",
         reference="Wang et al. 2024, 4-bit Shampoo for Memory-Efficient Network Training, NeurIPS, App. A, Alg. 4",
         hparams=Shampoo.hparams + ROUTING,

@@ -353,6 +353,7 @@ _COMMON_NOTES = (
 SHAMPOO_4BIT = register(
     OptimizerEntry(
         name="shampoo-4bit",
+        refresh_interval="root_interval",
         summary="4-bit Shampoo: fp32 eigenvalues + 4-bit eigenvectors, Björck rectification, 4-bit inverse roots",
         reference="Wang et al. 2024, 4-bit Shampoo for Memory-Efficient Network Training, NeurIPS, Alg. 1-3",
         hparams=Shampoo4bit.hparams + shampoo32.ROUTING,
@@ -375,6 +376,7 @@ SHAMPOO_4BIT = register(
 SHAMPOO_4BIT_NAIVE = register(
     OptimizerEntry(
         name="shampoo-4bit-naive",
+        refresh_interval="root_interval",
         summary="Naive 4-bit Shampoo: Algorithm 4 with L, R and their inverse roots block-quantized",
         reference="Wang et al. 2024, 4-bit Shampoo for Memory-Efficient Network Training, NeurIPS, Sec. 5 "
         "(the '4-bit Shampoo (naive)' baseline), Alg. 4",

@@ -402,6 +402,7 @@ _CHECK_HPARAMS = {"precondition_frequency": 2}
 SOAP_ENTRY = register(
     OptimizerEntry(
         name="soap",
+        refresh_interval="precondition_frequency",
         summary="SOAP: Adam in the eigenbasis of Shampoo's two factors, basis refreshed by power iteration + QR",
         reference="Vyas et al. 2024, SOAP (arXiv 2409.11321), Alg. 3; reference code nikhilvyas/SOAP soap.py a1e5535",
         hparams=SOAP.hparams + SOAP_ADAMW,
@@ -427,6 +428,7 @@ SOAP_ENTRY = register(
 EIGEN_ADAM_ENTRY = register(
     OptimizerEntry(
         name="eigen-adam",
+        refresh_interval="precondition_frequency",
         summary="Eigen-Adam / AdaDiag / one-sided SOAP: Adam in the eigenbasis of EMA(G G^T) on the smaller side",
         reference="Gong, Scetbon, Ma & Meeds (arXiv 2502.07752), Sec. 3.4, Eq. 13, Alg. 7",
         hparams=EigenAdam.hparams + ADAMW_FALLBACK,

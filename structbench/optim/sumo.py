@@ -380,6 +380,7 @@ _CHECK_HPARAMS: dict[str, Any] = {"update_freq": 2, "rank": 2, "lr": 0.01, "adam
 SUMO = register(
     OptimizerEntry(
         name="sumo",
+        refresh_interval="update_freq",
         summary="SUMO: exact-SVD orthogonalized first moment in a rank-r gradient subspace refreshed every K steps",
         reference=(
             "Refael, Smorodinsky, Tirer & Lindenbaum 2025, 'SUMO: Subspace-Aware Moment-Orthogonalization' "
@@ -398,6 +399,7 @@ SUMO = register(
 SUMO_NS5 = register(
     OptimizerEntry(
         name="sumo-ns5",
+        refresh_interval="update_freq",
         summary="SUMO with Newton-Schulz5 (Muon's quintic, 5 steps) instead of the exact SVD: the paper's ablation",
         reference=(
             "Refael et al. 2025 (arXiv 2505.24749), Algorithm 1 with Orthogonalization_SVD replaced by "
