@@ -35,6 +35,16 @@ VISION_SUITES = {
     "cifar10-speed": ("cifar10", "speed-net"),
 }
 TINY = ("--set", "budget.epochs=0", "--set", "budget.steps=2", "--set", "budget.batch_size=4", "--quiet")
+U = 2.0**-53  # float64 unit roundoff
+# A schedule value (in [0, 1.2]) is at most 8 correctly rounded float64 operations (a sum, a product, a quotient, a
+# cos or pow within 1 ulp) on operands <= 1.2, so it is within 8 u * 1.2 < 10 u of the exact value, on our side and
+# on the hand-computed (or np.interp) side alike. A wrong knot, slope or milestone is off by >= 1e-3.
+SCHEDULE_TOLERANCE = 2 * 10 * U
+
+
+def gamma_u(n: int) -> float:
+    """gamma_n = n u / (1 - n u) (float64): the relative error bound of n correctly rounded operations in a row."""
+    return n * U / (1 - n * U)
 
 
 def schedule(**fields: object) -> dict[str, object]:
@@ -101,8 +111,12 @@ def test_cifar10_speed_suite_converts_airbench94_hyperparameters() -> None:
     (suite,), _ = spec.load_suites("cifar10-speed")
     sgd = suite.hparams["sgd"]
     scale = 1 + 1 / (1 - 0.85)
-    assert sgd["lr"] == pytest.approx(11.5 / scale)
-    assert sgd["lr"] * sgd["weight_decay"] == pytest.approx(0.0153 / scale, rel=1e-4)
+    # 4 roundings, and 0.85's representation error (u relative) amplified by 0.85 / 0.15 in 1 - 0.85.
+    assert sgd["lr"] == pytest.approx(11.5 / scale, rel=(4 + 0.85 / 0.15) * U)
+    # The suite writes weight_decay = 0.0153 / 11.5 to 5 significant digits (1.3304e-3): half a unit of the last,
+    # 0.5e-7 / 1.3304e-3 = 3.8e-5 relative, plus float64 rounding. Leaving out the 1/lr is off by 10x.
+    rounding = 0.5e-7 / sgd["weight_decay"]
+    assert sgd["lr"] * sgd["weight_decay"] == pytest.approx(0.0153 / scale, rel=rounding + 16 * U)
     assert (sgd["momentum"], sgd["nesterov"], suite.budget["batch_size"]) == (0.85, True, 1024)
     assert suite.target["value"] == 0.94 and suite.task_args["label_smoothing"] == 0.2
 
@@ -207,18 +221,21 @@ def test_onecycle_is_airbench_triangle_by_hand() -> None:
     sched = schedule(kind="onecycle", warmup_fraction=0.25, start_lr_ratio=0.2, min_lr_ratio=0.0)
     expected = {0: 0.2, 10: 0.2 + 0.8 * 10 / 25, 25: 1.0, 50: 1.0 - 25 / 75, 99: 1.0 - 74 / 75, 100: 0.0}
     for step, value in expected.items():
-        assert lr_factor(step, 100, sched) == pytest.approx(value, abs=1e-12), step
+        assert lr_factor(step, 100, sched) == pytest.approx(value, rel=0, abs=SCHEDULE_TOLERANCE), step
     floor = schedule(kind="onecycle", warmup_steps=23, start_lr_ratio=0.2, min_lr_ratio=0.07)
     steps = np.arange(101)
     reference = np.interp(steps, [0, 23, 100], [0.2, 1.0, 0.07])
-    assert np.allclose([lr_factor(int(s), 100, floor) for s in steps], reference, atol=1e-12)
+    ours = [lr_factor(int(s), 100, floor) for s in steps]
+    assert np.allclose(ours, reference, rtol=0, atol=SCHEDULE_TOLERANCE)
 
 
 def test_step_schedule_by_hand_after_warmup() -> None:
     sched = schedule(kind="step", warmup_steps=5, milestones=[0.3, 0.6, 0.9], gamma=0.1)
     expected = {0: 0.2, 1: 0.4, 4: 1.0, 5: 1.0, 29: 1.0, 30: 0.1, 59: 0.1, 60: 0.01, 89: 0.01, 90: 0.001, 99: 0.001}
     for step, value in expected.items():
-        assert lr_factor(step, 100, sched) == pytest.approx(value, rel=1e-12), step
+        # gamma ** k (pow within 1 ulp: 2 u; 0.1's representation error k <= 3 times) against the literal 10^-k
+        # (rounded once): 6 u.
+        assert lr_factor(step, 100, sched) == pytest.approx(value, rel=gamma_u(6)), step
 
 
 def test_step_schedule_matches_torch_multisteplr() -> None:
@@ -227,7 +244,9 @@ def test_step_schedule_matches_torch_multisteplr() -> None:
     mine = make_scheduler(ours, 200, schedule(kind="step", milestones=[0.25, 0.5, 0.75], gamma=0.2))
     reference = torch.optim.lr_scheduler.MultiStepLR(theirs, milestones=[50, 100, 150], gamma=0.2)
     for _ in range(200):
-        assert ours.param_groups[0]["lr"] == pytest.approx(theirs.param_groups[0]["lr"], rel=1e-12)
+        # MultiStepLR multiplies by gamma at each of <= 3 milestones (3 u), LambdaLR takes 0.5 * gamma ** k (pow
+        # within 1 ulp: 2 u; halving is exact); 0.2's representation error is the same k-fold factor on both sides.
+        assert ours.param_groups[0]["lr"] == pytest.approx(theirs.param_groups[0]["lr"], rel=gamma_u(5))
         ours.step()
         theirs.step()
         mine.step()
@@ -237,11 +256,13 @@ def test_step_schedule_matches_torch_multisteplr() -> None:
 def test_warmup_fraction_sets_the_warmup_length_for_every_kind() -> None:
     # 10% of 200 steps = 20 warm-up steps: (t + 1) / 20, then cosine from 1 at t = 20 to 0 at t = 200.
     cosine = schedule(kind="cosine", warmup_fraction=0.1)
-    assert lr_factor(0, 200, cosine) == pytest.approx(1 / 20)
-    assert lr_factor(19, 200, cosine) == pytest.approx(1.0)
-    assert lr_factor(20, 200, cosine) == pytest.approx(1.0)
-    assert lr_factor(110, 200, cosine) == pytest.approx(0.5)
-    assert lr_factor(200, 200, cosine) == pytest.approx(0.0, abs=1e-12)
+    # Exact in float64: 1 / 20 and 20 / 20 are correctly rounded quotients; cos(0) = 1; cos(fl(pi) / 2) = 6e-17
+    # vanishes in 1 + cos; cos(fl(pi)) = -1 + 2e-33 rounds to -1 (any libm within 1 ulp).
+    assert lr_factor(0, 200, cosine) == 1 / 20
+    assert lr_factor(19, 200, cosine) == 1.0
+    assert lr_factor(20, 200, cosine) == 1.0
+    assert lr_factor(110, 200, cosine) == 0.5
+    assert lr_factor(200, 200, cosine) == 0.0
 
 
 @pytest.mark.parametrize(
