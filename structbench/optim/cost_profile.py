@@ -172,6 +172,9 @@ def count(step: Callable[[], Any], optimizer: torch.optim.Optimizer | None = Non
     return cost
 
 
+AS_ON_CUDA = {"batch_matrices": "on", "ns_dtype": "bfloat16"}
+"""Hyperparameters whose default "auto" resolves by device, set as it resolves on CUDA (same-shape matrices stacked,
+Muon's Newton–Schulz in bfloat16), so that the counts are a GPU's, not this device's."""
 SHORT_INTERVAL = 3
 """The refresh interval the profile runs at, so that every path is reached in a few steps; what the refreshes add is
 then spread over the default interval."""
@@ -203,11 +206,13 @@ class Profile:
 
 def profile(name: str, shapes: Sequence[tuple[int, ...]], overrides: dict[str, Any] | None = None) -> Profile:
     """Step optimizer `name` on weights of `shapes` (matrices its structured method owns) with fixed random
-    gradients: one warm-up step (the states are made), then `WINDOW_CYCLES` refresh cycles at `SHORT_INTERVAL`."""
+    gradients, its device-dependent switches as on CUDA (`AS_ON_CUDA`) unless `overrides` set them: one warm-up step
+    (the states are made), then `WINDOW_CYCLES` refresh cycles at `SHORT_INTERVAL`."""
     from structbench import optim
 
     entry = optim.get(name)
-    hparams = dict(overrides or {})
+    declared = entry.hparams.names()
+    hparams = {key: value for key, value in AS_ON_CUDA.items() if key in declared} | dict(overrides or {})
     interval = 1
     if entry.refresh_interval is not None:
         interval = int(optim.resolve_hparams(name, hparams)[entry.refresh_interval])
