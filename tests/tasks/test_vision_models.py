@@ -6,19 +6,67 @@ configuration E with BN, kuangliu SimpleDLA, ViT-S, airbench94), layer by layer,
 
 from __future__ import annotations
 
+import copy
 import sys
 import types
 
 import pytest
 import torch
+import torch.nn.functional as F
 from torch import nn
 
 from structbench.errors import UsageError
 from structbench.optim.partition import parameter_kinds
+from structbench.tasks.vision.blocks import BasicBlock
 from structbench.tasks.vision.models import MODELS, build_model
 from tests.support.measures import n_params
 
 HEAVY = ("resnet18", "resnet34", "vgg19-bn", "vit-small", "simple-dla", "speed-net")
+
+U64, U32 = 2.0**-53, 2.0**-24  # float64 and float32 unit roundoff
+
+
+def gamma(n: int, u: float = U32) -> float:
+    """gamma_n = n u / (1 - n u): the relative error bound of an n-term sum or dot product."""
+    return n * u / (1 - n * u)
+
+
+def resnet_rounding_bound(model: nn.Module, x: torch.Tensor) -> torch.Tensor:
+    """A first-order bound on |float32 ResNet(x) - exact|, per logit, whatever order each kernel sums in: every op's
+    own rounding (a K-term conv: gamma_K |W| * |a|; an eval BatchNorm x s + t with s, t rounded: gamma_5 (|x s| +
+    |t|); the residual add: u |out| (its ReLU is 1-Lipschitz); the average pool of the final 4 x 4 map (32 x 32
+    inputs): gamma_16 |pooled|; the head: gamma_{K+1} (|W| |a| + |b|)) carried to the logits by the exact Jacobian
+    (autograd in float64). Second-order terms are O(u^2)."""
+    model64 = copy.deepcopy(model).double().eval()
+    local: list[tuple[torch.Tensor, torch.Tensor]] = []  # (where the error is made, bound on it)
+
+    def record(module: nn.Module, inputs: tuple[torch.Tensor, ...], output: torch.Tensor) -> None:
+        a = inputs[0]
+        with torch.no_grad():
+            if isinstance(module, nn.Conv2d):
+                terms = module.in_channels // module.groups * module.kernel_size[0] * module.kernel_size[1]
+                magnitude = F.conv2d(a.abs(), module.weight.abs(), None, module.stride, module.padding)
+                local.append((output, gamma(terms) * magnitude))
+            elif isinstance(module, nn.BatchNorm2d):
+                scale = module.weight / torch.sqrt(module.running_var + module.eps)
+                shift = (module.bias - module.running_mean * scale).view(1, -1, 1, 1)
+                local.append((output, gamma(5) * ((a * scale.view(1, -1, 1, 1)).abs() + shift.abs())))
+            elif isinstance(module, BasicBlock):
+                local.append((output, U32 * output.abs()))
+            elif isinstance(module, nn.Linear):
+                local.append((a, gamma(16) * a.abs()))
+                magnitude = a.abs() @ module.weight.abs().T + module.bias.abs()
+                local.append((output, gamma(module.in_features + 1) * magnitude))
+
+    handles = [m.register_forward_hook(record) for m in model64.modules()]
+    logits = model64(x.double())
+    for handle in handles:
+        handle.remove()
+    classes = logits.shape[1]
+    seeds = torch.eye(classes, dtype=logits.dtype)[:, None, :].expand(classes, *logits.shape)
+    jacobians = torch.autograd.grad(logits, [t for t, _ in local], seeds, is_grads_batched=True)
+    bound = sum((j.abs() * m).flatten(2).sum(2) for j, (_, m) in zip(jacobians, local, strict=True))
+    return bound.T  # (batch, classes): the samples are independent in eval mode
 
 
 def conv(c_in: int, c_out: int, k: int, bias: bool = False) -> int:
@@ -183,12 +231,22 @@ def test_channels_last_gives_the_same_output() -> None:
     torch.manual_seed(0)
     model = build_model("resnet18", in_channels=3, image_size=32, num_classes=10).eval()
     x = torch.randn(2, 3, 32, 32)
-    with torch.no_grad():
-        reference = model(x)
-        from_cl_input = model(x.contiguous(memory_format=torch.channels_last))
-        from_cl_model = model.to(memory_format=torch.channels_last)(x.contiguous(memory_format=torch.channels_last))
-    torch.testing.assert_close(from_cl_input, reference, rtol=1e-4, atol=1e-5)
-    torch.testing.assert_close(from_cl_model, reference, rtol=1e-4, atol=1e-5)
+    # Both layouts evaluate the same network with different kernels (summation orders): each is within
+    # resnet_rounding_bound of the exact logits, so they differ by at most twice that. In float32 that is 3e-3 on
+    # logits of 0.05 (the gamma_4608 of the widest convs is a worst case; the layouts agree to 2e-8), so float64
+    # (the bound scales by at most 2^-53 / 2^-24) carries the sharp check: a layout-dependent step in the model
+    # (a view of a channels_last tensor, a flatten in another order) moves the logits by far more than 1e-11.
+    bound32 = 2 * resnet_rounding_bound(model, x)
+    for dtype, bound in ((torch.float32, bound32), (torch.float64, bound32 * 2.0**-29)):
+        typed, inputs = copy.deepcopy(model).to(dtype), x.to(dtype)
+        with torch.no_grad():
+            reference = typed(inputs)
+            from_cl_input = typed(inputs.contiguous(memory_format=torch.channels_last))
+            channels_last = typed.to(memory_format=torch.channels_last)
+            from_cl_model = channels_last(inputs.contiguous(memory_format=torch.channels_last))
+        for output in (from_cl_input, from_cl_model):
+            error = (output.double() - reference.double()).abs()
+            assert bool((error <= bound).all()), f"{dtype}: max error / bound {float((error / bound).max()):.3g}"
 
 
 def test_initialisation_follows_the_callers_seed() -> None:
@@ -222,12 +280,33 @@ def test_speed_net_whitening_makes_patch_second_moments_nearly_identity() -> Non
     mixing = torch.tensor([[1.0, 0.0, 0.0], [0.8, 0.6, 0.0], [0.5, 0.5, 0.7]])
     images = torch.einsum("ij,njhw->nihw", mixing, torch.randn(64, 3, 16, 16)) + 0.3
     model = build_model("speed-net", in_channels=3, image_size=32, num_classes=10)
-    model.init_whitening(images, eps=1e-8)
+    eps = 1e-8
+    model.init_whitening(images, eps=eps)
     with torch.no_grad():
         responses = nn.functional.conv2d(images, model.whiten.weight)
-    first_half = responses[:, :12].permute(0, 2, 3, 1).reshape(-1, 12)
-    torch.testing.assert_close(first_half.T @ first_half / len(first_half), torch.eye(12), atol=1e-3, rtol=0)
-    torch.testing.assert_close(responses[:, 12:], -responses[:, :12])
+    # The uncentred second moments of the 2x2 patches, flattened channel-major, as the docstring defines them; in
+    # float32 with the same expression as init_whitening (bit-identical in this process), and exactly in float64.
+    patches = images.unfold(2, 2, 1).unfold(3, 2, 1).permute(0, 2, 3, 1, 4, 5).reshape(-1, 12)
+    moments = (patches.T @ patches / patches.shape[0]).double()
+    filters = model.whiten.weight[:12].reshape(12, 12).double()
+    # The filters whiten those moments: with E D E^T = M + E2 from float32 eigh (||E2|| <= 12 u ||M||, E
+    # orthogonal to 12^2 u), F = D^-1/2 E^T (rounded: 6 u on F M F^T), F M F^T = D / (D + eps) to within
+    # (12 u + 2 * 12^2 u) ||M|| / lambda_min + 6 u, and eps / lambda_min from I (4e-4 here; the float64 product
+    # adds 2^-53 terms). Ignoring eps (the default 5e-4), centred moments or unscaled filters: off by >= 3e-3.
+    spectrum = torch.linalg.eigvalsh(moments)
+    lambda_min, lambda_max = float(spectrum.min()), float(spectrum.max())
+    tolerance = ((12 + 2 * 12**2) * U32 * lambda_max + eps) / lambda_min + 6 * U32 + gamma(2 * 12, U64)
+    torch.testing.assert_close(
+        filters @ moments @ filters.T, torch.eye(12, dtype=torch.float64), atol=tolerance, rtol=0
+    )
+    # The conv applies them to the patches in the same layout: each response is a 12-term float32 dot product,
+    # within gamma_12 |P| |F|^T of the float64 P F^T; the negated half within twice that of minus the first half.
+    # A weight layout other than the patches' (spatial-major, transposed) is off by O(1).
+    first_half = responses[:, :12].permute(0, 2, 3, 1).reshape(-1, 12).double()
+    bound = gamma(12) * patches.double().abs() @ filters.abs().T
+    assert bool(((first_half - patches.double() @ filters.T).abs() <= bound).all())
+    second_half = responses[:, 12:].permute(0, 2, 3, 1).reshape(-1, 12).double()
+    assert bool(((second_half + first_half).abs() <= 2 * bound).all())
 
 
 def test_mlp_hidden_option_and_option_errors() -> None:
