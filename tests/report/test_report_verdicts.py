@@ -4,6 +4,7 @@ bootstrap interval and of the exact Wilcoxon test), never read back from the rep
 from __future__ import annotations
 
 import io
+import itertools
 import math
 import statistics
 from pathlib import Path
@@ -32,6 +33,54 @@ STATE = [1024, 2048, 4096, 8192, 65536, 4096]
 THROUGHPUT = [900.0, 1500.0, 1200.0, 100.0, 5000.0, 1300.0]
 VAL = [0.80, 0.82, 0.84, 0.86, 0.10, 0.83]
 TEST = [0.79, 0.81, 0.83, 0.85, 0.12, 0.80]
+U = 2.0**-53  # float64 unit roundoff
+# A ramp accuracy fl(0.1 + fl(fl((v - 0.1) s) / steps)) carries v's and 0.1's representation errors and four
+# roundings, on quantities <= 1: it is within 6 u of the decimal line's value.
+RAMP_ERROR = 6 * U
+
+
+def gamma(n: int) -> float:
+    """gamma_n = n u / (1 - n u): the relative error bound of n float64 roundings."""
+    return n * U / (1 - n * U)
+
+
+def crossing_error(val: float, wall: float, steps: int = 100, target: float = 0.5) -> tuple[float, float]:
+    """Bounds on |report - closed form| for the steps and seconds at which ramp(val, ., wall) reaches `target`.
+    The report interpolates between the stored points (s0, w0, b) and (s1, w1, a) around the target: b and a are
+    within RAMP_ERROR of the line and w = wall s / steps within u |w|, so f = (b - t) / (b - a) is within
+    |f| (RAMP_ERROR / |b - t| + 2 RAMP_ERROR / |b - a| + 3 u), s0 + f (s1 - s0) within that times s1 - s0 plus
+    2 u |x|, w0 + f (w1 - w0) within |df| |w1 - w0| + |f| u (|w0| + |w1| + |w1 - w0|) + 2 u |w|. The closed
+    forms (t - 0.1) steps / (v - 0.1) and wall times that / steps carry v's and 0.1's representation errors,
+    amplified by (|v| + 0.1) / |v - 0.1|, and <= 4 roundings. A crossing on the test curve instead of the
+    validation one, or at the bracketing evaluation instead of interpolated, is off by >= 0.5 steps."""
+    points = [(s, wall * s / steps, 0.1 + (val - 0.1) * s / steps) for s in range(0, steps + 1, steps // 4)]
+    (s0, w0, b), (s1, w1, a) = next((p, q) for p, q in itertools.pairwise(points) if q[2] >= target)
+    f = (b - target) / (b - a)
+    df = abs(f) * (RAMP_ERROR / abs(b - target) + 2 * RAMP_ERROR / abs(b - a) + 3 * U)
+    x = (target - 0.1) * steps / (val - 0.1)
+    closed = U * ((abs(val) + 0.1) / abs(val - 0.1) + 4)
+    step_error = df * (s1 - s0) + (2 * U + closed) * abs(x)
+    seconds = wall * x / steps
+    second_error = df * abs(w1 - w0) + abs(f) * U * (abs(w0) + abs(w1) + abs(w1 - w0)) + (2 * U + closed) * seconds
+    return step_error, second_error
+
+
+def p_value_tolerance(m: int) -> float:
+    """As in test_report_stats: two exact signed-rank p-values over m differences, computed in float64, agree to
+    gamma_{2m + m(m+1) + 2} relative each (a rounding bound over a few hundred operations)."""
+    return 2 * gamma(2 * m + m * (m + 1) + 2)
+
+
+def assert_interval(estimate, values: list[float]) -> None:
+    """The bootstrap bounds of the stored ramp finals against scipy's on the decimal values: a bound is a weighted
+    mean of resample medians, so data within RAMP_ERROR move it by no more; the quantile positions p (B - 1) (ours
+    rounded once, numpy's about 6 times, each within u (B + 1)) shift it by that times the data's spread; either
+    interpolation formula adds 3 u spread + 2 u |bound|. Another quantile or order statistic is off by >= 1e-4."""
+    reference = scipy_interval(values)
+    spread = max(values) - min(values)
+    for ours, theirs in zip((estimate.lo, estimate.hi), reference, strict=True):
+        tolerance = RAMP_ERROR + 7 * U * (RESAMPLES + 1) * spread + U * (3 * spread + 2 * abs(theirs))
+        assert ours == pytest.approx(theirs, rel=0, abs=tolerance)
 
 
 def ramp(val: float, test: float, wall: float, steps: int = 100) -> list[Point]:
@@ -96,22 +145,32 @@ def test_every_summary_column_is_the_median_over_seeds_with_its_interval(six_see
     # Median, mean and max disagree for every cost, so the test tells them apart.
     for values in (STEP_TIME, ratios, COMPILE, PEAK_MIB, STATE, THROUGHPUT):
         assert len({statistics.median(values), statistics.fmean(values), max(values)}) == 3
-    assert adamw.step_time_s == pytest.approx(0.004)  # (0.003 + 0.005) / 2
-    assert adamw.optim_share == pytest.approx(0.15)  # ratios 0.5 0.2 0.8 0.1 0.1 0.1: median of the per-run ratios
-    assert adamw.compile_s == pytest.approx(0.35)
+    # Medians of two stored decimals (a + b) / 2 against the decimal literal: the three representation errors and
+    # the sum's rounding, 4 u relative (positive terms); the ratios o / s one division and two representation
+    # errors more. The mean or the max of the six is off by >= 1e-3.
+    assert adamw.step_time_s == pytest.approx(0.004, rel=gamma(4))  # (0.003 + 0.005) / 2
+    # ratios 0.5 0.2 0.8 0.1 0.1 0.1: median of the per-run ratios
+    assert adamw.optim_share == pytest.approx(0.15, rel=gamma(7))
+    assert adamw.compile_s == pytest.approx(0.35, rel=gamma(4))
     assert adamw.peak_mem_bytes == 350 << 20
     assert adamw.state_bytes == 4096
     assert adamw.throughput_per_s == 1250.0
-    assert adamw.final_val_metric.median == pytest.approx(0.825)
-    assert (adamw.final_val_metric.lo, adamw.final_val_metric.hi) == pytest.approx(scipy_interval(VAL), rel=1e-12)
-    assert adamw.final_metric.median == pytest.approx(0.805)
-    assert (adamw.final_metric.lo, adamw.final_metric.hi) == pytest.approx(scipy_interval(TEST), rel=1e-12)
+    # The final accuracies are the ramps' last points (within RAMP_ERROR of VAL, TEST); a median of two adds u,
+    # the literal u.
+    assert adamw.final_val_metric.median == pytest.approx(0.825, rel=0, abs=RAMP_ERROR + 2 * U * 0.825)
+    assert_interval(adamw.final_val_metric, VAL)
+    assert adamw.final_metric.median == pytest.approx(0.805, rel=0, abs=RAMP_ERROR + 2 * U * 0.805)
+    assert_interval(adamw.final_metric, TEST)
     # Time to target on the validation curve: accuracy 0.1 + (v - 0.1) s / 100 reaches 0.5 at s = 40 / (v - 0.1);
-    # seed 4 (v = 0.1) never does.
+    # seed 4 (v = 0.1) never does. A median moves by no more than its values (crossing_error), plus u each side.
     steps = [40 / (v - 0.1) if v > 0.1 else math.inf for v in VAL]
     seconds = [(2.0 + s) * 0.4 / (v - 0.1) if v > 0.1 else math.inf for s, v in enumerate(VAL)]
-    assert adamw.steps_to_target.median == pytest.approx(statistics.median(steps))
-    assert adamw.seconds_to_target.median == pytest.approx(statistics.median(seconds))
+    errors = [crossing_error(v, 2.0 + s) for s, v in enumerate(VAL) if v > 0.1]
+    median_steps, median_seconds = statistics.median(steps), statistics.median(seconds)
+    step_tolerance = max(e[0] for e in errors) + 2 * U * median_steps
+    assert adamw.steps_to_target.median == pytest.approx(median_steps, rel=0, abs=step_tolerance)
+    second_tolerance = max(e[1] for e in errors) + 2 * U * median_seconds
+    assert adamw.seconds_to_target.median == pytest.approx(median_seconds, rel=0, abs=second_tolerance)
     assert adamw.timing_split == "validation" and not adamw.wide_crossings and not adamw.few_evaluations
 
     table = tables.suite_table(suite)
@@ -155,7 +214,8 @@ def test_from_six_seeds_the_wilcoxon_test_gives_a_verdict_with_its_p_value(six_s
     [muon] = suite.comparisons
     differences = [(TEST[s] + 0.01 * (s + 1)) - TEST[s] for s in range(6)]
     expected_p = scipy.stats.wilcoxon(differences, method="exact").pvalue
-    assert muon.metric.p_value == pytest.approx(expected_p) == pytest.approx(2 / 64)
+    assert muon.metric.p_value == 2 / 64  # six differences of one sign: 2 / 2^6, dyadic, exact
+    assert muon.metric.p_value == pytest.approx(expected_p, rel=p_value_tolerance(6))
     assert muon.metric.verdict == "better"  # accuracy: a positive difference is better
     table = tables.comparison_table(suite)
     row = cells(table, "muon")
@@ -182,7 +242,7 @@ def test_a_verdict_whose_interval_touches_zero_is_no_detectable_difference(touch
     differences = [muon.variant.final_metric_by_seed[s] - muon.baseline.final_metric_by_seed[s] for s in range(11)]
     assert scipy_interval(differences)[1] == 0.0  # the bootstrap interval's upper end is exactly 0
     assert muon.metric.difference.hi == 0.0
-    assert muon.metric.p_value == pytest.approx(2 / 2**8) and muon.metric.p_value < 0.05  # zeros are dropped
+    assert muon.metric.p_value == 2 / 2**8 and muon.metric.p_value < 0.05  # zeros are dropped; dyadic: exact
     assert muon.metric.verdict == "no detectable difference (n=11)"
 
 
@@ -196,7 +256,9 @@ def test_two_seeds_give_too_few_seeds_and_no_best_cell(tmp_path):
         write_run(out, f"sumo-{s}", "sumo", s, final(300, sumo_acc, sumo_acc), suite="fashion-mnist")
     [suite] = build.build_report(out).suites
     [sumo] = suite.comparisons
-    assert sumo.metric.difference.median == pytest.approx(-0.53)
+    # Each difference carries its inputs' representation errors u (0.86 + 0.33) and its rounding u 0.53, their
+    # mean u 0.53, the literal u 0.53. A difference of the other sign or of the validation values is off by 1e-2.
+    assert sumo.metric.difference.median == pytest.approx(-0.53, rel=0, abs=U * (0.86 + 0.33 + 3 * 0.53))
     assert sumo.metric.verdict == "too few seeds (n=2; need 5)" and sumo.metric.p_value is None
     table = tables.suite_table(suite)
     assert not any(cell.tone == "best" for row in table.rows for cell in row)
@@ -332,8 +394,14 @@ def test_several_stores_side_by_side_each_against_its_own_baseline(tmp_path):
     crossing = 0.4 / (0.9 - 0.1), 0.4 / (0.8 - 0.1)
     for x, speed in ((a, 1.0), (b, 2.0)):
         muon = suite.selected[f"muon [{x}]"]
-        assert muon.seconds_to_target.median == pytest.approx(2.0 * speed * crossing[0])
-        assert suite.speedup(muon, "seconds") == pytest.approx((4.0 * crossing[1]) / (2.0 * crossing[0]))
+        # crossing_error (the median of two equal values is that value); the speed-up, a ratio of two such, within
+        # their relative errors plus the division and the hand expression's 3 roundings.
+        expected = 2.0 * speed * crossing[0]
+        muon_error, adamw_error = crossing_error(0.9, 2.0 * speed)[1], crossing_error(0.8, 4.0 * speed)[1]
+        assert muon.seconds_to_target.median == pytest.approx(expected, rel=0, abs=muon_error)
+        ratio_error = muon_error / expected + adamw_error / (4.0 * speed * crossing[1]) + gamma(4)
+        speedup = (4.0 * crossing[1]) / (2.0 * crossing[0])
+        assert suite.speedup(muon, "seconds") == pytest.approx(speedup, rel=ratio_error)
     assert set(report.environments()["store"]) == {a, b}
 
 
