@@ -63,8 +63,13 @@ def test_legends_far_outside_the_figure_are_kept_and_the_pixel_grid_with_them(dr
     assert theirs.pixels.shape[1] > (fig.get_figwidth() + 1.5) * plots.DPI  # the far legend is in the oracle's cut
     assert len(drawings) == 1
     left, bottom, _, _ = drawings[0]
-    assert (left * plots.DPI) == pytest.approx(round(left * plots.DPI), abs=1e-6)
-    assert (bottom * plots.DPI) == pytest.approx(round(bottom * plots.DPI), abs=1e-6)
+    # A corner on the pixel grid is k / dpi for a whole k, so (k / dpi) * dpi is within 2 u |k| of k (two float64
+    # roundings); a corner off the grid (the figure legend hangs by no whole number of pixels) is a fraction of a
+    # pixel away from every whole k.
+    for corner in (left, bottom):
+        pixels = corner * plots.DPI
+        assert pixels == pytest.approx(round(pixels), rel=0, abs=2 * 2.0**-53 * abs(pixels))
+    # Both corners are whole pixels, so a moved corner is >= 1 pixel away: half a pixel tells moved from not moved.
     assert bottom * plots.DPI != pytest.approx(-canvas.MARGIN * plots.DPI, abs=0.5)  # the legend moved the corner
 
 
