@@ -189,7 +189,10 @@ def test_png_encoder_round_trips_pixels_alpha_resolution_and_text_through_pillow
         assert image.mode == mode and image.size == (5, 7)
         assert np.array_equal(np.asarray(image.convert("RGBA")), rgba)
         assert image.text == metadata
-        assert image.info["dpi"] == pytest.approx((200, 200), abs=0.01)
+        # PNG's pHYs chunk holds whole pixels per metre: 200 dpi is stored as round(200 / 0.0254) = 7874 and read
+        # back as 7874 * 0.0254 = 199.9996, within half a unit (0.0254 / 2 dpi) of it, plus a few float64 roundings.
+        # A resolution dropped (72 dpi) or written as pixels per metre is off by >= 128.
+        assert image.info["dpi"] == pytest.approx((200, 200), rel=0, abs=0.0254 / 2 + 4 * 2.0**-53 * 200)
 
 
 def test_every_figure_draws_its_text_without_hinting(suite_store, monkeypatch):
