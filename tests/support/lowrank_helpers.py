@@ -13,6 +13,8 @@ import torch
 from torch import Tensor, nn
 
 F64 = torch.float64
+U32 = 2.0**-24
+"""float32 unit roundoff."""
 Svd = tuple[Tensor, Tensor, Tensor]
 TORCH_SVD = torch.linalg.svd
 """torch.linalg.svd itself, kept for `svd_through_tall_orientation` while a test monkeypatches the original."""
@@ -57,6 +59,52 @@ def svd_through_tall_orientation(a: Tensor, full_matrices: bool = True) -> Svd:
     return vh.mT, s, u.mT
 
 
+class Rounding:
+    """A first-order model of how a float32 computation rounds, run through a float64 hand computation.
+
+    Each modelled quantity x is computed as x (1 + theta) (`rounded`: an n-step chain of products, quotients and
+    sums of like-signed terms, |theta| <= gamma_n) or x + theta |x|_abs (`summed`: an n-term sum whose terms may
+    cancel, |x|_abs the sum of their magnitudes, |theta| <= gamma_n), theta a zero tensor that requires grad. To first
+    order the float32 result then differs from the exact one by at most sum |d out / d theta| max|theta| (`bound`,
+    entrywise, by autograd). `EXACT` leaves the computation unchanged."""
+
+    def __init__(self, u: float = U32, probing: bool = True) -> None:
+        self.u, self.probing = u, probing
+        self.probes: list[tuple[Tensor, float]] = []
+
+    def gamma(self, n: int) -> float:
+        return n * self.u / (1 - n * self.u)
+
+    def rounded(self, x: Tensor, n: int = 1) -> Tensor:
+        if not self.probing:
+            return x
+        theta = torch.zeros_like(x, requires_grad=True)
+        self.probes.append((theta, self.gamma(n)))
+        return x * (1 + theta)
+
+    def summed(self, exact: Tensor, magnitude: Tensor, n: int) -> Tensor:
+        if not self.probing:
+            return exact
+        theta = torch.zeros_like(exact, requires_grad=True)
+        self.probes.append((theta, self.gamma(n)))
+        return exact + theta * magnitude.detach()
+
+    def bound(self, out: Tensor) -> Tensor:
+        """Entrywise sum over the probes of |d out / d theta| times theta's bound."""
+        thetas = [theta for theta, _ in self.probes]
+        basis = torch.eye(out.numel(), dtype=out.dtype).view(-1, *out.shape)
+        slopes = torch.autograd.grad(out, thetas, basis, retain_graph=True, allow_unused=True, is_grads_batched=True)
+        terms = [
+            d.abs().reshape(len(d), -1).sum(1) * limit
+            for d, (_, limit) in zip(slopes, self.probes, strict=True)
+            if d is not None
+        ]
+        return sum(terms).view(out.shape).detach()
+
+
+EXACT = Rounding(probing=False)
+
+
 class HandAdamStep(NamedTuple):
     """One step of GaLore's projected HF-style Adam, recomputed by hand in float64."""
 
@@ -71,27 +119,51 @@ class HandAdamStep(NamedTuple):
 
 
 def hand_projected_adam(
-    grads: list[Tensor], basis: Tensor, right: bool, lr: float, betas: tuple[float, float], eps: float
+    grads: list[Tensor],
+    basis: Tensor,
+    right: bool,
+    lr: float,
+    betas: tuple[float, float],
+    eps: float,
+    rounding: Rounding = EXACT,
 ) -> Iterator[HandAdamStep]:
-    """GaLore's low-rank Adam with a fixed basis (n x r right, m x r left), one step per gradient, in float64."""
+    """GaLore's low-rank Adam with a fixed basis (n x r right, m x r left), one step per gradient, in float64.
+
+    `rounding` models the optimizer's float32 operations: sigma a k-term projection (k the projected dimension),
+    each moment update b x + (1 - b) y (3 roundings, 4 with the square), sqrt(v) + eps (2) and the quotient."""
     b1, b2 = betas
     m = v = None
     for t, g in enumerate(grads, start=1):
         g = g.to(F64).reshape(g.shape[0], -1)
-        sigma = g @ basis if right else basis.T @ g
+        if right:
+            sigma = rounding.summed(g @ basis, g.abs() @ basis.abs(), basis.shape[0])
+        else:
+            sigma = rounding.summed(basis.T @ g, basis.abs().T @ g.abs(), basis.shape[0])
         m = (1 - b1) * sigma if m is None else b1 * m + (1 - b1) * sigma
         v = (1 - b2) * sigma**2 if v is None else b2 * v + (1 - b2) * sigma**2
-        yield HandAdamStep(lr * math.sqrt(1 - b2**t) / (1 - b1**t), g, sigma, m / (v.sqrt() + eps))
+        m, v = rounding.rounded(m, 3), rounding.rounded(v, 4)
+        normalized = rounding.rounded(m / rounding.rounded(v.sqrt() + eps, 2))
+        yield HandAdamStep(lr * math.sqrt(1 - b2**t) / (1 - b1**t), g, sigma, normalized)
 
 
-def hand_channel_ratio(normalized: Tensor, projected: Tensor, right: bool) -> Tensor:
+def hand_channel_ratio(normalized: Tensor, projected: Tensor, right: bool, rounding: Rounding = EXACT) -> Tensor:
     """||N_c|| / (||sigma_c|| + 1e-8) channel by channel: per row of G (norms over the r columns of sigma) on the
-    right side, (m, 1); per column of G (norms over the r rows) on the left, (1, n)."""
+    right side, (m, 1); per column of G (norms over the r rows) on the left, (1, n). With `rounding`: each norm an
+    r-term sum of squares and a sqrt (r + 1), the guard and the quotient (2 more)."""
+    r = projected.shape[1] if right else projected.shape[0]
     if right:
         rows = range(projected.shape[0])
-        return torch.stack([normalized[i].norm() / (projected[i].norm() + 1e-8) for i in rows])[:, None]
+        ratios = [
+            rounding.rounded(normalized[i].norm(), r + 1) / rounding.rounded(projected[i].norm() + 1e-8, r + 2)
+            for i in rows
+        ]
+        return rounding.rounded(torch.stack(ratios)[:, None])
     cols = range(projected.shape[1])
-    return torch.stack([normalized[:, j].norm() / (projected[:, j].norm() + 1e-8) for j in cols])[None]
+    ratios = [
+        rounding.rounded(normalized[:, j].norm(), r + 1) / rounding.rounded(projected[:, j].norm() + 1e-8, r + 2)
+        for j in cols
+    ]
+    return rounding.rounded(torch.stack(ratios)[None])
 
 
 def steps_beside_oracle(
