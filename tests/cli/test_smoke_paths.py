@@ -83,7 +83,11 @@ def test_shampoo_differs_from_its_grafted_sgd_alone(optim_name: str, tmp_path: P
     sgd = smoke_run(suite, "sgd", tmp_path, lr=0.1, momentum=0.9, weight_decay=5e-4)
     shampoo = smoke_run(suite, optim_name, tmp_path)
     rootless = smoke_run(suite, optim_name, tmp_path, root_interval=NEVER)
-    assert math.isclose(rootless["final_eval_loss"], sgd["final_eval_loss"], rel_tol=1e-5)
+    # Bit for bit: without a root every direction is G itself, whose graft scale ||G|| / (||G|| + 1e-12) is exactly
+    # 1 in float32 (||G|| + 1e-12 rounds to ||G|| for ||G|| > 2^24 1e-12, every step here), and ShampooSGD's weight
+    # decay, momentum (0 * mu + G~ on the first step) and W -= lr buf are torch.optim.SGD's operations in its order,
+    # in the same process. With roots the final loss differs by 69-84% here: 1% tells the two apart.
+    assert rootless["final_eval_loss"] == sgd["final_eval_loss"]
     assert not math.isclose(shampoo["final_eval_loss"], sgd["final_eval_loss"], rel_tol=1e-2)
 
 
