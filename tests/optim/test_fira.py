@@ -29,6 +29,7 @@ from tests.support.lowrank_helpers import (
     U32,
     Rounding,
     assert_resume_is_bit_identical,
+    assert_svd_basis,
     growth_outside_the_subspace,
     hand_channel_ratio,
     hand_projected_adam,
@@ -94,20 +95,6 @@ def own_basis(opt: torch.optim.Optimizer, param: nn.Parameter, right: bool) -> T
     """The optimizer's float32 projection as the hand steps' float64 basis (n x r on the right, m x r on the left)."""
     projection = opt.state[param]["projection"].to(F64)
     return projection.T if right else projection
-
-
-def assert_svd_basis(basis: Tensor, g: Tensor, right: bool) -> None:
-    """The optimizer's float32 top-r singular subspace against float64's (the hand steps then use the optimizer's
-    basis, exactly, so that their bound covers the step arithmetic only): float32 SVD is backward stable, error
-    <= k u ||G|| (k = max(m, n)), so the subspace is within sin(theta) <= k u ||G|| / (s_r - s_(r+1)) (Wedin) and
-    its projector within 2 sin(theta) plus the basis' non-orthonormality (k u). The bottom directions, or a
-    subspace of G^T where G was meant, are off by O(1)."""
-    r = basis.shape[1]
-    s = torch.linalg.svdvals(g.to(F64))
-    k = max(g.shape)
-    sine = k * U32 * float(s[0] / (s[r - 1] - s[r]))
-    top = top_basis(g, r, right)
-    torch.testing.assert_close(basis @ basis.T, top @ top.T, rtol=0, atol=2 * sine + k * U32)
 
 
 def step_bound(w0: Tensor, grads: list[Tensor], basis: Tensor, right: bool, hp: dict[str, Any]) -> Tensor:

@@ -40,6 +40,20 @@ def top_basis(g: Tensor, r: int, right: bool) -> Tensor:
     return vh[:r].T if right else u[:, :r]
 
 
+def assert_svd_basis(basis: Tensor, g: Tensor, right: bool) -> None:
+    """The optimizer's float32 top-r singular subspace against float64's (the hand steps then use the optimizer's
+    basis, exactly, so that their bound covers the step arithmetic only): float32 SVD is backward stable, error
+    <= k u ||G|| (k = max(m, n)), so the subspace is within sin(theta) <= k u ||G|| / (s_r - s_(r+1)) (Wedin) and
+    its projector within 2 sin(theta) plus the basis' non-orthonormality (k u). The bottom directions, or a
+    subspace of G^T where G was meant, are off by O(1)."""
+    r = basis.shape[1]
+    s = torch.linalg.svdvals(g.to(F64))
+    k = max(g.shape)
+    sine = k * U32 * float(s[0] / (s[r - 1] - s[r]))
+    top = top_basis(g, r, right)
+    torch.testing.assert_close(basis @ basis.T, top @ top.T, rtol=0, atol=2 * sine + k * U32)
+
+
 def growth_outside_the_subspace(seed: int) -> tuple[Tensor, Tensor, Tensor, Tensor]:
     """(w0, g1, g2, basis), 6 x 10, from seeds seed, seed + 1, seed + 2: g2 is g1 plus a large component outside
     g1's top-3 left singular subspace (`basis`, float64), so a full-rank term grows far past a limiter's 1.01x."""
