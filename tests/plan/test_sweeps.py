@@ -186,7 +186,8 @@ def test_slurm_executor_stores_the_same_keys_bit_identically(cli, tmp_path):
     assert cli("run", *GRID, "--out", inline).exit_code == 0
     result = cli("run", *GRID, "--out", slurm, "--executor", "slurm", "--wait", "--slurm-time", "5")
     assert result.exit_code == 0, result.stderr
-    pd.testing.assert_frame_equal(_final_losses(inline), _final_losses(slurm), check_exact=True)  # as for local
+    # As for local: the test cluster (.ci/slurm.sh) runs its one node on this machine.
+    pd.testing.assert_frame_equal(_final_losses(inline), _final_losses(slurm), check_exact=True)
     assert set(read_runs(slurm).executor) == {"slurm"}
     assert_indexes_the_store(slurm)
     assert list((slurm / ".submitit").iterdir()), "job logs under the store's .submitit/"
