@@ -45,13 +45,39 @@ def _relative(a: torch.Tensor, b: torch.Tensor) -> float:
     return float(torch.linalg.matrix_norm(a.to(F64) - b.to(F64)) / torch.linalg.matrix_norm(b.to(F64)))
 
 
+U32 = 2.0**-24
+"""float32 unit roundoff."""
+
+
+def _assert_root_within_its_residual(z: torch.Tensor, a: torch.Tensor, tol: float) -> None:
+    """Z against R = A^-1/2 (float64 eigh), through Z's own residual, a posteriori.
+
+    Z = R + D gives M = Z A Z - I = R^-1 D + D R^-1 + D A D; in R's eigenbasis D_ij = (M - D A D)_ij rho_i rho_j /
+    (rho_i + rho_j), and rho_i rho_j / (rho_i + rho_j) <= rho_max / 2, so ||D||_F <= (||M||_F + ||A|| ||D||_F^2)
+    rho_max / 2: to first order ||Z - R||_F / ||R||_F <= ||M||_F rho_max / (2 ||R||_F) (M in float64: its rounding,
+    4 d u64 || |Z| |A| |Z| ||_F, is added; the second-order term through a 1 % margin). The solver reported
+    ||M||_F / sqrt(d) <= tol from its float32 M, which is off by at most gamma_2d || |Z| |A| |Z| ||_F / sqrt(d): the
+    float64 residual must be within that too. A wrong root (A^-1/4, or stale) has a residual of O(1)."""
+    z, a = z.to(F64), a.to(F64)
+    d = a.shape[-1]
+    exact = _exact(a)
+    magnitude = float(torch.linalg.matrix_norm(z.abs() @ a.abs() @ z.abs()))
+    residual = float(torch.linalg.matrix_norm(z @ a @ z - torch.eye(d, dtype=F64))) + 4 * d * 2.0**-53 * magnitude
+    float32_residual_error = 2 * d * U32 / (1 - 2 * d * U32) * magnitude / d**0.5
+    assert residual / d**0.5 <= tol + float32_residual_error
+    rho_max = float(torch.linalg.eigvalsh(exact)[-1])
+    bound = 1.01 * residual * rho_max / (2 * float(torch.linalg.matrix_norm(exact)))
+    assert _relative(z, exact) <= bound, (_relative(z, exact), bound)
+
+
 @pytest.mark.parametrize(("cond", "bound"), [(1e2, 1e-4), (1e4, 1e-3), (1e5, 5e-3)])
 def test_cold_root_matches_float64_eigh_on_ill_conditioned_matrices(cond: float, bound: float) -> None:
-    """d = 64 in float32: relative Frobenius error below 1e-4 (cond 1e2), 1e-3 (1e4), 5e-3 (1e5), residual below tol."""
+    """d = 64 in float32 at tol 1e-4 (cond 1e2), 1e-3 (1e4), 5e-3 (1e5): residual below tol, and the root as close to
+    the float64 eigh root as its residual allows (`_assert_root_within_its_residual`; observed ~1e-5 to 2e-3)."""
     a = _spd(64, cond)
     found = linalg.inverse_sqrt_newton_schulz(a.float(), tol=bound)
     assert bool(found.converged) and float(found.residual) <= bound
-    assert _relative(found.root, _exact(a)) < bound
+    _assert_root_within_its_residual(found.root, a.float(), bound)
     assert torch.equal(found.root, found.root.mT)
 
 
@@ -65,7 +91,7 @@ def test_warm_start_from_the_previous_root_takes_fewer_updates() -> None:
     assert bool(cold.converged) and bool(warm.converged)
     assert 0 < 2 * warm.iterations <= cold.iterations, (warm.iterations, cold.iterations)
     for found in (cold, warm):
-        assert _relative(found.root, _exact(a)) < 1e-4
+        _assert_root_within_its_residual(found.root, a.float(), 1e-5)
 
 
 def test_a_warm_start_that_cannot_converge_is_reported_not_converged() -> None:
@@ -83,7 +109,7 @@ def test_probe_check_keeps_a_root_that_still_fits_and_iterates_one_that_does_not
     found = linalg.inverse_sqrt_newton_schulz(a, init=roots, tol=1e-4, probes=64)
     assert torch.equal(found.root[0], linalg.symmetrize(roots[0]))  # kept without a d x d product
     assert found.iterations > 0 and bool(found.converged.all())
-    assert _relative(found.root[1], _exact(a[1])) < 1e-4
+    _assert_root_within_its_residual(found.root[1], a[1], 1e-4)
 
 
 def _fismo_run(steps: int, scale: float, shapes: list[tuple[int, int]], **hparams: object) -> tuple[list, Fismo]:
@@ -198,7 +224,8 @@ def test_a_warm_start_is_kept_within_tol_and_iterated_above_it() -> None:
         if updates == 0:
             assert found.iterations == 0 and torch.equal(found.root, linalg.symmetrize(init))
         else:
-            assert found.iterations >= 1 and _relative(found.root[0], exact) < 1e-4
+            assert found.iterations >= 1
+            _assert_root_within_its_residual(found.root[0], a[0], 1e-3)
 
 
 @pytest.mark.parametrize("shape", [(6, 10), (10, 6)])
@@ -224,6 +251,21 @@ def test_fismo_step_with_kept_roots_whitens_on_both_sides(shape: tuple[int, int]
     optimizer.step()
     assert all(torch.equal(state[k], v) for k, v in roots.items()) and optimizer.root_fallbacks == 0
     p_root, q_root = (state[k].to(F64) for k in ("P_inv_root", "Q_inv_root"))
-    u, _, vh = torch.linalg.svd(p_root @ grad.to(F64) @ q_root, full_matrices=False)
+    x = p_root @ grad.to(F64) @ q_root
+    u, sv, vh = torch.linalg.svd(x, full_matrices=False)
     expected = p_root @ (u @ vh) @ q_root
-    assert _relative(before - param.detach(), expected) < 1e-5
+    # float32 step from the exact float32 roots: X = P^-1/2 G Q^-1/2 off by gamma_(m+n) || |P^-1/2| |G| |Q^-1/2| ||_F;
+    # the float32 SVD is backward stable (k u ||X||, k = max(m, n)) and the polar factor moves by <= 2 ||dX|| /
+    # s_min(X), its float32 U, V are orthonormal to k u each; P^-1/2 O Q^-1/2 adds gamma_(m+n) || |P^-1/2| |O|
+    # |Q^-1/2| ||_F; the weights (lr 1, W from its first step) round by u |W| before and after. Unwhitened or
+    # one-sided updates are off by >= 10 % (cond 10 and 20).
+    rows, cols = shape
+    k = max(rows, cols)
+    gamma = (rows + cols) * U32 / (1 - (rows + cols) * U32)
+    dx = gamma * float(torch.linalg.matrix_norm(p_root.abs() @ grad.to(F64).abs() @ q_root.abs()))
+    dx += k * U32 * float(sv[0])
+    d_polar = 2 * dx / float(sv[-1]) + 2 * k * U32 * min(rows, cols) ** 0.5
+    roots_2 = float(torch.linalg.matrix_norm(p_root, ord=2) * torch.linalg.matrix_norm(q_root, ord=2))
+    error = roots_2 * d_polar + gamma * float(torch.linalg.matrix_norm(p_root.abs() @ (u @ vh).abs() @ q_root.abs()))
+    error += U32 * float(torch.linalg.matrix_norm(before.to(F64)) + torch.linalg.matrix_norm(param.detach().to(F64)))
+    assert _relative(before - param.detach(), expected) <= error / float(torch.linalg.matrix_norm(expected))
