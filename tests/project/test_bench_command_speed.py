@@ -13,7 +13,10 @@ ROOT = Path(__file__).resolve().parents[2]
 
 @pytest.mark.parametrize(
     ("arguments", "message"),
-    [(["--repeat", "0"], "--repeat"), (["--tree", "/nonexistent"], "--tree /nonexistent is not a structbench checkout")],
+    [
+        (["--repeat", "0"], "--repeat"),
+        (["--tree", "/nonexistent"], "--tree /nonexistent is not a structbench checkout"),
+    ],
 )
 def test_bad_arguments_are_one_line_and_exit_2(arguments: list[str], message: str) -> None:
     done = subprocess.run(
