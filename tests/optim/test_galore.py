@@ -58,6 +58,70 @@ def hand_adam_steps(w0: Tensor, grads: list[Tensor], basis: Tensor, right: bool,
 
 HP = {"lr": 0.01, "beta1": 0.9, "beta2": 0.999, "eps": 1e-6, "scale": 0.25, "weight_decay": 0.1}
 
+# Rounding-error bounds behind the tolerances (Higham, "Accuracy and Stability of Numerical Algorithms"): float32 unit
+# roundoff u = 2^-24; a product with inner size k errs by <= gamma_k |A| |B| entrywise, gamma_k = k u / (1 - k u); a
+# float32 SVD of a matrix with largest side d is exact for G + E, ||E||_2 <= c d u ||G||_2, with factors within c d u
+# of orthonormal, c = C = 4 (LAPACK's "modestly growing" p(d), taken as 4 d); a singular vector then turns by
+# sin(theta_i) <= ||E|| / gap_i (Wedin), gap_i its distance to the other singular values. Float64 references add
+# O(2^-53), left out.
+U = 2.0**-24
+C = 4
+
+
+def _gamma(k: int) -> float:
+    return k * U / (1 - k * U)
+
+
+def basis_error(g: Tensor, r: int) -> Tensor:
+    """(r,) bounds on how far each of the float32 SVD's top-r singular vectors of the float32 matrix g is from the exact
+    one (2-norm, up to sign): sin(theta_i) <= c d u ||G|| / gap_i, plus c d u for its distance from orthonormal."""
+    s = torch.linalg.svdvals(g.to(F64).reshape(g.shape[0], -1))
+    d = max(g.shape[0], math.prod(g.shape[1:]))
+    gaps = torch.stack([(s[i] - torch.cat([s[:i], s[i + 1 :]])).abs().min() for i in range(r)])
+    return C * d * U * s[0] / gaps + C * d * U
+
+
+def hand_adam_bound(
+    w0: Tensor, grads: list[Tensor], basis: Tensor, right: bool, hp: dict[str, Any], tilt: Tensor
+) -> Tensor:
+    """Entrywise bound on |W_float32 - W_hand| after GaLore steps with a fixed basis (`hand_adam_steps`), the float32
+    basis's columns within `tilt` (each) of the exact ones. Carried along: sigma = G P (or P^T G) off by
+    |G| |dP| + gamma_k |G| |P|; m (a product and a scaled add) by (1 - b1) dsigma + gamma_4 of its terms; v by
+    (1 - b2) (2 |sigma| dsigma + dsigma^2) + gamma_5 of its terms; N = m / (sqrt(v) + eps) by (dm + |N| dden) / den +
+    u |N|, dden = dv / (2 sqrt(v)) + 2 u den; the update a back(N) (a = step size x scale; one addmm into W) by
+    a (|dN| |P|^T + |N| |dP|^T) + gamma_{r+2} (a |N| |P|^T + |W|); the decay W - lr wd W by gamma_3 |W|, carrying the
+    earlier error scaled by 1 - lr wd."""
+    b1, b2, r = hp["beta1"], hp["beta2"], basis.size(1)
+    p, dp = basis.abs(), tilt.expand_as(basis)
+    w = w0.to(F64).reshape(w0.shape[0], -1)
+    dw = torch.zeros_like(w)
+    m = v = dm = dv = None
+    for t, g in enumerate(grads, start=1):
+        g = g.to(F64).reshape(w.shape)
+        if right:
+            sigma, dsigma = g @ basis, g.abs() @ dp + _gamma(g.size(1)) * g.abs() @ p
+        else:
+            sigma, dsigma = basis.T @ g, dp.T @ g.abs() + _gamma(g.size(0)) * p.T @ g.abs()
+        if m is None:
+            m, v, dm, dv = (torch.zeros_like(sigma) for _ in range(4))
+        dm = b1 * dm + (1 - b1) * dsigma + _gamma(4) * (b1 * m.abs() + (1 - b1) * sigma.abs())
+        m = b1 * m + (1 - b1) * sigma
+        dv = b2 * dv + (1 - b2) * (2 * sigma.abs() * dsigma + dsigma**2) + _gamma(5) * (b2 * v + (1 - b2) * sigma**2)
+        v = b2 * v + (1 - b2) * sigma**2
+        den = v.sqrt() + hp["eps"]
+        n = m / den
+        dn = (dm + n.abs() * (dv / (2 * v.sqrt()) + 2 * U * den)) / den + U * n.abs()
+        a = hp["lr"] * math.sqrt(1 - b2**t) / (1 - b1**t) * hp["scale"]
+        if right:
+            back, size, dback = n @ basis.T, n.abs() @ p.T, dn @ p.T + n.abs() @ dp.T
+        else:
+            back, size, dback = basis @ n, p @ n.abs(), p @ dn + dp @ n.abs()
+        dw = dw + a * dback + _gamma(r + 2) * (a * size + w.abs())
+        w = w - a * back
+        dw = (1 - hp["lr"] * hp["weight_decay"]) * dw + _gamma(3) * w.abs()
+        w = w - hp["lr"] * hp["weight_decay"] * w
+    return dw.reshape(w0.shape)
+
 
 def make(params: list[nn.Parameter], **overrides: Any) -> GaLore:
     return GaLore(params, **{**HP, "rank": 3, "update_proj_gap": 1000, **overrides})
@@ -91,7 +155,11 @@ def test_steps_equal_hand_derived_projected_adam(shape: tuple[int, ...], right: 
         opt.step()
     basis = top_basis(grads[0].reshape(rows, cols), 3, right)
     expected = hand_adam_steps(w0, grads, basis, right, HP)
-    torch.testing.assert_close(param.detach().to(F64), expected, rtol=0, atol=2e-6)
+    # `hand_adam_bound` with the float32 SVD's basis tilt (`basis_error`; gap sigma_3 - sigma_4 = 0.2 sigma_3): the
+    # projected gradients sit near eps / sqrt(1 - b2), where N's slope is largest, so the tilt dominates (~8e-6).
+    # eps inside the root (eps sqrt(1 - b2) outside) moves W by >= 2e-3.
+    bound = hand_adam_bound(w0, grads, basis, right, HP, basis_error(grads[0], 3))
+    assert bool(((param.detach().to(F64) - expected).abs() <= bound).all())
 
 
 def test_bfloat16_parameter_gets_the_float32_update_rounded_once() -> None:
@@ -107,9 +175,15 @@ def test_bfloat16_parameter_gets_the_float32_update_rounded_once() -> None:
         w0.float(), [g.bfloat16().float()], top_basis(g.bfloat16(), 3, False), False, {**HP, "weight_decay": 0.0}
     )
     assert param.dtype == torch.bfloat16
-    # one rounding of the (float32-accurate) result to bfloat16: within half a bfloat16 ulp, 2^(e - 8)
-    half_ulp = torch.exp2(torch.floor(torch.log2(expected.abs())) - 8)
-    assert bool(((param.detach().to(F64) - expected).abs() <= half_ulp + 1e-6).all())
+    # The float32 result is within `hand_adam_bound` (delta) of the hand value, then rounded once to bfloat16: half a
+    # bfloat16 ulp (8 significant bits: 2^(e - 8) for |x| in [2^e, 2^(e+1))) of the float32 value, whose binade is that
+    # of |expected| + delta at most. A float32 update rounded twice, or applied in bfloat16, errs by up to a full ulp.
+    g16 = g.bfloat16().float()
+    delta = hand_adam_bound(
+        w0.float(), [g16], top_basis(g16, 3, False), False, {**HP, "weight_decay": 0.0}, basis_error(g16, 3)
+    )
+    half_ulp = torch.exp2(torch.floor(torch.log2(expected.abs() + delta)) - 8)
+    assert bool(((param.detach().to(F64) - expected).abs() <= half_ulp + delta).all())
 
 
 def test_rank_above_min_dim_is_capped_and_gives_adam_in_a_rotated_full_basis() -> None:
@@ -122,9 +196,13 @@ def test_rank_above_min_dim_is_capped_and_gives_adam_in_a_rotated_full_basis() -
     opt.step()
     projection = opt.state[param]["projection"]
     assert projection.shape == (4, 4)
-    torch.testing.assert_close(projection.T @ projection, torch.eye(4), rtol=0, atol=1e-5)
+    # U from a float32 SVD of the 4 x 9 gradient: within c d u of orthonormal (d = 9), so U^T U - I <= 2 c d u +
+    # (c d u)^2, and the step within `hand_adam_bound` (each of the 4 singular vectors turns by `basis_error`; Adam is
+    # not invariant to rotations inside the subspace). A rank not capped to 4 fails the shape check.
+    torch.testing.assert_close(projection.T @ projection, torch.eye(4), rtol=0, atol=2 * C * 9 * U + (C * 9 * U) ** 2)
     expected = hand_adam_steps(w0, [g], top_basis(g, 4, False), False, HP)
-    torch.testing.assert_close(param.detach().to(F64), expected, rtol=0, atol=2e-6)
+    bound = hand_adam_bound(w0, [g], top_basis(g, 4, False), False, HP, basis_error(g, 4))
+    assert bool(((param.detach().to(F64) - expected).abs() <= bound).all())
 
 
 # --- projection side, subspace and schedule -------------------------------------------------------------
@@ -143,17 +221,33 @@ def test_projection_side_shapes_and_update_subspace(shape: tuple[int, int], proj
     opt.step()
     state = opt.state[param]
     p = state["projection"]
+    # P from a float32 SVD (d = 12): within c d u of orthonormal, P P^T - I <= 2 c d u + (c d u)^2 entrywise.
+    # W = a N P (or a P N) from zero is in P's row (column) space up to the product's rounding D, |D| <= gamma_5
+    # |a N| |P| (with the scaling and the add); so W - W P^T P = a N (I - P P^T) P + D (I - P^T P), with
+    # |D (I - P^T P)| <= |D| (|I| + |P|^T |P|) and |P| |P|^T <= 1 entrywise (C-S), and the test's two float32
+    # products add gamma_{cols+3} |W| |P|^T |P|; |a N| = |W| |P|^T to first order. An update outside the subspace (G
+    # itself, or the other side's projection) leaves O(|W|).
+    defect_bound = 2 * C * 12 * U + (C * 12 * U) ** 2
+    w, p64 = param.detach().to(F64), p.to(F64)
     if right:
         assert p.shape == (3, cols) and state["exp_avg"].shape == (rows, 3)
-        torch.testing.assert_close(p @ p.T, torch.eye(3), rtol=0, atol=1e-5)
+        torch.testing.assert_close(p @ p.T, torch.eye(3), rtol=0, atol=defect_bound)
         residual = param.detach() - param.detach() @ p.T @ p
+        defect = (p64 @ p64.T - torch.eye(3, dtype=F64)).abs()
+        coefficients = w.abs() @ p64.abs().T
+        carried = p64.abs() + torch.ones(3, 3, dtype=F64) @ p64.abs()
+        bound = coefficients @ defect @ p64.abs() + coefficients @ (_gamma(5) * carried + _gamma(cols + 3) * p64.abs())
     else:
         assert p.shape == (rows, 3) and state["exp_avg"].shape == (3, cols)
-        torch.testing.assert_close(p.T @ p, torch.eye(3), rtol=0, atol=1e-5)
+        torch.testing.assert_close(p.T @ p, torch.eye(3), rtol=0, atol=defect_bound)
         residual = param.detach() - p @ p.T @ param.detach()
+        defect = (p64.T @ p64 - torch.eye(3, dtype=F64)).abs()
+        coefficients = p64.abs().T @ w.abs()
+        carried = p64.abs() + p64.abs() @ torch.ones(3, 3, dtype=F64)
+        bound = p64.abs() @ defect @ coefficients + (_gamma(5) * carried + _gamma(rows + 3) * p64.abs()) @ coefficients
     assert state["exp_avg_sq"].shape == state["exp_avg"].shape
     assert float(param.detach().abs().max()) > 1e-4
-    torch.testing.assert_close(residual, torch.zeros(shape), rtol=0, atol=1e-7)
+    assert bool((residual.to(F64).abs() <= bound).all())
 
 
 class SvdSpy:
@@ -226,16 +320,34 @@ def test_moments_at_refresh_follow_the_formula(shape: tuple[int, int], reproject
     p_old, p_new = first["projection"].to(F64), second["projection"].to(F64)
     m_old, v_old = first["exp_avg"].to(F64), first["exp_avg_sq"].to(F64)
     g = g2.to(F64)
+    # From the stored float32 moments and projections (exact inputs), entrywise: sigma = G P^T (P G) off by
+    # gamma_k |G| |P|; R = P_old P_new^T by gamma_k |P_old| |P_new|^T (k the long side); R m by |m| |dR| + gamma_3
+    # |m| |R|, and (R o R) v by |v| (2 |R| |dR| + u R^2) + gamma_3 |v| R^2; the EMAs (a product and a scaled add with
+    # rounded constants) add gamma_4 and gamma_5 of their terms. Carrying instead of reprojecting (or the reverse)
+    # moves the moments by O(|m|).
+    k = max(shape)
     if right:
-        sigma = g @ p_new.T
-        overlap = p_old @ p_new.T
-        m_carried, v_carried = (m_old @ overlap, v_old @ overlap**2) if reproject else (m_old, v_old)
+        sigma, dsigma = g @ p_new.T, _gamma(k) * g.abs() @ p_new.abs().T
+        overlap, doverlap = p_old @ p_new.T, _gamma(k) * p_old.abs() @ p_new.abs().T
     else:
-        sigma = p_new.T @ g
-        overlap = p_new.T @ p_old
-        m_carried, v_carried = (overlap @ m_old, overlap**2 @ v_old) if reproject else (m_old, v_old)
-    torch.testing.assert_close(second["exp_avg"].to(F64), b1 * m_carried + (1 - b1) * sigma, rtol=1e-5, atol=1e-6)
-    torch.testing.assert_close(second["exp_avg_sq"].to(F64), b2 * v_carried + (1 - b2) * sigma**2, rtol=1e-5, atol=1e-6)
+        sigma, dsigma = p_new.T @ g, _gamma(k) * p_new.abs().T @ g.abs()
+        overlap, doverlap = p_new.T @ p_old, _gamma(k) * p_new.abs().T @ p_old.abs()
+    square_error = 2 * overlap.abs() * doverlap + U * overlap**2
+
+    def carried(x: Tensor, through: Tensor) -> Tensor:
+        return x @ through if right else through @ x
+
+    if reproject:
+        m_carried, v_carried = carried(m_old, overlap), carried(v_old, overlap**2)
+        dm = carried(m_old.abs(), doverlap) + _gamma(3) * carried(m_old.abs(), overlap.abs())
+        dv = carried(v_old, square_error) + _gamma(3) * carried(v_old, overlap**2)
+    else:
+        m_carried, v_carried, dm, dv = m_old, v_old, torch.zeros_like(m_old), torch.zeros_like(v_old)
+    m_bound = b1 * dm + (1 - b1) * dsigma + _gamma(4) * (b1 * m_carried.abs() + (1 - b1) * sigma.abs())
+    v_terms = b2 * v_carried + (1 - b2) * sigma**2
+    v_bound = b2 * dv + (1 - b2) * (2 * sigma.abs() * dsigma + dsigma**2) + _gamma(5) * v_terms
+    assert bool(((second["exp_avg"].to(F64) - (b1 * m_carried + (1 - b1) * sigma)).abs() <= m_bound).all())
+    assert bool(((second["exp_avg_sq"].to(F64) - v_terms).abs() <= v_bound).all())
 
 
 @pytest.mark.parametrize("shape", [(6, 14), (14, 6)], ids=["wide-left", "tall-right"])
@@ -258,17 +370,39 @@ def test_reprojection_is_exact_when_the_subspace_is_kept(shape: tuple[int, int])
     overlap = p_old @ p_new.T if right else p_new.T @ p_old
     permutation = torch.zeros(3, 3, dtype=F64)
     permutation[[0, 1, 2], [2, 1, 0]] = 1.0
-    torch.testing.assert_close(overlap.abs(), permutation, rtol=0, atol=1e-5)
+    # Each float32 basis vector is within s = (u ||G||_F + c d u ||G||_2) / 2 + c d u of an exact singular vector
+    # (the cast to float32, the SVD's backward error over a gap >= 2 to 4 or to the null space, and the distance from
+    # orthonormal), so R = P_old P_new^T is the signed permutation up to 2 s (+ gamma_d for the float32 R) per entry.
+    d = k = max(shape)
+    tilt = (U * 9.2 + C * d * U * 8.0) / 2 + C * d * U  # ||G||_F = sqrt(84) < 9.2, ||G||_2 = 8
+    entry = 2 * tilt + _gamma(k)
+    torch.testing.assert_close(overlap.abs(), permutation, rtol=0, atol=entry)
     sigma = g2.to(F64) @ p_new.T if right else p_new.T @ g2.to(F64)
     m_carried = (second["exp_avg"].to(F64) - (1 - b1) * sigma) / b1
     v_carried = (second["exp_avg_sq"].to(F64) - (1 - b2) * sigma**2) / b2
     m_old, v_old = first["exp_avg"].to(F64), first["exp_avg_sq"].to(F64)
-    if right:
-        torch.testing.assert_close(m_carried @ p_new, m_old @ p_old, rtol=0, atol=1e-6)
-        torch.testing.assert_close(v_carried, v_old[:, [2, 1, 0]], rtol=1e-5, atol=1e-9)
-    else:
-        torch.testing.assert_close(p_new @ m_carried, p_old @ m_old, rtol=0, atol=1e-6)
-        torch.testing.assert_close(v_carried, v_old[[2, 1, 0]], rtol=1e-5, atol=1e-9)
+    # In the right-side orientation (transposed for the left side): the float32 R m, the EMA that stored it and the
+    # float32 sigma (gamma_k |G| |P|) make the recovered m R off by dm = |m| (R's entry error) + gamma_3 |m| |R|
+    # + (gamma_4 (b1 |m R| + (1 - b1) |sigma|) + (1 - b1) dsigma) / b1; m R P_new = m P_old P_new^T P_new leaves P_old's
+    # rows' distance from span(P_new), <= 2 s + 2 c d u each. v: (R o R) is the permutation up to 2 e + e^2
+    # (e = the entry error above) per entry, plus gamma_3 and the EMA's gamma_5 and (1 - b2) 2 |sigma| dsigma, / b2.
+    # A moment that was not rotated (or rotated by R^T) is off by O(|m|).
+    orient = (lambda x: x) if right else (lambda x: x.mT)
+    m_old_r, m_r, v_old_r, v_r, sigma_r = map(orient, (m_old, m_carried, v_old, v_carried, sigma))
+    p_old_r, p_new_r = (p_old, p_new) if right else (p_old.T, p_new.T)
+    rotation = p_old_r @ p_new_r.T
+    dsigma = _gamma(k) * orient(g2.to(F64)).abs() @ p_new_r.abs().T
+    stored = m_old_r @ rotation
+    dm = m_old_r.abs() @ torch.full((3, 3), entry, dtype=F64) + _gamma(3) * m_old_r.abs() @ rotation.abs()
+    dm = dm + (_gamma(4) * (b1 * stored.abs() + (1 - b1) * sigma_r.abs()) + (1 - b1) * dsigma) / b1
+    away = m_old_r.abs().sum(-1, keepdim=True) * (2 * tilt + 2 * C * d * U)
+    m_bound = away + dm @ p_new_r.abs()
+    assert bool(((m_r @ p_new_r - m_old_r @ p_old_r).abs() <= m_bound).all())
+    stored_v = v_old_r @ rotation**2
+    squares = 2 * entry + entry**2
+    dv = v_old_r @ torch.full((3, 3), squares, dtype=F64) + _gamma(3) * stored_v
+    dv = dv + (_gamma(5) * (b2 * stored_v + (1 - b2) * sigma_r**2) + (1 - b2) * 2 * sigma_r.abs() * dsigma) / b2
+    assert bool(((v_r - v_old_r[:, [2, 1, 0]]).abs() <= dv).all())
 
 
 def flip_some_signs(out: Svd) -> Svd:
@@ -296,7 +430,14 @@ def test_sign_of_singular_vectors_matters_only_without_reprojection(monkeypatch,
             set_grads([param], [g])
             opt.step()
         finals.append(param.detach().clone())
-    assert torch.allclose(finals[0], finals[1], rtol=0, atol=1e-6) is invariant
+    if invariant:
+        # (a) Exact: negating a column of U and the row of V^T is exact, and every later product, sum, square and
+        # quotient of negated numbers is the negated (or, for squares and U N, the same) float32 result.
+        assert torch.equal(finals[0], finals[1])
+    else:
+        # Carried unrotated moments change the steps themselves, not just their rounding: the weights differ by more
+        # than 100x the 16 u max|W| that rounding four float32 steps could explain (the flips alone cause none).
+        assert float((finals[0] - finals[1]).abs().max()) > 100 * 16 * U * float(finals[1].abs().max())
 
 
 # --- parity with the oracle -----------------------------------------------------------------------------
@@ -317,11 +458,17 @@ def test_parity_with_pytorch_optimizer(monkeypatch) -> None:
     2-D); it keeps a Python projector object in the state (no state_dict round trip). Rounding differs in
     the last bits: the oracle updates m with lerp_ and decays with p *= 1 - lr*wd, ours with the reference's
     m*b1 + (1-b1)g and p += -lr*wd*p, and adds the projected-back update with one addmm. Gradients are fixed
-    tensors (not recomputed from the parameters), so both see identical SVD inputs: tolerance 1e-5 absolute
-    on O(1) parameters in float32 (observed differences are ~1e-6).
-    """
+    tensors (not recomputed from the parameters), so both see identical SVD inputs; the tolerance is a measured
+    kernel spread (below)."""
     monkeypatch.setattr(torch.linalg, "svd", svd_through_tall_orientation)
     from pytorch_optimizer import GaLore as OracleGaLore
+
+    # (c) Measured, not bounded (an Adam step divides rounding by sqrt(v) + eps entrywise): across AVX2, SSE4.2-only,
+    # AVX-only and MKL-compatible kernels the weights differed by <= 7.1 u max|W| (u = 2^-24); allowed 10x. The start
+    # weights are the helper's first draws from the seed. Another refresh schedule or eps placement: >= 1e-4.
+    gen = torch.Generator().manual_seed(14)
+    shapes = [(12, 6), (6, 12), (8, 8), (5, 20), (20, 5), (3, 9)]
+    largest = max(float(torch.randn(s, generator=gen).abs().max()) for s in shapes)
 
     moved = steps_beside_oracle(
         lambda ours: GaLore(ours, lr=0.01, rank=4, update_proj_gap=3, scale=0.25, weight_decay=0.1, eps=1e-6),
@@ -331,9 +478,9 @@ def test_parity_with_pytorch_optimizer(monkeypatch) -> None:
             weight_decay=0.1,
             eps=1e-6,
         ),
-        shapes=[(12, 6), (6, 12), (8, 8), (5, 20), (20, 5), (3, 9)],
+        shapes=shapes,
         seed=14,
-        atol=1e-5,
+        atol=71 * U * 1.1 * largest,  # 1.1: |W| grows by < 10% in 8 steps of lr 0.01
     )
     assert moved > 1e-2
 
@@ -426,7 +573,15 @@ def test_randomized_svd_is_deterministic_and_finds_an_exactly_low_rank_subspace(
         projections.append(opt.state[param]["projection"])
     assert torch.equal(projections[0], projections[1])
     exact = top_basis(g, 3, right=False)
-    torch.testing.assert_close(projections[0].to(F64) @ projections[0].T.to(F64), exact @ exact.T, rtol=0, atol=1e-5)
+    # The projection is the top-3 right singular vectors of B = Q^T G^T (Q: G^T's 30 x 8 sketch basis after two power
+    # steps). For the rank-3 G they span range(G) whatever Q, while B keeps rank 3: sigma_3(B) >= sigma_3(G) / 2, as Q
+    # nearly contains range(G^T). Float32 turns them by (the float32 matrix's tail u ||G||_F, B's product gamma_m
+    # sqrt(r w) ||G||, the SVD's backward error c d u ||B||) / sigma_3(B) (Wedin), and P P^T is a projector to
+    # 2 c d u: ~2e-4. A basis of the sketch's noise directions, or of the other side, is off by O(1).
+    m, r, w, d, sigma_3 = 30, 3, 8, 30, 1.0
+    tilt = (U * math.sqrt(35.0) + _gamma(m) * math.sqrt(r * w) * 5.0 + C * d * U * 5.0) / (sigma_3 / 2)
+    atol = tilt + 2 * C * d * U
+    torch.testing.assert_close(projections[0].to(F64) @ projections[0].T.to(F64), exact @ exact.T, rtol=0, atol=atol)
 
 
 # --- registry entry -------------------------------------------------------------------------------------
