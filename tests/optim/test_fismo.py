@@ -29,6 +29,7 @@ from structbench.errors import SolverError
 from structbench.optim import linalg, registry
 from structbench.optim.fismo import Fismo
 from structbench.optim.muon import Muon
+from tests.support.newton_schulz import ns_bound
 from tests.support.paths import ROOT
 
 F64 = torch.float64
@@ -544,46 +545,6 @@ def test_max_factor_dim_routes_oversize_matrices(oversize: str) -> None:
     assert "P" in fismo.state[model[4].weight]
 
 
-def _ns_bound(singular: list[float], rows: int, cols: int, input_error: float) -> float:
-    """First-order Frobenius bound on ||NS5_fl(X0 + E) - NS5(X0)|| for Muon's float32 quintic Newton–Schulz (linalg's
-    default), X0 with singular values `singular`, ||E||_F <= `input_error`. NS maps X = U S V^T to U f(S) V^T with
-    f(x) = a x + b x^3 + c x^5 per step, so the derivative of the k remaining steps F = f o ... o f at X is diagonal in
-    that basis: its norm is the largest of F'(s_i), (F(s_i) -+ F(s_j)) / (s_i -+ s_j) and F(s_i) / s_i (Lewis–Sendov
-    for singular value functions). A step's rounding, from gamma_k |A| |B| per product: the Gram matrix (inner size n)
-    gamma_n ||X||_F^2, carried by B = b A + c A^2 with gain |b| + 2 |c| ||A||_2, then B and X each one fused product of
-    inner size r plus two scaled adds: gamma_{r+2} (|b| ||A||_F + |c| ||A||_F^2) and gamma_{r+2} (|a| + ||B||_F) ||X||_F
-    (the former carried by ||X||_2)."""
-    a, b, c = linalg.NS_QUINTIC
-    r, n = min(rows, cols), max(rows, cols)
-
-    def values(x: float, k: int) -> tuple[float, float]:
-        slope = 1.0
-        for _ in range(k):
-            slope, x = slope * (a + 3 * b * x**2 + 5 * c * x**4), a * x + b * x**3 + c * x**5
-        return x, slope
-
-    def gain(s: list[float], k: int) -> float:
-        image = [values(x, k) for x in s]
-        worst = max(max(abs(slope), abs(fx / x)) for x, (fx, slope) in zip(s, image, strict=True))
-        for i, (x, (fx, _)) in enumerate(zip(s, image, strict=True)):
-            for y, (fy, _) in zip(s[i + 1 :], image[i + 1 :], strict=True):
-                worst = max(worst, abs((fx + fy) / (x + y)), abs((fx - fy) / (x - y)) if x != y else 0.0)
-        return worst
-
-    trajectory = [list(singular)]
-    for _ in range(5):
-        trajectory.append([values(x, 1)[0] for x in trajectory[-1]])
-    total = gain(trajectory[0], 5) * input_error
-    for k, s in enumerate(trajectory[:5]):
-        fro2, fro4, top = sum(x**2 for x in s), sum(x**4 for x in s), max(s)
-        poly = math.sqrt(sum((b * x**2 + c * x**4) ** 2 for x in s))
-        gram = _gamma(n) * fro2 * (abs(b) + 2 * abs(c) * top**2) * top
-        polynomial = (abs(b) * math.sqrt(fro4) + abs(c) * fro4) * top
-        products = _gamma(r + 2) * (polynomial + (abs(a) + poly) * math.sqrt(fro2))
-        total += gain(trajectory[k + 1], 4 - k) * (gram + products)
-    return total
-
-
 def test_oversize_muon_is_paper_form_muon() -> None:
     grads = [[g] for g in _random_grads((20, 12), 4, seed=2)]
     param, reference = nn.Parameter(torch.zeros(20, 12)), nn.Parameter(torch.zeros(20, 12))
@@ -592,15 +553,16 @@ def test_oversize_muon_is_paper_form_muon() -> None:
     for t, ((a,), (b,)) in enumerate(zip(ours, theirs, strict=True)):
         # Both are NS5 of the EMA of the same gradients, FISMO's from a product and a scaled add (batched matmuls),
         # Muon's from lerp (2-D matmuls): the momenta differ by `_momentum_gap`; X0 = M / ||M||_F turns that into
-        # 2 gap / ||M||_F plus each run's float32 norm and division, gamma_{mn} / 2 + 2 u; `_ns_bound` carries it
+        # 2 gap / ||M||_F plus each run's float32 norm and division, gamma_{mn} / 2 + 2 u; `ns_bound` carries it
         # through the five steps with both runs' rounding (~3e-3 here, measured 1e-6). From t = 2 on, beta 0.95 instead
         # of 0.9 moves entries by >= 3e-2, Nesterov by >= 0.25.
         moment = sum(0.1 * 0.9 ** (t - s) * g.to(F64) for s, (g,) in enumerate(grads[: t + 1]))
         norm = float(torch.linalg.matrix_norm(moment))
         gap = _momentum_gap([g for (g,) in grads[: t + 1]], 0.9)
         singular = [float(x) for x in torch.linalg.svdvals(moment / norm)]
-        rounding = _ns_bound(singular, 20, 12, 0.0)
-        atol = _ns_bound(singular, 20, 12, 2 * gap / norm + 2 * (_gamma(240) / 2 + 2 * U)) + rounding
+        rounding = ns_bound(singular, 20, 12, linalg.NS_QUINTIC, 5, 0.0)
+        input_error = 2 * gap / norm + 2 * (_gamma(240) / 2 + 2 * U)
+        atol = ns_bound(singular, 20, 12, linalg.NS_QUINTIC, 5, input_error) + rounding
         torch.testing.assert_close(a, b, rtol=0, atol=atol)
 
 

@@ -35,6 +35,7 @@ from structbench.optim.linalg import (
     symmetrize,
     truncated_svd,
 )
+from tests.support.newton_schulz import ns_bound
 
 FAST = settings(max_examples=15, deadline=None)
 F64 = torch.float64
@@ -232,55 +233,6 @@ def test_svd_failure_in_both_precisions_raises_solver_error(
 # newton_schulz
 
 
-def _ns_bound(
-    singular: Tensor,
-    rows: int,
-    cols: int,
-    coefficients: tuple[float, float, float],
-    steps: int,
-    input_error: float,
-    u: float = U32,
-) -> float:
-    """First-order Frobenius bound on ||NS_fl(X0 + E) - NS(X0)|| for `steps` Newton–Schulz steps in precision u, X0
-    with singular values `singular`, ||E||_F <= `input_error`. NS maps X = U S V^T to U f(S) V^T, f(x) = a x + b x^3
-    + c x^5 per step, so the derivative of the k remaining steps F = f o ... o f at X is diagonal in that basis: its
-    norm is the largest of F'(s_i), (F(s_i) -+ F(s_j)) / (s_i -+ s_j) and F(s_i) / s_i (Lewis–Sendov, for functions
-    of singular values). A step's rounding, from gamma_k |A| |B| per product (C-S: || |A| |B| ||_F <= ||A||_F ||B||_F):
-    the Gram matrix (inner size n) gamma_n ||X||_F^2, carried by B = b A + c A^2 with gain |b| + 2 |c| ||A||_2; B (one
-    fused product of inner size r and a scaled add, or b A alone when c = 0) and X = a X + B X (the same) add
-    gamma_{r+2} (|b| ||A||_F + |c| ||A||_F^2) ||X||_2 and gamma_{r+2} (|a| + ||B||_F) ||X||_F."""
-    a, b, c = coefficients
-    r, n = min(rows, cols), max(rows, cols)
-
-    def image(x: float, k: int) -> tuple[float, float]:
-        slope = 1.0
-        for _ in range(k):
-            slope, x = slope * (a + 3 * b * x**2 + 5 * c * x**4), a * x + b * x**3 + c * x**5
-        return x, slope
-
-    def gain(s: list[float], k: int) -> float:
-        mapped = [image(x, k) for x in s]
-        worst = max(max(abs(slope), abs(fx / x)) for x, (fx, slope) in zip(s, mapped, strict=True))
-        for i, (x, (fx, _)) in enumerate(zip(s, mapped, strict=True)):
-            for y, (fy, _) in zip(s[i + 1 :], mapped[i + 1 :], strict=True):
-                worst = max(worst, abs((fx + fy) / (x + y)), abs((fx - fy) / (x - y)) if x != y else 0.0)
-        return worst
-
-    trajectory = [[float(x) for x in singular]]
-    for _ in range(steps):
-        trajectory.append([image(x, 1)[0] for x in trajectory[-1]])
-    total = gain(trajectory[0], steps) * input_error
-    for k in range(steps):
-        s = trajectory[k]
-        fro2, fro4, top = sum(x**2 for x in s), sum(x**4 for x in s), max(s)
-        poly = math.sqrt(sum((b * x**2 + c * x**4) ** 2 for x in s))
-        gram = _gamma(n, u) * fro2 * (abs(b) + 2 * abs(c) * top**2) * top
-        polynomial = (_gamma(r + 2, u) if c else u) * (abs(b) * math.sqrt(fro4) + abs(c) * fro4) * top
-        update = _gamma(r + 2, u) * (abs(a) + poly) * math.sqrt(fro2)
-        total += gain(trajectory[k + 1], steps - k - 1) * (gram + polynomial + update)
-    return total
-
-
 def _normalized_input_error(shape: tuple[int, ...], u: float = U32) -> float:
     """||X0^ - X0||_F for X0 = A / ||A||_F from A cast to precision u (u ||A||_F, doubled by the normalisation), the
     norm's sum of squares (gamma_{mn} / 2 after the square root, and its root u) and the division (u): relative to
@@ -297,12 +249,12 @@ def test_ns_cubic_converges_to_polar_factor(shape: tuple[int, ...]) -> None:
     a, u, v = _with_spectrum(s, m, n, gen)
     o = newton_schulz(a.to(torch.float32), steps=25, coefficients=NS_CUBIC)
     assert o.shape == a.shape and o.dtype == torch.float32
-    # After 25 steps the exact iterate is U V^T (error (1 - 1/4)^(2^25)); float32 rounding per `_ns_bound`: converged
+    # After 25 steps the exact iterate is U V^T (error (1 - 1/4)^(2^25)); float32 rounding per `ns_bound`: converged
     # directions forget it, but the skew ones carry it with gain 1 from step to step, ~1e-4 in all. A wrong
     # coefficient or transpose leaves O(1) errors.
     s0 = s / torch.linalg.vector_norm(s, dim=-1, keepdim=True)
     atol = max(
-        _ns_bound(values, m, n, NS_CUBIC, 25, _normalized_input_error(shape)) for values in s0.reshape(-1, s.size(-1))
+        ns_bound(values, m, n, NS_CUBIC, 25, _normalized_input_error(shape)) for values in s0.reshape(-1, s.size(-1))
     )
     _close(o, u @ v.mT, atol=atol)
 
@@ -349,10 +301,10 @@ def test_ns_cubic_obeys_sumo_lemma_3_2(kappa_a: float) -> None:
     for i in range(9):
         o = newton_schulz(a, steps=i, coefficients=NS_CUBIC, eps=0.0, dtype=F64, normalize="spectral")
         error = float(torch.linalg.matrix_norm(o - u @ v.mT))
-        # The lemma bounds the exact iteration; float64 rounding adds `_ns_bound` (u = 2^-53), the spectral norm's
+        # The lemma bounds the exact iteration; float64 rounding adds `ns_bound` (u = 2^-53), the spectral norm's
         # relative error (its SVD's backward error 3 c d u, and the division's u) included as an input error: <= 2e-12.
         s0 = _geometric(m, kappa_a)
-        rounding = _ns_bound(s0, m, n, NS_CUBIC, i, (3 * C * n + 1) * U64 * float(s0.norm()), U64)
+        rounding = ns_bound(s0, m, n, NS_CUBIC, i, (3 * C * n + 1) * U64 * float(s0.norm()), U64)
         assert error <= math.sqrt(r) * (1 - 1 / kappa) ** (2**i) + rounding, (i, error)
 
 
@@ -379,7 +331,7 @@ def test_ns_cubic_obeys_sumo_lemma_3_2_random_spectra(
         a, exact = a.mT, exact.mT
     o = newton_schulz(a, steps=steps, coefficients=NS_CUBIC, eps=0.0, dtype=F64, normalize="spectral")
     error = float(torch.linalg.matrix_norm(o - exact))
-    rounding = _ns_bound(s, m, m + extra, NS_CUBIC, steps, (3 * C * (m + extra) + 1) * U64 * float(s.norm()), U64)
+    rounding = ns_bound(s, m, m + extra, NS_CUBIC, steps, (3 * C * (m + extra) + 1) * U64 * float(s.norm()), U64)
     assert error <= math.sqrt(m - 1) * (1 - 1 / kappa_a**2) ** (2**steps) + rounding  # rounding as above
 
 
@@ -436,11 +388,11 @@ def test_ns_quintic_singular_values_in_band(
         # MKL-compatible kernels gave the same), inside the band's margins 0.18 and 0.29 around [0.68, 1.21].
         return
     # float32: NS keeps U and V and maps the singular values s_i / (||s|| + 1e-7) (its eps) through five quintic
-    # steps; rounding moves them by at most `_ns_bound` (Weyl: ||dX||_2 <= ||dX||_F), <= 1.2e-2 at cond 100, and turns
+    # steps; rounding moves them by at most `ns_bound` (Weyl: ||dX||_2 <= ||dX||_F), <= 1.2e-2 at cond 100, and turns
     # the polar factor by <= 2 (that + the SVD's backward error) / sigma_min (`_polar_bound`, the NS error as input
     # error). Singular vectors that NS does not keep (a transposed product) are off by O(1).
     x0 = s / (s.norm() + 1e-7)
-    drift = _ns_bound(x0, m, n, NS_QUINTIC, 5, _normalized_input_error((m, n)))
+    drift = ns_bound(x0, m, n, NS_QUINTIC, 5, _normalized_input_error((m, n)))
     exact = x0.clone()
     for _ in range(5):
         exact = NS_QUINTIC[0] * exact + NS_QUINTIC[1] * exact**3 + NS_QUINTIC[2] * exact**5
@@ -785,20 +737,20 @@ def test_bjorck_converges_quadratically(shape: tuple[int, ...]) -> None:
     iterates = [bjorck_orthonormalize(v, steps=k) for k in range(6)]
     defects = [_orthonormality_defect(x) for x in iterates]
     assert float(defects[0].min()) > 1e-3
-    # Björck is the cubic Newton–Schulz step on V itself: one float64 step errs by `_ns_bound` with no steps left
+    # Björck is the cubic Newton–Schulz step on V itself: one float64 step errs by `ns_bound` with no steps left
     # (R), which moves ||X^T X - I||_F by <= 2 ||X||_2 R, and each defect, a float64 Gram matrix, by
     # gamma_m ||X||_F^2; ~3e-13 in all. A wrong coefficient leaves a defect of O(d), not O(d^2).
     for x, before, after in zip(iterates, defects, defects[1:], strict=False):
         singular = torch.linalg.svdvals(x).reshape(-1, min(m, n))
-        step = max(_ns_bound(values, m, n, NS_CUBIC, 1, 0.0, U64) for values in singular)
+        step = max(ns_bound(values, m, n, NS_CUBIC, 1, 0.0, U64) for values in singular)
         slack = 2 * float(singular.max()) * step + 2 * _gamma(max(m, n), U64) * float(singular.square().sum(-1).max())
         assert bool((after <= 0.8 * before**2 + slack).all())
     u, _, vh = torch.linalg.svd(v, full_matrices=False)
     # Five steps from a defect <= 2e-2 reach U V^T to (0.8 d)^32 / 0.8, nothing; float64 rounding carried along the
-    # skew directions with gain 1 (`_ns_bound`) and the reference SVD's polar factor (`_polar_rounding` and its
+    # skew directions with gain 1 (`ns_bound`) and the reference SVD's polar factor (`_polar_rounding` and its
     # backward error, ~1e-14): a few 1e-13.
     singular = torch.linalg.svdvals(v).reshape(-1, min(m, n))
-    atol = max(_ns_bound(values, m, n, NS_CUBIC, 5, 0.0, U64) for values in singular)
+    atol = max(ns_bound(values, m, n, NS_CUBIC, 5, 0.0, U64) for values in singular)
     kappa = float(singular.max() / singular.min())
     atol += _polar_rounding(m, n, U64) + 6 * C * math.sqrt(min(m, n)) * max(m, n) * U64 * kappa
     _close(iterates[5], u @ vh, atol=atol)
