@@ -8,7 +8,9 @@ Per step, `count` records
   `numpy`, `cpu`) or an operator whose output size depends on the values (`nonzero`, `masked_select`, indexing by a
   boolean mask, `unique`): on a GPU each waits for every queued kernel (a device synchronisation). Reads of tensors
   the optimizer keeps on the CPU by design (its step counters: `StructuredOptimizer.cpu_state_keys`, torch.optim's
-  `step`) cost nothing there: they are counted apart as `counter_reads`;
+  `step`) cost nothing there: they are counted apart as `counter_reads`; reads of the host copies a
+  `structbench.optim.deferred.DeferredCheck` posted a step earlier wait only for that old work, not for the queue:
+  counted apart as `deferred_reads`;
 - `decompositions`: eigendecompositions, SVDs, QR and Cholesky factorisations, inverses and solves, by operator and
   input shape (cuSOLVER runs a batch of large matrices as one call per matrix, and most of them synchronise);
 - `flops`: multiply-add FLOPs of the matrix products (mm, bmm, addmm, baddbmm, mv, dot), by the operands' dtype
@@ -29,6 +31,8 @@ import torch
 from torch.overrides import TorchFunctionMode
 from torch.utils._python_dispatch import TorchDispatchMode
 
+from structbench.optim import deferred
+
 READS = {"item", "tolist", "__bool__", "__float__", "__int__", "__index__", "numpy", "cpu"}
 """Tensor methods that bring a value to the host."""
 VALUE_SIZED = {"nonzero", "masked_select", "unique", "_unique", "_unique2", "unique_consecutive", "unique_dim"}
@@ -40,6 +44,8 @@ DECOMPOSITIONS = {
     "inverse", "linalg_solve", "_linalg_solve_ex", "linalg_solve_triangular", "triangular_solve", "linalg_lstsq",
     "cholesky_solve", "lu_factor", "linalg_lu_factor_ex",
 }  # fmt: skip
+DEFERRED = "deferred"
+"""What `_Reads` records for a read of a `DeferredCheck`'s host copy."""
 NO_KERNEL = {"empty", "empty_like", "empty_strided", "_local_scalar_dense", "lift_fresh", "set_", "resize_"}
 """Operators that allocate or read without running a kernel (a read is counted as such)."""
 
@@ -51,6 +57,7 @@ class StepCost:
     launches: int = 0
     host_reads: Counter[str] = field(default_factory=Counter)
     counter_reads: int = 0
+    deferred_reads: int = 0
     decompositions: Counter[str] = field(default_factory=Counter)
     flops: Counter[str] = field(default_factory=Counter)
     bytes_allocated: int = 0
@@ -73,7 +80,7 @@ class _Reads(TorchFunctionMode):
         name = getattr(func, "__name__", "")
         if name not in READS or self.reading or not args or not isinstance(args[0], torch.Tensor):
             return func(*args, **(kwargs or {}))
-        self.made.append((name.strip("_"), id(args[0])))
+        self.made.append((DEFERRED if deferred.is_posted_copy(args[0]) else name.strip("_"), id(args[0])))
         self.reading = True
         try:
             return func(*args, **(kwargs or {}))
@@ -165,7 +172,9 @@ def count(step: Callable[[], Any], optimizer: torch.optim.Optimizer | None = Non
     if optimizer is not None:
         counters |= counter_tensors(optimizer)
     for name, tensor in reads.made:
-        if tensor in counters:
+        if name == DEFERRED:
+            cost.deferred_reads += 1
+        elif tensor in counters:
             cost.counter_reads += 1
         else:
             cost.host_reads[name] += 1

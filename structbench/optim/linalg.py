@@ -375,6 +375,45 @@ def inverse_sqrt_newton_schulz(
     return InverseSqrt(z, residual, residual <= tol, found.iterations)
 
 
+def inverse_sqrt_warm_updates(
+    a: Tensor, init: Tensor, *, updates: int = 1, tol: float = 1e-4, symmetric: bool = False
+) -> InverseSqrt:
+    """A^{-1/2} of symmetric positive definite A from a warm start, with no host read: for a GPU's steady state.
+
+    Exactly `updates` updates of `inverse_sqrt_newton_schulz`'s warm iteration Z <- sym(Z (3I - Z A Z) / 2) on every
+    matrix of the stack, each kept only where it lowers the residual ||Z A Z - I||_F / sqrt(d) (a device-side
+    choice, `torch.where`): the returned root's residual never exceeds `init`'s, so the worst a matrix can get is
+    its warm start back. Its symmetric error E = Z - A^{-1/2} satisfies, to first order in E,
+    ||E||_F <= ||Z A Z - I||_F / (2 sqrt(lambda_min(A))) = (residual sqrt(d) / 2) ||A^{-1/2}||_2 (in A's eigenbasis
+    each entry of Z A Z - I is E_ij (sqrt(lambda_i) + sqrt(lambda_j))). The iteration contracts error components
+    between eigenvalues lambda_i, lambda_j only while their ratio is below about 34 (`inverse_sqrt_newton_schulz`),
+    so on an ill-conditioned A that moved it may stall: `converged` (residual <= tol, on the device) says which
+    matrices need the caller's fallback, which the caller reads later (`structbench.optim.deferred`). Each update
+    costs three d x d products, the first residual two. Float32 (float64 for float64 input).
+    """
+    _check_square(a, "a")
+    if init.shape != a.shape:
+        raise ValueError(f"init must have a's shape {tuple(a.shape)}; got {tuple(init.shape)}")
+    if updates < 1 or not tol > 0:
+        raise ValueError(f"updates must be >= 1 and tol > 0; got {updates}, {tol}")
+    dtype = _compute_dtype(a.dtype)
+    x = a.to(dtype) if symmetric else symmetrize(a.to(dtype))
+    z = init.to(dtype) if symmetric else symmetrize(init.to(dtype))
+    eye = torch.eye(x.size(-1), dtype=dtype, device=x.device)
+    product = z @ (x @ z)
+    residual = _rms_residual(product, eye)
+    for _ in range(updates):
+        half_step = _scaled_minus_product(z, product)
+        candidate = (half_step + half_step.mT).mul_(0.25)
+        new_product = candidate @ (x @ candidate)
+        new_residual = _rms_residual(new_product, eye)
+        better = (new_residual < residual)[..., None, None]
+        z = torch.where(better, candidate, z)
+        product = torch.where(better, new_product, product)
+        residual = torch.minimum(new_residual, residual)
+    return InverseSqrt(z, residual, residual <= tol, updates)
+
+
 def _scaled_minus_product(z: Tensor, product: Tensor) -> Tensor:
     """Z (3I - P) = 3 Z - Z P, as one fused product where the stack is 2- or 3-dimensional."""
     if z.dim() == 2:

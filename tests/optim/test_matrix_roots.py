@@ -7,6 +7,7 @@ updates within a stated bound of the float64 eigendecomposition form over severa
 
 from __future__ import annotations
 
+import itertools
 import json
 
 import pytest
@@ -15,6 +16,8 @@ from torch import nn
 
 from structbench import measure
 from structbench.optim import linalg, registry
+from structbench.optim.cost_profile import count
+from structbench.optim.deferred import DeferredCheck
 from structbench.optim.fismo import Fismo
 from tests.support.store import read_runs
 
@@ -269,3 +272,56 @@ def test_fismo_step_with_kept_roots_whitens_on_both_sides(shape: tuple[int, int]
     error = roots_2 * d_polar + gamma * float(torch.linalg.matrix_norm(p_root.abs() @ (u @ vh).abs() @ q_root.abs()))
     error += U32 * float(torch.linalg.matrix_norm(before.to(F64)) + torch.linalg.matrix_norm(param.detach().to(F64)))
     assert _relative(before - param.detach(), expected) <= error / float(torch.linalg.matrix_norm(expected))
+
+
+def test_fixed_warm_updates_reach_the_root_with_no_host_read_and_no_decomposition() -> None:
+    """cond 10, d = 64, a one-step move: each warm update from the previous root shrinks the residual by at least
+    the linear rate's bound |1/2 - (r + 1/r)/4| <= 0.37 for r <= sqrt(10) (0.4 with the move's change of
+    spectrum and the second-order terms at residuals below 1e-3), so five updates bring it under 1e-5 and the root
+    within its residual of the float64 root; the counted call reads nothing on the host, decomposes nothing and
+    runs 2 + 3 x 5 matrix products."""
+    previous = _spd(64, 10.0)
+    a = _moved(previous).float().unsqueeze(0)
+    init = _exact(previous).float().unsqueeze(0)
+    residuals = [float(linalg.inverse_sqrt_warm_updates(a, init, updates=k, tol=1.0).residual) for k in range(1, 6)]
+    assert all(later <= 0.4 * earlier for earlier, later in itertools.pairwise(residuals)), residuals
+    found = linalg.inverse_sqrt_warm_updates(a, init, updates=5, tol=1e-5)
+    assert bool(found.converged) and found.iterations == 5
+    _assert_root_within_its_residual(found.root[0], a[0], 1e-5)
+    cost = count(lambda: linalg.inverse_sqrt_warm_updates(a, init, updates=5, tol=1e-5))
+    assert cost.reads == 0 and not cost.decompositions
+    assert sum(cost.flops.values()) == (2 + 3 * 5) * 2 * 64**3
+
+
+def test_fixed_warm_updates_never_return_a_root_worse_than_their_start() -> None:
+    """cond 1e4 moved: the warm iteration amplifies the components between distant eigenvalues, so its updates are
+    refused where they raise the residual. Per matrix of the stack the returned residual is at most the start's
+    (both computed here in float64, the solver's float32 residual being within gamma_2d of its own), and the
+    matrix is reported not converged, for the caller's fallback."""
+    previous = torch.stack([_spd(48, 1e4, seed=5), _spd(48, 10.0, seed=6)])
+    a = torch.stack([_moved(m) for m in previous])
+    init = torch.stack([_exact(m) for m in previous]).float()
+    found = linalg.inverse_sqrt_warm_updates(a.float(), init, updates=4, tol=1e-5)
+    eye = torch.eye(48, dtype=F64)
+    for i in range(2):
+        start = init[i].to(F64)
+        start = (start + start.T) / 2
+        before = float(torch.linalg.matrix_norm(start @ a[i] @ start - eye))
+        z = found.root[i].to(F64)
+        after = float(torch.linalg.matrix_norm(z @ a[i] @ z - eye))
+        magnitude = float(torch.linalg.matrix_norm(z.abs() @ a[i].abs() @ z.abs()))
+        assert after <= before + 2 * (4 * 48 * U32) * magnitude
+    assert found.converged.tolist() == [False, True]
+
+
+def test_a_deferred_check_is_read_once_and_counted_apart_from_host_reads() -> None:
+    """post then take gives the failed indices once; the take is a deferred read in the cost profile, not a host
+    read (on a GPU it waits for an event recorded a step earlier, not for the queue)."""
+    check = DeferredCheck()
+    assert check.take() == [] and not check.pending
+    check.post(torch.tensor([False, True, False, True]))
+    assert check.pending
+    cost = count(lambda: check.take())
+    assert cost.reads == 0 and cost.deferred_reads == 1
+    check.post(torch.tensor([True, False]))
+    assert check.take() == [0] and check.take() == []
