@@ -20,6 +20,9 @@ only). Per matrix W (m x n; conv filters as (out, in*kh*kw)), the projected side
     W <- W - lr sqrt(1 - b2^t) / (1 - b1^t) sqrt(scale) eta G~                        (line 13, descent sign)
     W <- W - lr wd W                                                      (decoupled, after the update)
 
+The step runs per bucket of same-shape matrices (`galore.LowRankBucket`): the ratios, norms and limiter of all its
+matrices in one launch each, each matrix with its own s and psi, the per-matrix arithmetic.
+
 Reading of Alg. 9 against the reference code (each in the registry notes or a declared source):
 - Alg. 9 multiplies by a "scale alpha"; the reference multiplies by sqrt(`scale`) (APOLLO-Mini's scale 128
   is a factor sqrt(128) = 11.3). `scale` keeps the reference's meaning: alpha = sqrt(scale).
@@ -32,7 +35,14 @@ Reading of Alg. 9 against the reference code (each in the registry notes or a de
   random seed" and its mn + 2n + 2 count); the reference stores the matrix instead (its comment calls this a
   lazy implementation). The seed of a refresh is derived from (`proj_seed`, the parameter's index in the
   optimizer, the step), so reruns and state_dict resumes draw the same projections. U is Gaussian and not
-  orthonormalised, as in Alg. 9 and the reference.
+  orthonormalised, as in Alg. 9 and the reference. The draw is Alg. 9's at a refresh (lines 5-6); the steps in
+  between redraw the same U from the same seed, which is what keeps the state at the paper's count. Each step's
+  draws go into one stack per bucket of same-shape matrices from one generator per device, re-seeded with each
+  matrix's seed (`random_projections`): one `normal_` launch per matrix, no generator made per matrix, and the
+  values of a matrix's U are those of its own seed whatever the other matrices of its bucket. (One draw for a
+  whole bucket from per-matrix seeds would need a counter-based generator written out of elementwise integer
+  operations: a score of launches per bucket, more than the one per matrix at GPT-2's buckets of 12 and 24, and
+  a different stream from torch's.)
 - Refresh schedule "paper" (Alg. 9 line 4); "reference" is the code's 0-based counter (t = 1, T + 1, ...).
 - `scaled_gradient="raw"` is Alg. 9 and the reference (a full-rank update); "projected" is pytorch_optimizer's
   APOLLO (4.1.0): sigma Diag(s) is limited in the low-rank space and projected back, U (sigma Diag(s)), a
@@ -49,7 +59,7 @@ from __future__ import annotations
 
 import hashlib
 import math
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from typing import Any
 
 import torch
@@ -59,6 +69,8 @@ from structbench.optim import memory
 from structbench.optim.galore import (
     SIGN_INVARIANT_CHECK_HPARAMS,
     GaLore,
+    LowRankBucket,
+    add_stacked,
     effective_rank,
     galore_state_bytes,
     low_rank_shapes,
@@ -66,9 +78,9 @@ from structbench.optim.galore import (
 )
 from structbench.optim.hparams import Declaration, code, flag, integer, option, ours, paper
 from structbench.optim.hybrid import adamw_fallback, adamw_state_bytes, hybrid_builder
-from structbench.optim.norm_scaling import NORM_EPS, channel_ratio, limiter_norm
+from structbench.optim.norm_scaling import NORM_EPS, channel_ratio, limit_norm_growth
 from structbench.optim.partition import head_switch, route_with_head_switch
-from structbench.optim.racs import LIMITER_GAMMA, limiter_factor
+from structbench.optim.racs import LIMITER_GAMMA
 from structbench.optim.racs import PAPER as RACS_ALICE_PAPER
 from structbench.optim.registry import OptimizerEntry, register
 
@@ -86,21 +98,37 @@ def projection_seed(base: int, index: int, step: int) -> int:
     return int.from_bytes(digest, "little") & 0x7FFFFFFF
 
 
+def random_projections(
+    shape: tuple[int, int], rank: int, right: bool, seeds: list[int], generator: torch.Generator
+) -> Tensor:
+    """Alg. 9 line 5 for k same-shape matrices: i.i.d. N(0, 1/r) entries, a (k, r, n) stack of V^T for the right
+    side or (k, m, r) of U for the left, one per seed, on the generator's device.
+
+    Each draw is its seed's own: the generator is re-seeded before it, so the projection of a matrix does not depend
+    on the other seeds of the stack; it is torch.randn of that size from a generator seeded with it, divided by
+    sqrt(r), bit for bit (one `normal_` per matrix into its slice of the stack, one division for the stack)."""
+    rows, cols = shape
+    size = (rank, cols) if right else (rows, rank)
+    stacked = torch.empty((len(seeds), *size), dtype=torch.float32, device=generator.device)
+    for draw, seed in zip(stacked.unbind(0), seeds, strict=True):
+        generator.manual_seed(seed)
+        draw.normal_(generator=generator)
+    return stacked.div_(math.sqrt(rank))
+
+
 def random_projection(
     shape: tuple[int, int], rank: int, right: bool, seed: int, device: torch.device | str = "cpu"
 ) -> Tensor:
-    """Alg. 9 line 5: i.i.d. N(0, 1/r) entries, U (m x r) for the left side or V^T (r x n) for the right."""
-    rows, cols = shape
-    generator = torch.Generator(device=device)
-    generator.manual_seed(seed)
-    size = (rank, cols) if right else (rows, rank)
-    return torch.randn(size, generator=generator, device=device, dtype=torch.float32) / math.sqrt(rank)
+    """Alg. 9 line 5 for one matrix: `random_projections` of the one seed, U (m x r) or V^T (r x n)."""
+    return random_projections(shape, rank, right, [seed], torch.Generator(device=device))[0]
 
 
 def scaling_factor(normalized: Tensor, projected: Tensor, right: bool, scaling: str) -> Tensor:
-    """Alg. 9 line 12: ||N_c|| / (||sigma_c|| + 1e-8) per channel ((m, 1) if right, else (1, n)), or tensor-wise."""
+    """Alg. 9 line 12 for a (k, ...) stack: ||N_c|| / (||sigma_c|| + 1e-8) per channel ((k, m, 1) if right, else
+    (k, 1, n)), or tensor-wise ((k, 1, 1))."""
     if scaling == "tensor":
-        return torch.linalg.matrix_norm(normalized) / (torch.linalg.matrix_norm(projected) + NORM_EPS)
+        n_norm = torch.linalg.matrix_norm(normalized, keepdim=True)
+        return n_norm / (torch.linalg.matrix_norm(projected, keepdim=True) + NORM_EPS)
     return channel_ratio(normalized, projected, right)
 
 
@@ -132,36 +160,39 @@ class Apollo(GaLore):
         if group["projection"] == "random" and group["reproject_moments"]:
             raise ValueError("reproject_moments needs orthonormal bases: use it with projection='svd' only")
 
-    def step_group(self, group: dict[str, Any]) -> None:
-        low = self.low_rank_adam(group)
-        if low is None:
-            return
-        multiplier = math.sqrt(group["scale"])
-        raw = group["scaled_gradient"] == "raw"
-        for i, param in enumerate(low.params):
-            psi = limiter_norm(self.state[param], param.device)
-            factor = scaling_factor(low.normalized[i], low.projected[i], low.rights[i], group["scaling"])
-            scaled = (low.grads[i] if raw else low.projected[i]) * factor
-            norm = torch.linalg.matrix_norm(scaled)
-            eta = limiter_factor(norm, psi, group["gamma"]) if group["limiter"] else torch.ones_like(norm)
-            psi.copy_(eta * norm)
-            update = scaled if raw else low.back(i, scaled)
-            param.add_((update * (eta * (-low.step_sizes[i] * multiplier))).reshape(param.shape))
-        self.decay_weights(group, low.params)
+    def __init__(self, params: Iterable[Tensor] | Iterable[dict[str, Any]], **hparams: Any) -> None:
+        super().__init__(params, **hparams)
+        self._generators: dict[torch.device, torch.Generator] = {}
+        """One generator per device for the random projections, re-seeded for each matrix's draw."""
 
-    def _projections(self, group: Mapping[str, Any], params: list[nn.Parameter], grads: list[Tensor]) -> list[Tensor]:
+    def step_group(self, group: dict[str, Any]) -> None:
+        buckets = self.low_rank_adam(group)
+        for bucket in buckets:
+            self._scaled_step(group, bucket)
+        self.decay_weights(group, [param for bucket in buckets for param in bucket.params])
+
+    def _scaled_step(self, group: Mapping[str, Any], bucket: LowRankBucket) -> None:
+        """Alg. 9 lines 12-13 for a bucket: G~ = G Diag(s) limited per matrix, W <- W - lr_bc sqrt(scale) eta G~."""
+        raw = group["scaled_gradient"] == "raw"
+        factor = scaling_factor(bucket.normalized, bucket.projected, bucket.right, group["scaling"])
+        scaled = (bucket.grads if raw else bucket.projected) * factor
+        states = [self.state[param] for param in bucket.params]
+        gamma = group["gamma"] if group["limiter"] else None
+        eta = limit_norm_growth(states, torch.linalg.matrix_norm(scaled), gamma)
+        update = (scaled if raw else bucket.back(scaled)) * eta[:, None, None]
+        multiplier = math.sqrt(group["scale"])
+        add_stacked(bucket.params, update, [-size * multiplier for size in bucket.step_sizes])
+
+    def _projections(self, group: Mapping[str, Any], params: list[nn.Parameter], grads: Tensor) -> Tensor:
         if group["projection"] == "svd":
             return super()._projections(group, params, grads)
-        return [
-            random_projection(
-                tuple(g.shape),
-                effective_rank(group["rank"], tuple(g.shape)),
-                projects_right(tuple(g.shape), group["proj_type"]),
-                int(self.state[p]["seed"]),
-                g.device,
-            )
-            for p, g in zip(params, grads, strict=True)
-        ]
+        shape = (grads.size(1), grads.size(2))
+        seeds = [int(self.state[p]["seed"]) for p in params]
+        rank = effective_rank(group["rank"], shape)
+        right = projects_right(shape, group["proj_type"])
+        if grads.device not in self._generators:
+            self._generators[grads.device] = torch.Generator(device=grads.device)
+        return random_projections(shape, rank, right, seeds, self._generators[grads.device])
 
     def _refresh(self, group: dict[str, Any], params: list[nn.Parameter], grads: list[Tensor]) -> None:
         """SVD: GaLore's refresh. Random: a new seed (Alg. 9 line 6); moments are kept, as the reference does."""

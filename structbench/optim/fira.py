@@ -35,7 +35,9 @@ Switches (each declared in `Fira.hparams` with its source):
 
 Differences from the reference code: the limiter divides by psi rather than psi + 1e-8 (`racs.limiter_factor`,
 shared with RACS and Alice) and skips when psi = 0 rather than only at the first step; the reference takes
-Python maxima of tensors (a device sync per matrix), this one is branch-free. Norms along "the r dimension" is
+Python maxima of tensors (a device sync per matrix), this one is branch-free. The compensation runs per bucket
+of same-shape matrices (`galore.LowRankBucket`: one batched product, ratio, norm and limiter for all of them, each
+matrix with its own psi), with the per-matrix arithmetic. Norms along "the r dimension" is
 what the reference's `0 if N.shape[0] < N.shape[1] else 1` selects except for a tall matrix under
 `proj_type="reverse_std"` with r = n.
 
@@ -56,14 +58,14 @@ from structbench.optim.galore import (
     GALORE_FALLBACK,
     SIGN_INVARIANT_CHECK_HPARAMS,
     GaLore,
-    LowRankAdam,
+    LowRankBucket,
     galore_state_bytes,
 )
 from structbench.optim.hparams import Declaration, code, option, ours, paper, real
 from structbench.optim.hybrid import hybrid_builder
-from structbench.optim.norm_scaling import channel_ratio, limiter_norm
+from structbench.optim.norm_scaling import channel_ratio, limit_norm_growth, limiter_norm
 from structbench.optim.partition import head_switch, route_with_head_switch
-from structbench.optim.racs import LIMITER_GAMMA, limiter_factor
+from structbench.optim.racs import LIMITER_GAMMA
 from structbench.optim.racs import PAPER as RACS_ALICE_PAPER
 from structbench.optim.registry import OptimizerEntry, register
 
@@ -90,31 +92,28 @@ class Fira(GaLore):
     )
 
     def step_group(self, group: dict[str, Any]) -> None:
-        low = self.low_rank_adam(group)
-        if low is None:
-            return
-        limiter_norms = [limiter_norm(self.state[param], param.device) for param in low.params]
-        extras = None
-        if group["compensation"] != "none":
-            extras = [self._compensation(group, low, i, psi) for i, psi in enumerate(limiter_norms)]
-        self.apply_low_rank_update(group, low, extras)
-        self.decay_weights(group, low.params)
+        buckets = self.low_rank_adam(group)
+        for bucket in buckets:
+            for param in bucket.params:
+                limiter_norm(self.state[param], param.device)
+            extra = None if group["compensation"] == "none" else self._compensation(group, bucket)
+            self.apply_low_rank_update(group, bucket, extra)
+        self.decay_weights(group, [param for bucket in buckets for param in bucket.params])
 
-    @staticmethod
-    def _compensation(group: Mapping[str, Any], low: LowRankAdam, i: int, psi: Tensor) -> Tensor:
-        """The full-rank term C of parameter i (limited by its norm psi, or rescaled for Fira+), (m x n) float32."""
-        in_span = low.back(i, low.projected[i])
+    def _compensation(self, group: Mapping[str, Any], bucket: LowRankBucket) -> Tensor:
+        """The full-rank terms C of a bucket's matrices (each limited by its norm psi, or rescaled for Fira+), a
+        float32 (k, m, n) stack."""
+        in_span = bucket.back(bucket.projected)
         kept = group["scale"] if group["residual"] == "reference" else 1.0
-        residual = low.grads[i] - kept * in_span
-        comp = residual * channel_ratio(low.normalized[i], low.projected[i], low.rights[i])
+        residual = bucket.grads - kept * in_span
+        comp = residual * channel_ratio(bucket.normalized, bucket.projected, bucket.right)
         norm = torch.linalg.matrix_norm(comp)
         if group["compensation"] == "fira+":
-            target = abs(group["scale"]) * torch.linalg.matrix_norm(low.normalized[i])
+            target = abs(group["scale"]) * torch.linalg.matrix_norm(bucket.normalized)
             factor = torch.where(norm > 0, target / torch.where(norm > 0, norm, torch.ones_like(norm)), 0.0)
-            return comp * (group["alpha_c"] * factor)
-        eta = limiter_factor(norm, psi, group["gamma"])
-        psi.copy_(eta * norm)
-        return comp * eta
+            return comp * (group["alpha_c"] * factor)[:, None, None]
+        states = [self.state[param] for param in bucket.params]
+        return comp * limit_norm_growth(states, norm, group["gamma"])[:, None, None]
 
 
 def fira_state_bytes(structured: list[tuple[int, ...]], fallback: list[tuple[int, ...]], hp: Mapping[str, Any]) -> int:

@@ -41,10 +41,16 @@ Choices and switches (every one declared in `GaLore.hparams` with its source, or
   projection is a full orthogonal basis of the projected side, so the update is Adam in that rotated basis.
 
 Numerics: projections, projected gradients and both moments are float32 whatever the parameter dtype
-(bfloat16 parameters receive the float32 update rounded once). Same-shape matrices refreshed at the same
-step share one batched SVD call; a wide gradient is decomposed through its transpose (same subspaces,
-several times faster in LAPACK on CPU). A failed SVD keeps the previous projection and counts the event in
-`solver_failures`; the SVD is retried at the next step and the third consecutive failure for one matrix
+(bfloat16 parameters receive the float32 update rounded once). Each step runs per bucket of same-shape matrices
+(`LowRankBucket`), not per matrix, so that its kernel launches do not grow with the number of matrices (a GPU's
+fixed cost per launch): the bucket's gradients and projections are stacked (two copies), projected and mapped back
+by one batched product each, the moments of all matrices advance by `torch._foreach_*` ops, and the update is added
+to the parameters by one foreach add per distinct step size. The arithmetic is the per-matrix one, with the same
+roundings except that the update is a product rounded then added to W (`add_stacked`), where an unbatched addmm
+could fuse the two. Same-shape matrices refreshed at the same step share one batched SVD call; a wide gradient
+is decomposed through its transpose (same subspaces, several times faster in LAPACK on CPU). A failed SVD keeps
+the previous projection and counts the event in `solver_failures`; the SVD is retried at the next step and the
+third consecutive failure for one matrix
 raises `SolverError`. A matrix whose very first SVD fails takes no step (it has no projection yet).
 """
 
@@ -106,30 +112,54 @@ def refresh_due(step: int, gap: int, schedule: str) -> bool:
 
 
 @dataclass
-class LowRankAdam:
-    """One step's low-rank Adam (Alg. 8 up to Delta), per parameter that has a projection, in matching order."""
+class LowRankBucket:
+    """One step's low-rank Adam (Alg. 8 up to Delta) for the same-shape matrices of a group, stacked along dim 0.
+
+    k matrices of one (m x n) shape, gradient dtype and device, each with a projection; the tensors below are
+    (k, ...) stacks in the order of `params`."""
 
     params: list[nn.Parameter]
-    grads: list[Tensor]
-    """float32 (m x n) views of the gradients (conv filters as (out, in*kh*kw))."""
-    projections: list[Tensor]
-    """V_r^T (r x n) on the right side, U_r (m x r) on the left."""
-    rights: list[bool]
-    projected: list[Tensor]
-    """sigma = G V_r (m x r) on the right side, U_r^T G (r x n) on the left."""
-    normalized: list[Tensor]
-    """N = m_t / (sqrt(v_t) + eps), the projected shape, before the bias corrections."""
+    grads: Tensor
+    """float32 (k, m, n) gradients (conv filters as (out, in*kh*kw))."""
+    projections: Tensor
+    """V_r^T (k, r, n) on the right side, U_r (k, m, r) on the left."""
+    right: bool
+    projected: Tensor
+    """sigma = G V_r (k, m, r) on the right side, U_r^T G (k, r, n) on the left."""
+    normalized: Tensor
+    """N = m_t / (sqrt(v_t) + eps), sigma's shape, before the bias corrections."""
     step_sizes: list[float]
-    """lr * sqrt(1 - b2^t) / (1 - b1^t): the HF-style bias corrections folded into the step size."""
+    """lr * sqrt(1 - b2^t) / (1 - b1^t) per matrix: the HF-style bias corrections folded into the step size."""
 
-    def factors(self, i: int, low: Tensor) -> tuple[Tensor, Tensor]:
+    def factors(self, low: Tensor) -> tuple[Tensor, Tensor]:
         """(left, right) with left @ right = back(low): low V_r^T on the right side, U_r low on the left."""
-        return (low, self.projections[i]) if self.rights[i] else (self.projections[i], low)
+        return (low, self.projections) if self.right else (self.projections, low)
 
-    def back(self, i: int, low: Tensor) -> Tensor:
-        """A projected-shape tensor mapped back to (m x n)."""
-        left, right = self.factors(i, low)
-        return left @ right
+    def back(self, low: Tensor) -> Tensor:
+        """A (k, ...) stack of projected-shape tensors mapped back to (k, m, n), one batched product."""
+        left, right = self.factors(low)
+        return torch.bmm(left, right)
+
+
+def same_shape_buckets(params: list[nn.Parameter]) -> list[list[nn.Parameter]]:
+    """`params` (each with a gradient) split by matrix shape, gradient dtype and device, in first-appearance order."""
+    buckets: dict[tuple[tuple[int, int], torch.dtype, torch.device], list[nn.Parameter]] = defaultdict(list)
+    for param in params:
+        buckets[(matrix_shape(param.shape), param.grad.dtype, param.grad.device)].append(param)
+    return list(buckets.values())
+
+
+def add_stacked(params: list[nn.Parameter], updates: Tensor, coefficients: list[float]) -> None:
+    """params[i] += coefficients[i] * updates[i], for a (k, m, n) stack of float32 updates and parameters of any
+    shape and dtype (each update computed in float32 and rounded once into the parameter): one foreach add per
+    distinct coefficient (one in all when the matrices share their step count)."""
+    by_coefficient: dict[float, list[int]] = defaultdict(list)
+    for i, coefficient in enumerate(coefficients):
+        by_coefficient[coefficient].append(i)
+    rows = updates.unbind(0)
+    for coefficient, members in by_coefficient.items():
+        targets = [params[i] for i in members]
+        torch._foreach_add_(targets, [rows[i].reshape(params[i].shape) for i in members], alpha=coefficient)
 
 
 def _svd_failure(shape: tuple[int, ...], streak: int) -> str:
@@ -143,8 +173,8 @@ class GaLore(StructuredOptimizer):
     left), `exp_avg` and `exp_avg_sq` of the projected shape (m x r or r x n); plus the Python ints
     `step` (Adam steps taken) and `svd_failures` (consecutive failed refreshes).
 
-    Fira and APOLLO build on it: `low_rank_adam` is the projection and projected Adam they share, and their
-    declarations extend `GaLore.hparams`.
+    Fira and APOLLO build on it: `low_rank_adam` is the projection and projected Adam they share (per bucket of
+    same-shape matrices, `LowRankBucket`), and their declarations extend `GaLore.hparams`.
     """
 
     matrices_only = "GaLore"
@@ -171,66 +201,84 @@ class GaLore(StructuredOptimizer):
     )
 
     def step_group(self, group: dict[str, Any]) -> None:
-        low = self.low_rank_adam(group)
-        if low is not None:
-            self.apply_low_rank_update(group, low)
-            self.decay_weights(group, low.params)
+        buckets = self.low_rank_adam(group)
+        for bucket in buckets:
+            self.apply_low_rank_update(group, bucket)
+        self.decay_weights(group, [param for bucket in buckets for param in bucket.params])
 
-    def low_rank_adam(self, group: dict[str, Any]) -> LowRankAdam | None:
+    def low_rank_adam(self, group: dict[str, Any]) -> list[LowRankBucket]:
         """Refresh due projections, project the gradients and advance the Adam moments (Alg. 8 up to Delta).
 
-        Returns None when no parameter of the group has both a gradient and a projection.
+        One bucket per matrix shape (and gradient dtype and device) among the parameters that have both a gradient
+        and a projection; none when no parameter has both.
         """
         live = [p for p in group["params"] if p.grad is not None]
         if any(p.grad.is_sparse for p in live):
             raise RuntimeError(f"{type(self).__name__} does not support sparse gradients")
-        grads = [matrix_view(p.grad).to(torch.float32) for p in live]
-        due = [i for i, p in enumerate(live) if self._refresh_due(group, self.state[p])]
+        due = [p for p in live if self._refresh_due(group, self.state[p])]
         if due:
-            self._refresh(group, [live[i] for i in due], [grads[i] for i in due])
-        ready = [i for i, p in enumerate(live) if "exp_avg" in self.state[p]]
-        if not ready:
-            return None
-        params = [live[i] for i in ready]
-        states = [self.state[p] for p in params]
-        ready_grads = [grads[i] for i in ready]
-        projections = self._projections(group, params, ready_grads)
-        rights = [projects_right(tuple(g.shape), group["proj_type"]) for g in ready_grads]
+            self._refresh(group, due, [matrix_view(p.grad).to(torch.float32) for p in due])
+        members = same_shape_buckets([p for p in live if "exp_avg" in self.state[p]])
+        grads = [torch.stack([matrix_view(p.grad) for p in params]).to(torch.float32) for params in members]
+        projections = [self._projections(group, params, g) for params, g in zip(members, grads, strict=True)]
+        rights = [projects_right(tuple(g.shape[1:]), group["proj_type"]) for g in grads]
         projected = [
-            g @ proj.mT if right else proj.mT @ g
-            for g, proj, right in zip(ready_grads, projections, rights, strict=True)
+            torch.bmm(g, proj.mT) if right else torch.bmm(proj.mT, g)
+            for g, proj, right in zip(grads, projections, rights, strict=True)
         ]
+        normalized = self._adam_moments(group, members, projected)
+        return [
+            LowRankBucket(params, g, proj, right, sigma, n, self._step_sizes(group, params))
+            for params, g, proj, right, sigma, n in zip(
+                members, grads, projections, rights, projected, normalized, strict=True
+            )
+        ]
+
+    def _adam_moments(
+        self, group: Mapping[str, Any], members: list[list[nn.Parameter]], projected: list[Tensor]
+    ) -> list[Tensor]:
+        """m and v of every matrix advanced by its sigma (foreach over all buckets); N = m / (sqrt(v) + eps) restacked
+        per bucket."""
+        states = [self.state[p] for params in members for p in params]
+        sigmas = [sigma for stack in projected for sigma in stack.unbind(0)]
         beta1, beta2 = group["beta1"], group["beta2"]
         exp_avgs = [st["exp_avg"] for st in states]
         exp_avg_sqs = [st["exp_avg_sq"] for st in states]
         torch._foreach_mul_(exp_avgs, beta1)
-        torch._foreach_add_(exp_avgs, projected, alpha=1.0 - beta1)
+        torch._foreach_add_(exp_avgs, sigmas, alpha=1.0 - beta1)
         torch._foreach_mul_(exp_avg_sqs, beta2)
-        torch._foreach_addcmul_(exp_avg_sqs, projected, projected, value=1.0 - beta2)
+        torch._foreach_addcmul_(exp_avg_sqs, sigmas, sigmas, value=1.0 - beta2)
         denoms = torch._foreach_sqrt(exp_avg_sqs)
         torch._foreach_add_(denoms, group["eps"])
         normalized = torch._foreach_div(exp_avgs, denoms)
-        step_sizes = []
-        for st in states:
-            st["step"] += 1
-            step_sizes.append(group["lr"] * math.sqrt(1.0 - beta2 ** st["step"]) / (1.0 - beta1 ** st["step"]))
-        return LowRankAdam(params, ready_grads, projections, rights, projected, list(normalized), step_sizes)
+        stacks, start = [], 0
+        for params in members:
+            stacks.append(torch.stack(normalized[start : start + len(params)]))
+            start += len(params)
+        return stacks
+
+    def _step_sizes(self, group: Mapping[str, Any], params: list[nn.Parameter]) -> list[float]:
+        """Count one more Adam step per matrix; lr * sqrt(1 - b2^t) / (1 - b1^t) each (Python floats)."""
+        beta1, beta2 = group["beta1"], group["beta2"]
+        sizes = []
+        for param in params:
+            state = self.state[param]
+            state["step"] += 1
+            sizes.append(group["lr"] * math.sqrt(1.0 - beta2 ** state["step"]) / (1.0 - beta1 ** state["step"]))
+        return sizes
 
     def apply_low_rank_update(
-        self, group: Mapping[str, Any], low: LowRankAdam, extras: list[Tensor] | None = None
+        self, group: Mapping[str, Any], bucket: LowRankBucket, extra: Tensor | None = None
     ) -> None:
-        """W <- W - step_size * (scale * back(N) + extra), `extra` a full (m x n) term per parameter (or none)."""
-        for i, param in enumerate(low.params):
-            left_factor, right_factor = low.factors(i, low.normalized[i])
-            if extras is not None:
-                update = torch.addmm(extras[i], left_factor, right_factor, alpha=group["scale"])
-                param.add_(update.reshape(param.shape), alpha=-low.step_sizes[i])
-                continue
-            alpha = -low.step_sizes[i] * group["scale"]
-            if param.dtype == torch.float32 and param.is_contiguous():
-                matrix_view(param).addmm_(left_factor, right_factor, alpha=alpha)
-            else:
-                param.add_((left_factor @ right_factor).reshape(param.shape), alpha=alpha)
+        """W <- W - step_size * (scale * back(N) + extra), `extra` a (k, m, n) stack of full-rank terms (or none)."""
+        left, right = bucket.factors(bucket.normalized)
+        if extra is None:
+            update = torch.bmm(left, right)
+            coefficients = [-size * group["scale"] for size in bucket.step_sizes]
+        else:
+            update = torch.baddbmm(extra, left, right, alpha=group["scale"])
+            coefficients = [-size for size in bucket.step_sizes]
+        add_stacked(bucket.params, update, coefficients)
 
     @staticmethod
     def decay_weights(group: Mapping[str, Any], params: list[nn.Parameter]) -> None:
@@ -253,9 +301,9 @@ class GaLore(StructuredOptimizer):
             or refresh_due(state["step"] + 1, group["update_proj_gap"], group["refresh_schedule"])
         )
 
-    def _projections(self, group: Mapping[str, Any], params: list[nn.Parameter], grads: list[Tensor]) -> list[Tensor]:
-        """The projection of each parameter for this step (GaLore: the stored SVD basis)."""
-        return [self.state[p]["projection"] for p in params]
+    def _projections(self, group: Mapping[str, Any], params: list[nn.Parameter], grads: Tensor) -> Tensor:
+        """The (k, ...) stack of this step's projections of one bucket (GaLore: the stored SVD bases)."""
+        return torch.stack([self.state[p]["projection"] for p in params])
 
     def _refresh(self, group: dict[str, Any], params: list[nn.Parameter], grads: list[Tensor]) -> None:
         """New projections from the SVD of the current gradients, one batched SVD per (shape, step) bucket."""

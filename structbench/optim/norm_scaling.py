@@ -14,12 +14,14 @@ from typing import Any
 import torch
 from torch import Tensor
 
+from structbench.optim.racs import limiter_factor
+
 NORM_EPS = 1e-8
 """Added to the projected gradient's norms in the ratio (the reference codes' constant)."""
 
 
 def channel_ratio(normalized: Tensor, projected: Tensor, right: bool) -> Tensor:
-    """||N_c|| / (||sigma_c|| + 1e-8) per channel, norms along the r dimension: (m, 1) if right, else (1, n)."""
+    """||N_c|| / (||sigma_c|| + 1e-8) per channel, norms along r: (..., m, 1) if right, else (..., 1, n)."""
     dim = -1 if right else -2
     return normalized.norm(dim=dim, keepdim=True) / (projected.norm(dim=dim, keepdim=True) + NORM_EPS)
 
@@ -29,3 +31,14 @@ def limiter_norm(state: dict[str, Any], device: torch.device) -> Tensor:
     if "limiter_norm" not in state:
         state["limiter_norm"] = torch.zeros((), dtype=torch.float32, device=device)
     return state["limiter_norm"]
+
+
+def limit_norm_growth(states: list[dict[str, Any]], norms: Tensor, gamma: float | None) -> Tensor:
+    """The limiter's eta of each of k matrices, eta = `racs.limiter_factor`(||C||, psi, gamma) (1 when `gamma` is
+    None: no limiter), with each psi <- eta ||C|| stored back in its state; `norms` the (k,) ||C||, eta (k,).
+
+    One launch per operation for the k matrices: their psi are stacked, and written back by one foreach copy."""
+    psi = torch.stack([limiter_norm(state, norms.device) for state in states])
+    eta = torch.ones_like(norms) if gamma is None else limiter_factor(norms, psi, gamma)
+    torch._foreach_copy_([state["limiter_norm"] for state in states], list((eta * norms).unbind(0)))
+    return eta
