@@ -90,9 +90,6 @@ KNOWN_OVER = {
     "asgo": {"host reads": "bool() of the root's health check", "decompositions": "an eigh of V every step (tau 1)"},
     "fismo": {"host reads": "tolist() and bool() of the roots' residual checks", "launches": "per-matrix loops"},
     "sumo": {"host reads": "bool() and tolist() around the SVD", "decompositions": "an exact SVD of every moment"},
-    "apollo-mini": {"launches": "per-matrix loops and a generator per matrix"},
-    "apollo-svd": {"launches": "per-matrix loops"},
-    "fira": {"launches": "per-matrix loops"},
 }
 """The optimizers whose GPU-fast form is still to come, and what each is over: the budget's named exceptions."""
 
