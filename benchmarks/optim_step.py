@@ -3,15 +3,22 @@
 For each shape set (GPT-2-small-like layers; a ResNet-18's conv and linear weights) it times
 `optimizer.step()` alone — gradients are fixed, so the backward pass is not measured — and prints:
 
-- each optimizer's median and mean step time and its ratio to `torch.optim.AdamW(foreach=True)` and to
-  our `muon`;
+- each optimizer's steady-state step (median), its refresh step (median; the step that recomputes roots,
+  eigenbases or projections) and the mean step amortised over its full default refresh interval, with the ratio
+  of the amortised step to `torch.optim.AdamW(foreach=True)`'s and to our `muon`'s. The refreshes are timed at a
+  shortened interval (at most `cost_profile.SHORT_INTERVAL` steps, the rest of the settings unchanged), which steps
+  refresh being known from the cost profile's counts (`cost_profile.Profile.refresh_phases`); the amortised step is
+  steady + (refresh - steady) / interval, so a 500-step interval is covered without running 500 steps;
+- beside each, what its step costs on a GPU as counted on the CPU by `structbench.optim.cost_profile` (kernel
+  launches per step amortised, host reads in the steady state, decompositions per refresh), at the same shapes with
+  widths / `COUNT_DIVISOR` (counts do not depend on widths);
 - for optimizers with an independent implementation of the same algorithm (torch.optim.Muon,
   pytorch-optimizer's SOAP, Shampoo and GaLore), our time over theirs under settings that match, by
   median and by mean. The two are stepped alternately (ours, theirs, theirs, ours, ...), so load from
   other processes falls on both alike.
 
-Means include the amortised refreshes (roots, eigenbases, projections) that fall inside the timed
-window; `--steps` should cover the interval being compared. `--threads` sets torch's intra-op threads
+The independent implementations are compared at the settings given (default intervals), by median and by mean over
+`--steps`; means include the refreshes that fall inside that window. `--threads` sets torch's intra-op threads
 (default: torch's own choice); on a machine whose cores are busy with other work, multi-threaded step
 times mostly measure how often each op's threads wait for a descheduled peer.
 
@@ -39,6 +46,7 @@ import torch
 
 from benchmarks import arguments
 from structbench import optim
+from structbench.optim import cost_profile
 from structbench.optim.partition import matrix_shape
 
 Shapes = list[tuple[int, ...]]
@@ -212,6 +220,56 @@ def ours(name: str, params: list[torch.nn.Parameter], overrides: dict[str, Any])
     return optim.make_optimizer(name, [(f"p{i}", p) for i, p in enumerate(params)], **overrides)
 
 
+@dataclass(frozen=True)
+class StepTimes:
+    """An optimizer's step times in seconds: steady state, refresh step and the mean over its default interval."""
+
+    steady: float
+    refresh: float | None
+    amortised: float
+
+
+def amortised_times(times: Sequence[float], cycle: int, phases: set[int], interval: int) -> StepTimes:
+    """`times` of whole cycles of `cycle` steps whose `phases` (index mod cycle) refresh: steady = the median of the
+    other steps; each refresh phase adds its median over steady once per cycle, that is once per `interval` steps
+    at the default interval."""
+    if not phases:
+        median = statistics.median(times)
+        return StepTimes(median, None, median)
+    steady = statistics.median(t for i, t in enumerate(times) if i % cycle not in phases)
+    extra = sum(statistics.median(times[p::cycle]) - steady for p in sorted(phases))
+    return StepTimes(steady, steady + extra, steady + extra / interval)
+
+
+def time_refresh_cycles(
+    name: str, shapes: Shapes, device: torch.device, warmup: int, steps: int, counted: cost_profile.Profile
+) -> StepTimes:
+    """Times of optimizer `name` (its defaults on `device`) started like its cost profile (`counted`): the shortened
+    interval, one step and one untimed cycle, then `warmup` and `steps` rounded up to whole cycles, the first
+    untimed."""
+    interval, hparams = cost_profile.shortened_hparams(name, {})
+    cycle = counted.cycle
+    optimizer = ours(name, make_params(shapes, device, False), hparams)
+    whole = -(-warmup // cycle) * cycle
+    times = time_steps(optimizer, device, 1 + cycle + whole, -(-steps // cycle) * cycle)
+    return amortised_times(times, cycle, counted.refresh_phases(), interval)
+
+
+COUNT_DIVISOR = {"gpt2-small": 12, "resnet18": 4}
+"""Widths / this for the cost profile's counts (GPT-2-small at 64 and 256, ResNet-18 at 16 to 128 channels): counts
+do not depend on widths above the optimizers' size thresholds, and the smaller shapes count in seconds."""
+
+
+def counts(counted: cost_profile.Profile) -> str:
+    """The cost profile's launches (amortised), steady-state host reads and decompositions per refresh, as text."""
+    refresh_only = counted.refresh.decompositions - counted.steady.decompositions
+    return (
+        f"{counted.amortised(lambda cost: cost.launches):.0f} launches, "
+        f"{counted.steady.reads} host reads, {sum(counted.steady.decompositions.values())} decompositions steady"
+        f" + {sum(refresh_only.values())} per refresh"
+    )
+
+
 def compare_with_oracle(
     name: str, oracle: Oracle, shapes: Shapes, device: torch.device, warmup: int, steps: int
 ) -> str:
@@ -278,26 +336,27 @@ def main(argv: Sequence[str] | None = None) -> None:
         shapes = SHAPE_SETS[set_name](args.layers, args.divisor)
         numel = sum(torch.Size(s).numel() for s in shapes)
         print(f"\n## {set_name}: {len(shapes)} tensors, {numel / 1e6:.2f}M parameters")
+        counted_shapes = SHAPE_SETS[set_name](args.layers, max(args.divisor, COUNT_DIVISOR[set_name]))
         baseline = time_steps(
             torch.optim.AdamW(make_params(shapes, device, False), foreach=True), device, args.warmup, args.steps
         )
-        base_median = statistics.median(baseline)
-        muon_median = statistics.median(
-            time_steps(ours("muon", make_params(shapes, device, False), {}), device, args.warmup, args.steps)
-        )
+        base = statistics.median(baseline)
+        muon = time_refresh_cycles(
+            "muon", shapes, device, args.warmup, args.steps, cost_profile.profile("muon", counted_shapes)
+        ).amortised
         print(
-            f"{'optimizer':<20}{'median ms':>11}{'mean ms':>10}{'/ AdamW':>9}{'/ Muon':>8}   independent implementation"
+            f"{'optimizer':<20}{'steady ms':>10}{'refresh ms':>11}{'amortised':>10}{'interval':>9}{'/ AdamW':>8}"
+            f"{'/ Muon':>7}   counted on the CPU (widths / {COUNT_DIVISOR[set_name]})   independent implementation"
         )
-        print(
-            f"{'adamw-foreach':<20}{base_median * 1e3:>11.2f}{statistics.mean(baseline) * 1e3:>10.2f}{1.0:>9.2f}"
-            f"{base_median / muon_median:>8.2f}"
-        )
+        ms = f"{base * 1e3:.2f}"
+        print(f"{'adamw-foreach':<20}{ms:>10}{'-':>11}{ms:>10}{1:>9}{1.0:>8.2f}{base / muon:>7.2f}")
         for name in names:
-            times = time_steps(ours(name, make_params(shapes, device, False), {}), device, args.warmup, args.steps)
-            median = statistics.median(times)
+            counted = cost_profile.profile(name, counted_shapes)
+            times = time_refresh_cycles(name, shapes, device, args.warmup, args.steps, counted)
+            refresh = "-" if times.refresh is None else f"{times.refresh * 1e3:.2f}"
             line = (
-                f"{name:<20}{median * 1e3:>11.2f}{statistics.mean(times) * 1e3:>10.2f}{median / base_median:>9.2f}"
-                f"{median / muon_median:>8.2f}"
+                f"{name:<20}{times.steady * 1e3:>10.2f}{refresh:>11}{times.amortised * 1e3:>10.2f}"
+                f"{counted.interval:>9}{times.amortised / base:>8.2f}{times.amortised / muon:>7.2f}   {counts(counted)}"
             )
             oracle = found.get(name)
             if oracle is not None:
@@ -305,7 +364,6 @@ def main(argv: Sequence[str] | None = None) -> None:
             elif name in missing:
                 line += f"   {missing[name]}"
             print(line, flush=True)
-
 
 if __name__ == "__main__":
     main()

@@ -188,7 +188,7 @@ SHORT_INTERVAL = 3
 """The refresh interval the profile runs at, so that every path is reached in a few steps; what the refreshes add is
 then spread over the default interval."""
 WINDOW_CYCLES = 2
-"""Refresh cycles counted after the warm-up step."""
+"""Refresh cycles counted after the warm-up step and one uncounted cycle."""
 
 
 @dataclass
@@ -203,6 +203,22 @@ class Profile:
     refresh: StepCost
     window: list[StepCost]
 
+    @property
+    def cycle(self) -> int:
+        """The shortened refresh interval the window ran at (1 for an optimizer without refreshes)."""
+        return min(self.interval, SHORT_INTERVAL)
+
+    def refresh_phases(self) -> set[int]:
+        """The positions in the shortened cycle (window index mod `cycle`) of the steps that cost more than the
+        steady state: where a refresh falls, for a run started like the profile's (`shortened_hparams`, one
+        warm-up step, then whole cycles)."""
+        return {
+            index % self.cycle
+            for index, cost in enumerate(self.window)
+            if (cost.launches, cost.decompositions, cost.flops)
+            != (self.steady.launches, self.steady.decompositions, self.steady.flops)
+        } if self.interval > 1 else set()  # fmt: skip
+
     def amortised(self, value: Callable[[StepCost], float]) -> float:
         """`value` per step over one default refresh interval: the steady state plus what the window's refreshes add
         per cycle (the window holds `WINDOW_CYCLES` whole cycles of the shortened interval), spread over the default
@@ -213,19 +229,29 @@ class Profile:
         return value(self.steady) + extra / self.interval
 
 
-def profile(name: str, shapes: Sequence[tuple[int, ...]], overrides: dict[str, Any] | None = None) -> Profile:
-    """Step optimizer `name` on weights of `shapes` (matrices its structured method owns) with fixed random
-    gradients, its device-dependent switches as on CUDA (`AS_ON_CUDA`) unless `overrides` set them: one warm-up step
-    (the states are made), then `WINDOW_CYCLES` refresh cycles at `SHORT_INTERVAL`."""
+def shortened_hparams(name: str, hparams: dict[str, Any]) -> tuple[int, dict[str, Any]]:
+    """Optimizer `name`'s refresh interval under `hparams` (its default unless they set it), and `hparams` with the
+    interval shortened to at most `SHORT_INTERVAL` (unchanged for an optimizer without refreshes: interval 1)."""
     from structbench import optim
 
     entry = optim.get(name)
-    declared = entry.hparams.names()
-    hparams = {key: value for key, value in AS_ON_CUDA.items() if key in declared} | dict(overrides or {})
-    interval = 1
-    if entry.refresh_interval is not None:
-        interval = int(optim.resolve_hparams(name, hparams)[entry.refresh_interval])
-        hparams[entry.refresh_interval] = min(interval, SHORT_INTERVAL)
+    if entry.refresh_interval is None:
+        return 1, dict(hparams)
+    interval = int(optim.resolve_hparams(name, hparams)[entry.refresh_interval])
+    return interval, {**hparams, entry.refresh_interval: min(interval, SHORT_INTERVAL)}
+
+
+def profile(name: str, shapes: Sequence[tuple[int, ...]], overrides: dict[str, Any] | None = None) -> Profile:
+    """Step optimizer `name` on weights of `shapes` (matrices its structured method owns) with fixed random
+    gradients, its device-dependent switches as on CUDA (`AS_ON_CUDA`) unless `overrides` set them and its refresh
+    interval shortened (`shortened_hparams`): one warm-up step (the states are made) and one uncounted cycle of the
+    shortened interval (what happens once at the start, such as a first root, stays out), then `WINDOW_CYCLES`
+    counted cycles."""
+    from structbench import optim
+
+    declared = optim.get(name).hparams.names()
+    as_on_cuda = {key: value for key, value in AS_ON_CUDA.items() if key in declared}
+    interval, hparams = shortened_hparams(name, as_on_cuda | dict(overrides or {}))
     generator = torch.Generator().manual_seed(0)
     named = []
     for index, shape in enumerate(shapes):
@@ -233,8 +259,10 @@ def profile(name: str, shapes: Sequence[tuple[int, ...]], overrides: dict[str, A
         weight.grad = torch.randn(shape, generator=generator) * 1e-3
         named.append((f"layer{index}.weight", weight))
     optimizer = optim.make_optimizer(name, named, **hparams)
-    optimizer.step()
-    steps = WINDOW_CYCLES * min(interval, SHORT_INTERVAL) if interval > 1 else WINDOW_CYCLES
+    cycle = min(interval, SHORT_INTERVAL)
+    for _ in range(1 + cycle):
+        optimizer.step()
+    steps = WINDOW_CYCLES * cycle if interval > 1 else WINDOW_CYCLES
     window = [count(optimizer.step, optimizer) for _ in range(steps)]
     steady = min(window, key=lambda cost: (cost.launches, cost.reads, sum(cost.decompositions.values())))
     refresh = max(window, key=lambda cost: (cost.launches, sum(cost.decompositions.values())))

@@ -10,6 +10,7 @@ import pytest
 import torch
 
 from benchmarks import optim_step
+from structbench.optim import cost_profile
 from structbench.tasks.vision.resnet import CifarResNet
 
 
@@ -91,3 +92,29 @@ def test_installed_independent_implementation_is_timed_side_by_side(capsys: pyte
     optim_step.main(["--quick", "--shapes", "gpt2-small", "--optim", "galore", "--steps", "2", "--warmup", "0"])
     line = rows(capsys.readouterr().out)["galore"]
     assert "ours/pytorch_optimizer.GaLore = " in line and "by median" in line and "not installed" not in line
+
+
+def test_amortised_time_spreads_the_refresh_phases_over_the_default_interval() -> None:
+    """Cycles of 3 steps whose phase 2 refreshes: steady is the median of phases 0 and 1 (1 ms), the refresh step
+    the median of phase 2 (6 ms, from 5 and 7), and over a 10-step interval the mean step is 1 + (6 - 1) / 10."""
+    times = [1.0, 1.0, 5.0, 1.0, 1.0, 7.0]
+    found = optim_step.amortised_times(times, 3, {2}, 10)
+    assert (found.steady, found.refresh, found.amortised) == (1.0, 6.0, 1.5)
+    flat = optim_step.amortised_times([2.0, 4.0, 3.0], 1, set(), 1)
+    assert (flat.steady, flat.refresh, flat.amortised) == (3.0, None, 3.0)
+
+
+@pytest.mark.parametrize("name", ["soap", "galore", "shampoo"])
+def test_the_timed_run_refreshes_at_the_phases_the_profile_names(name: str) -> None:
+    """A run started as `time_refresh_cycles` starts it (shortened interval, one step, one cycle, whole warm-up
+    cycles) refreshes exactly at the steps whose index mod the cycle is in the profile's refresh phases: counted
+    here step by step (a refresh step is the one that runs more kernels than the cheapest)."""
+    shapes = optim_step.gpt2_small(1, 12)
+    counted = cost_profile.profile(name, shapes)
+    _, hparams = cost_profile.shortened_hparams(name, {})
+    optimizer = optim_step.ours(name, optim_step.make_params(shapes, torch.device("cpu"), False), hparams)
+    for _ in range(1 + 2 * counted.cycle):
+        optimizer.step()
+    launches = [cost_profile.count(optimizer.step, optimizer).launches for _ in range(2 * counted.cycle)]
+    refreshing = {i % counted.cycle for i, n in enumerate(launches) if n > min(launches)}
+    assert refreshing == counted.refresh_phases() and len(refreshing) == 1
