@@ -29,11 +29,13 @@ from tests.support.lowrank_helpers import (
     Rounding,
     assert_resume_is_bit_identical,
     assert_svd_basis,
+    bucket_case,
     growth_outside_the_subspace,
     hand_channel_ratio,
     hand_projected_adam,
     known_matrix,
     spread,
+    step_together,
 )
 
 B1, B2, EPS = 0.9, 0.999, 1e-6
@@ -207,6 +209,72 @@ def test_raw_scaling_gives_a_full_rank_update_and_projected_scaling_a_rank_r_one
         param, _ = run(torch.zeros(8, 12, dtype=F64), [g.to(F64)], **SVD, scaled_gradient=mode)
         ranks[mode] = int(torch.linalg.matrix_rank(param.detach(), rtol=threshold))
     assert ranks == {"raw": 8, "projected": 3}
+
+
+# --- buckets of same-shape matrices ---------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("variant", ["apollo-mini", "apollo-svd"])
+def test_each_matrix_of_a_bucket_steps_as_it_would_alone(variant: str) -> None:
+    """Same-shape matrices are stepped as one stack: each must still get its own projection, ratio, limiter norm psi
+    and step size. Matrix 0's limiter engages at step 2 and the others' do not; matrix 2 (a filter in a bucket of
+    plain matrices) starts a step late. Each matrix is compared with the per-matrix float64 formulas
+    (`hand_apollo`, with its own basis: the float32 SVD basis of its own first gradient, checked by Wedin's bound,
+    or the Gaussian of its own seed) within their first-order float32 bound (`step_bound`). A ratio, norm or psi
+    taken over the whole stack, a projection or step size of another matrix, moves W by >= 1e-3 relative."""
+    hp = MINI if variant == "apollo-mini" else SVD
+    case = bucket_case(seed=40)
+    params, opt = step_together(lambda ps: Apollo(ps, **{**hp, "update_proj_gap": 1000}), case)
+    for param, start, grads, right in zip(params, case.starts, case.grads, case.rights, strict=True):
+        rows = start.shape[0]
+        w0, grads = start.reshape(rows, -1), [g.reshape(rows, -1) for g in grads]
+        if variant == "apollo-mini":
+            cols = w0.shape[1]
+            basis = gaussian(int(opt.state[param]["seed"]), (1, cols) if right else (rows, 1), 1)
+            basis = basis.T if right else basis
+        else:
+            projection = opt.state[param]["projection"].to(F64)
+            basis = projection.T if right else projection
+            assert_svd_basis(basis, grads[0], right)
+        expected, _ = hand_apollo(w0, grads, basis, right, hp["scaling"], 0.01, hp["scale"])
+        bound = step_bound(w0, grads, basis, right, hp["scaling"], hp["scale"])
+        assert bool(((param.detach().reshape(rows, -1).to(F64) - expected).abs() <= bound).all())
+    assert opt.state[params[2]]["step"] == opt.state[params[0]]["step"] - 1
+
+
+def test_a_matrix_draws_its_own_projection_whatever_the_other_seeds_of_its_bucket() -> None:
+    """`random_projections` re-seeds its one generator before each matrix's draw: slice i is torch.randn from seed
+    i divided by sqrt(r) (the same float32 draw and division: exact), alone, beside others and in any order."""
+    seeds = [7, 70, 700]
+    gen = torch.Generator()
+    for shape, right, size in (((6, 10), False, (6, 2)), ((10, 6), True, (2, 6))):
+        together = apollo.random_projections(shape, 2, right, seeds, gen)
+        backwards = apollo.random_projections(shape, 2, right, seeds[::-1], gen)
+        assert together.shape == (3, *size)
+        for i, seed in enumerate(seeds):
+            assert torch.equal(together[i].to(F64), gaussian(seed, size, 2))
+            assert torch.equal(together[i], backwards[2 - i])
+            assert torch.equal(together[i], apollo.random_projections(shape, 2, right, [seed], gen)[0])
+
+
+def test_no_generator_is_made_per_matrix_or_per_step(monkeypatch) -> None:
+    """Six random-projection matrices over five steps (refreshes at t = 1, 2, 4): one generator, made at the first
+    draw and re-seeded for every later one."""
+    made = []
+    generator = torch.Generator
+
+    def counted(*args: Any, **kwargs: Any) -> torch.Generator:
+        made.append(args or kwargs)
+        return generator(*args, **kwargs)
+
+    monkeypatch.setattr(torch, "Generator", counted)
+    params = [nn.Parameter(torch.zeros(shape)) for shape in [(6, 10)] * 4 + [(10, 6)] * 2]
+    opt = Apollo(params, **MINI, update_proj_gap=2)
+    for step in range(5):
+        for p in params:
+            p.grad = torch.full_like(p, 1.0 + step)
+        opt.step()
+    assert len(made) == 1
 
 
 # --- random projection: seeding and determinism ---------------------------------------------------------

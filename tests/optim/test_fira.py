@@ -30,11 +30,13 @@ from tests.support.lowrank_helpers import (
     Rounding,
     assert_resume_is_bit_identical,
     assert_svd_basis,
+    bucket_case,
     growth_outside_the_subspace,
     hand_channel_ratio,
     hand_projected_adam,
     known_matrix,
     spread,
+    step_together,
     steps_beside_oracle,
     svd_through_tall_orientation,
     top_basis,
@@ -265,6 +267,56 @@ def test_fira_plus_rescales_to_the_low_rank_update_norm_times_alpha_c() -> None:
     # between x + dx and y + dy, x || y, has sin <= |dx| / |x| + |dy| / |y|, so 1 - cos <= (rel + rel)^2 / 2.
     cosine = float((comp_plus * comp_plain).sum() / (comp_plus.norm() * comp_plain.norm()))
     assert cosine >= 1 - (rel_plus + rel_plain) ** 2 / 2
+
+
+# --- buckets of same-shape matrices ---------------------------------------------------------------------
+
+
+def test_each_matrix_of_a_bucket_steps_as_it_would_alone() -> None:
+    """Same-shape matrices are stepped as one stack: each keeps its own basis, ratios phi, limiter norm psi and
+    step size. Matrix 0's limiter engages at step 2, the others' do not; matrix 2 (a filter in a bucket of plain
+    matrices) starts a step late; weight decay on. Each matrix is compared with the per-matrix float64 formulas
+    (`hand_fira`, its own float32 SVD basis checked against its own first gradient's by Wedin's bound) within
+    their first-order float32 bound, and its psi with that model's bound (as in the limiter test). A norm or psi
+    over the whole stack, or another matrix's basis or step size, moves W by >= 1e-3 relative."""
+    hp = {**HP, "weight_decay": 0.1}
+    case = bucket_case(seed=50)
+    params, opt = step_together(lambda ps: Fira(ps, **{**hp, "rank": 3, "update_proj_gap": 1000}), case)
+    for param, start, grads, right in zip(params, case.starts, case.grads, case.rights, strict=True):
+        rows = start.shape[0]
+        w0, grads = start.reshape(rows, -1), [g.reshape(rows, -1) for g in grads]
+        basis = own_basis(opt, param, right)
+        assert_svd_basis(basis, grads[0], right)
+        expected, comps = hand_fira(w0, grads, basis, right, hp)
+        bound = step_bound(w0, grads, basis, right, hp)
+        assert bool(((param.detach().reshape(rows, -1).to(F64) - expected).abs() <= bound).all())
+        rounding = Rounding()
+        _, modelled = hand_fira(w0, grads, basis, right, hp, rounding=rounding)
+        psi = comps[-1].norm()
+        allowed = float(rounding.bound(modelled[-1].norm())) + U32 * float(psi)
+        assert abs(float(opt.state[param]["limiter_norm"]) - float(psi)) <= allowed
+    assert opt.state[params[2]]["step"] == opt.state[params[0]]["step"] - 1
+
+
+def test_fira_plus_rescales_each_matrix_of_a_bucket_to_its_own_low_rank_update_norm() -> None:
+    """F.7 per matrix in a stack: the compensation of matrix j, read as (W_galore - W_fira+) / lr_bc after one
+    step, has the norm alpha_c alpha ||N_j|| of its own N_j (float64 from its own float32 basis). Its relative error
+    is as in `test_fira_plus_rescales_to_the_low_rank_update_norm_times_alpha_c`: each float32 weight rounded (u
+    |W|, both runs), the float32 norms of N and C (60-term: 2 gamma_61), the ratio, alpha_c and products (6 u), the
+    update's addmm and lr_bc (3 u). A norm taken over the whole stack is off by >= 30%."""
+    full = bucket_case(seed=60)
+    case = full._replace(grads=[g[:1] for g in full.grads])
+    settings = {**HP, "rank": 3, "update_proj_gap": 1000}
+    galore, _ = step_together(lambda ps: GaLore(ps, **settings), case)
+    plus, opt = step_together(lambda ps: Fira(ps, **settings, compensation="fira+", alpha_c=0.4), case)
+    step_size = HP["lr"] * math.sqrt(1 - 0.999) / (1 - 0.9)
+    for a, b, param, (g,), right in zip(galore, plus, plus, case.grads, case.rights, strict=True):
+        g = g.reshape(g.shape[0], -1)
+        (step,) = hand_projected_adam([g], own_basis(opt, param, right), right, HP["lr"], (0.9, 0.999), HP["eps"])
+        comp = (a.detach() - b.detach()).to(F64) / step_size
+        w_round = U32 * float((a.detach().abs() + b.detach().abs()).to(F64).norm())
+        rel = w_round / (step_size * float(comp.norm())) + 2 * 61 * U32 / (1 - 61 * U32) + 9 * U32
+        assert math.isclose(float(comp.norm()), 0.4 * 0.25 * float(step.normalized.norm()), rel_tol=rel)
 
 
 # --- parity with the oracle -----------------------------------------------------------------------------

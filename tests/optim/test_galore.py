@@ -31,8 +31,10 @@ from tests.support.lowrank_helpers import (
     F64,
     Svd,
     assert_resume_is_bit_identical,
+    bucket_case,
     hand_projected_adam,
     known_matrix,
+    step_together,
     steps_beside_oracle,
     svd_through_tall_orientation,
     top_basis,
@@ -160,6 +162,24 @@ def test_steps_equal_hand_derived_projected_adam(shape: tuple[int, ...], right: 
     # eps inside the root (eps sqrt(1 - b2) outside) moves W by >= 2e-3.
     bound = hand_adam_bound(w0, grads, basis, right, HP, basis_error(grads[0], 3))
     assert bool(((param.detach().to(F64) - expected).abs() <= bound).all())
+
+
+def test_each_matrix_of_a_bucket_steps_as_it_would_alone() -> None:
+    """Same-shape matrices are stepped as one stack (one batched projection and back-projection, foreach moments and
+    adds): each keeps its own basis, moments and step size. Matrix 2 (a filter in a bucket of plain matrices)
+    starts a step late, so its step size differs from its bucket's; weight decay on. Each matrix equals the
+    float64 equations with the float64 basis of its own first gradient within `hand_adam_bound`. Another matrix's
+    basis, moments or step size moves W by >= 1e-3 relative."""
+    case = bucket_case(seed=30)
+    params, opt = step_together(make, case)
+    for param, start, grads, right in zip(params, case.starts, case.grads, case.rights, strict=True):
+        rows = start.shape[0]
+        w0, grads = start.reshape(rows, -1), [g.reshape(rows, -1) for g in grads]
+        basis = top_basis(grads[0], 3, right)
+        expected = hand_adam_steps(w0, grads, basis, right, HP)
+        bound = hand_adam_bound(w0, grads, basis, right, HP, basis_error(grads[0], 3))
+        assert bool(((param.detach().reshape(rows, -1).to(F64) - expected).abs() <= bound).all())
+    assert opt.state[params[2]]["step"] == opt.state[params[0]]["step"] - 1
 
 
 def test_bfloat16_parameter_gets_the_float32_update_rounded_once() -> None:

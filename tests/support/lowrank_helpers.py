@@ -235,3 +235,44 @@ def assert_resume_is_bit_identical(
         opt.step()
         resumed.step()
     assert all(torch.equal(p, q) for p, q in zip(params, clones, strict=True))
+
+
+class BucketCase(NamedTuple):
+    """Matrices that one optimizer steps together (`step_together`): four of one (6 x 10) matrix shape, one of them
+    a (6, 2, 5, 1) filter, and two of (10 x 6). `grads[j]` are matrix j's gradients, `rights[j]` its side."""
+
+    starts: list[Tensor]
+    grads: list[list[Tensor]]
+    rights: list[bool]
+
+
+def bucket_case(seed: int) -> BucketCase:
+    """Each gradient sequence has a first gradient with well-separated singular values (a well-determined subspace)
+    and later ones near it; matrix 0's second gradient grows far outside its first's top-3 subspace
+    (`growth_outside_the_subspace`: a limiter engages for it alone), matrix 2 (the filter) starts a step late (one
+    Adam step fewer than its bucket's others, so a different step size)."""
+    gen = torch.Generator().manual_seed(seed)
+    w0, g1, g2, _ = growth_outside_the_subspace(seed)
+    starts, grads = [w0], [[g1, g2, g2.clone()]]
+    for j, shape in enumerate([(6, 10), (6, 10), (6, 10), (10, 6), (10, 6)], start=1):
+        starts.append(known_matrix(*shape, spread(6), seed=seed + 10 * j))
+        first = 1e-2 * known_matrix(*shape, spread(6), seed=seed + 10 * j + 1)
+        grads.append([first] + [first + 3e-3 * torch.randn(shape, generator=gen) for _ in range(2)])
+    starts[2], grads[2] = starts[2].reshape(6, 2, 5, 1), [g.reshape(6, 2, 5, 1) for g in grads[2][1:]]
+    return BucketCase(starts, grads, [False] * 4 + [True] * 2)
+
+
+def step_together(
+    make: Callable[[list[nn.Parameter]], torch.optim.Optimizer], case: BucketCase
+) -> tuple[list[nn.Parameter], torch.optim.Optimizer]:
+    """One optimizer over all of `case`'s matrices (same-shape ones share a bucket), stepped as many times as the
+    longest gradient sequence; a matrix with fewer gradients has none (None) until its last len(grads) steps."""
+    params = [nn.Parameter(w.clone()) for w in case.starts]
+    opt = make(params)
+    steps = max(len(g) for g in case.grads)
+    for t in range(steps):
+        for param, grads in zip(params, case.grads, strict=True):
+            late = steps - len(grads)
+            param.grad = grads[t - late].clone() if t >= late else None
+        opt.step()
+    return params, opt
