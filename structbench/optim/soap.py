@@ -31,6 +31,27 @@ Both are one class, `SOAP`; `EigenAdam` only changes its defaults. Switches:
   (f42d296) keeps m rotated too but re-projects it every step. In exact arithmetic it equals the paper
   version, since between refreshes the rotation is linear and fixed; it saves one projection per step.
 - `refresh`: "qr" (power iteration + QR, SOAP) or "eigh" (full EVD, Algorithm 7).
+- `orthonormalize`, the QR of the "qr" refresh: "cholesky-qr2" (default; `linalg.cholesky_qr2`: two Cholesky-QR
+  passes over the stacked products, batched Cholesky factorisations and triangular solves where a GPU's
+  cuSOLVER runs Householder QR one matrix at a time) or "householder" (`torch.linalg.qr`, the reference's).
+  Deviation from the reference: Q is QR's Q with diag(R) > 0, so a column may have the opposite sign to
+  LAPACK's (the update is unchanged: a column's sign cancels in Q (m' / (sqrt(v) + eps)) Q^T, and v holds squares);
+  otherwise it agrees to rounding while the product with unit columns has condition < about u^{-1/2} (4096 in
+  float32); a matrix whose Cholesky fails or whose Q is further from orthonormal than the CholeskyQR2 bound is
+  recomputed by Householder QR and counted in its `qr_fallbacks` (the optimizer's `root_fallbacks`, recorded with
+  the run). Eigen-Adam's default refresh stays "eigh": Algorithm 7 prescribes the full EVD, which one power
+  iteration does not compute; its `refresh="qr"` takes this switch too.
+- `matmul_precision` ("float32" default, "tf32", "bfloat16"; `structbench.optim.precision`): the precision of the
+  step's rotations Q_L^T G Q_R, Q_L^T m Q_R and Q_L N Q_R^T (operands rounded, float32 accumulation). Each
+  product deviates from float32 by <= `precision.product_error_bound` |A| |B| entrywise; the statistics, their
+  power iteration and the momentum's rotation at a refresh stay float32. The default is float32, the reference's
+  (no GPU was at hand to measure what a lower precision saves).
+- `staggered_refresh` (default off, the reference's schedule: every matrix at t mod f == 0, f =
+  `precondition_frequency`): each matrix gets a phase, its position among the group's same-shape matrices modulo f
+  (assigned at its first step, kept in its state as `refresh_phase`), and refreshes at the steps t with t mod f ==
+  phase (t >= 1; t > 1 with `basis_from_current_grad`), still every f steps, so each step refreshes about 1/f of
+  the matrices and none carries all the refreshes. A deviation from both papers' schedules (a matrix's first
+  refresh comes after phase steps instead of f).
 - `sides`: "both" (SOAP), "smaller" (Eigen-Adam), "left" or "right". A dimension above
   `max_precond_dim` is never rotated (identity), as in the reference.
 - `correct_bias`, `eps`, `normalize_grads` (update / (1e-30 + RMS(update)), the reference's form).
@@ -38,13 +59,15 @@ Both are one class, `SOAP`; `EigenAdam` only changes its defaults. Switches:
 All state is float32 whatever the parameter dtype: per rotated side the factor statistic (`gg_left` /
 `gg_right`) and its basis (`q_left` / `q_right`), plus `exp_avg` and `exp_avg_sq` (moments in float32 too,
 not the parameter dtype, so bfloat16 runs keep their statistics), and Python ints `step` and
-`failures_in_a_row`. With `batch_matrices` "on" ("auto" on CUDA), same-shape matrices are stacked and run
-through one batched eigh / QR / matmul; "off" ("auto" elsewhere) steps them one at a time (`base.BATCH_MODES`).
+`failures_in_a_row` (and `qr_fallbacks`, `refresh_phase` once used). With `batch_matrices` "on" ("auto" on CUDA),
+same-shape matrices are stacked and run through one batched eigh / QR / matmul; "off" ("auto" elsewhere) steps them
+one at a time (`base.BATCH_MODES`).
 """
 
 from __future__ import annotations
 
 import math
+from collections import Counter
 from typing import Any
 
 import torch
@@ -55,13 +78,17 @@ from structbench.optim.base import BATCH_MATRICES, EagerStructuredOptimizer, gat
 from structbench.optim.distributed import DISTRIBUTED
 from structbench.optim.hparams import Declaration, code, decade_around, flag, integer, lin, option, ours, paper, real
 from structbench.optim.hybrid import ADAMW_FALLBACK, adamw_fallback, adamw_state_bytes, hybrid_builder
-from structbench.optim.linalg import eigh_with_retry
+from structbench.optim.linalg import cholesky_qr2, eigh_with_retry
 from structbench.optim.partition import matrix_shape, matrix_view, split
+from structbench.optim.precision import MATMUL_PRECISIONS, matmul
 from structbench.optim.racs import PAPER as RACS_ALICE_PAPER
 from structbench.optim.registry import NamedParams, OptimizerEntry, Routing, register
 
 SIDES = ("both", "smaller", "left", "right")
 REFRESH_METHODS = ("qr", "eigh")
+ORTHONORMALIZATIONS = ("cholesky-qr2", "householder")
+QR_FALLBACKS = "qr_fallbacks"
+REFRESH_PHASE = "refresh_phase"
 _SIDE_NAMES = ("left", "right")
 REFERENCE = "nikhilvyas/SOAP soap.py (a1e5535)"
 
@@ -84,12 +111,15 @@ def _scatter(batch: Tensor, tensors: list[Tensor]) -> None:
             target.copy_(value)
 
 
-def _rotate(x: Tensor, q_left: Tensor | None, q_right: Tensor | None, back: bool = False) -> Tensor:
-    """Q_L^T X Q_R into the eigenbasis, or Q_L X Q_R^T back (`back`); a missing side is the identity."""
+def _rotate(
+    x: Tensor, q_left: Tensor | None, q_right: Tensor | None, back: bool = False, precision: str = "float32"
+) -> Tensor:
+    """Q_L^T X Q_R into the eigenbasis, or Q_L X Q_R^T back (`back`), each product in `precision`; a missing side
+    is the identity."""
     if q_left is not None:
-        x = torch.matmul(q_left if back else q_left.mT, x)
+        x = matmul(q_left if back else q_left.mT, x, precision)
     if q_right is not None:
-        x = torch.matmul(x, q_right.mT if back else q_right)
+        x = matmul(x, q_right.mT if back else q_right, precision)
     return x
 
 
@@ -106,6 +136,11 @@ def _permute(v: Tensor, order: Tensor, side: str) -> Tensor:
     if side == "left":
         return v.gather(-2, order.unsqueeze(-1).expand_as(v))
     return v.gather(-1, order.unsqueeze(-2).expand_as(v))
+
+
+def _due(state: dict[str, Any], every: int) -> bool:
+    """Whether a matrix's basis is refreshed at its current step: t mod f == its phase (0 unless staggered)."""
+    return state["step"] % every == state.get(REFRESH_PHASE, 0)
 
 
 def _eigenbasis(gg: Tensor) -> tuple[Tensor, list[bool]]:
@@ -132,14 +167,20 @@ def _eigenbasis(gg: Tensor) -> tuple[Tensor, list[bool]]:
         return torch.stack(bases), ok
 
 
-def _power_qr(gg: Tensor, q: Tensor) -> tuple[Tensor, Tensor, list[bool]]:
-    """SOAP's refresh: est = diag(Q^T GG Q), sort descending, Q <- qr(GG Q_sorted). Returns (Q, order, ok)."""
+def _power_qr(gg: Tensor, q: Tensor, orthonormalize: str) -> tuple[Tensor, Tensor, list[bool], tuple[int, ...]]:
+    """SOAP's refresh: est = diag(Q^T GG Q), sort descending, Q <- qr(GG Q_sorted) by `orthonormalize`.
+    Returns (Q, order, ok, the indices that fell back from Cholesky-QR2 to Householder QR)."""
     product = torch.matmul(gg, q)
     estimates = (q * product).sum(dim=-2)
     order = torch.argsort(estimates, dim=-1, descending=True, stable=True)
-    new_q, _ = torch.linalg.qr(product.gather(-1, order.unsqueeze(-2).expand_as(product)))
+    ordered = product.gather(-1, order.unsqueeze(-2).expand_as(product))
+    if orthonormalize == "cholesky-qr2":
+        result = cholesky_qr2(ordered)
+        new_q, fallbacks = result.q, result.fallbacks
+    else:
+        new_q, fallbacks = torch.linalg.qr(ordered)[0], ()
     ok = torch.isfinite(new_q).flatten(1).all(dim=1).tolist()
-    return new_q, order, ok
+    return new_q, order, ok, fallbacks
 
 
 class SOAP(EagerStructuredOptimizer):
@@ -168,14 +209,29 @@ class SOAP(EagerStructuredOptimizer):
             ),
             flag("basis_from_current_grad", False, code(f"{REFERENCE}: the first step only sets L, R and Q")),
             option("refresh", "qr", REFRESH_METHODS, code(f"{REFERENCE}: one power iteration + QR")),
+            option(
+                "orthonormalize",
+                "cholesky-qr2",
+                ORTHONORMALIZATIONS,
+                ours("batched; QR's Q (diag(R) > 0) to rounding, Householder where its check fails (module doc)"),
+            ),
+            option("matmul_precision", "float32", MATMUL_PRECISIONS, code(f"{REFERENCE}: float32 rotations")),
+            flag("staggered_refresh", False, code(f"{REFERENCE}: every matrix refreshes at t mod f == 0")),
         )
         + BATCH_MATRICES
     )
     hparams = hparams + DISTRIBUTED
 
+    @property
+    def root_fallbacks(self) -> int:
+        """Householder QRs that `orthonormalize="cholesky-qr2"` fell back to, over all matrices and refreshes (the sum
+        of the state counters, so a resumed run keeps counting): the run's `root_fallbacks` column."""
+        return sum(state.get(QR_FALLBACKS, 0) for state in self.state.values())
+
     def step_group(self, group: dict[str, Any]) -> None:
         """One SOAP step for every parameter of the group with a gradient (see the module doc for the order)."""
         buckets: dict[tuple[Any, ...], list[Tensor]] = {}
+        same_shape: Counter[tuple[Any, ...]] = Counter()
         for index, p in enumerate(group["params"]):
             if p.grad is None:
                 continue
@@ -183,10 +239,13 @@ class SOAP(EagerStructuredOptimizer):
                 raise RuntimeError(f"{type(self).__name__} does not support sparse gradients")
             rows, cols = matrix_shape(p.shape)
             state = self.state[p]
-            if state:
+            if "step" in state:
                 sides = ("q_left" in state, "q_right" in state)
             else:
                 sides = rotated_sides(rows, cols, group["sides"], group["max_precond_dim"])
+                if group["staggered_refresh"]:
+                    state[REFRESH_PHASE] = same_shape[(rows, cols, *sides)] % group["precondition_frequency"]
+            same_shape[(rows, cols, *sides)] += 1
             alone = None if stacks_matrices(group["batch_matrices"], p.device) else index
             buckets.setdefault((rows, cols, *sides, p.device, alone), []).append(p)
         for (rows, cols, left, right, _, _), params in buckets.items():
@@ -196,7 +255,7 @@ class SOAP(EagerStructuredOptimizer):
         self, group: dict[str, Any], params: list[Tensor], rows: int, cols: int, sides: tuple[bool, bool]
     ) -> None:
         """One step for same-shape matrices that rotate the same sides, batched (or for one matrix)."""
-        fresh = [not self.state[p] for p in params]
+        fresh = ["step" not in self.state[p] for p in params]
         for p, new in zip(params, fresh, strict=True):
             if new:
                 self._init_state(self.state[p], rows, cols, sides, p.device)
@@ -209,7 +268,7 @@ class SOAP(EagerStructuredOptimizer):
                 state["step"] += 1
             self._accumulate_statistics(states, grads, beta3)
             first = [i for i, state in enumerate(states) if state["step"] == 1]
-            due = [i for i, state in enumerate(states) if state["step"] > 1 and state["step"] % every == 0]
+            due = [i for i, state in enumerate(states) if state["step"] > 1 and _due(state, every)]
             self._initial_basis([states[i] for i in first])
             self._refresh_basis(group, [states[i] for i in due])
             self._adam_step(group, params, states, grads)
@@ -229,7 +288,7 @@ class SOAP(EagerStructuredOptimizer):
             state["step"] += 1
         self._adam_step(group, run_params, run_states, run_grads)
         self._accumulate_statistics(run_states, run_grads, beta3)
-        self._refresh_basis(group, [state for state in run_states if state["step"] % every == 0])
+        self._refresh_basis(group, [state for state in run_states if _due(state, every)])
 
     @staticmethod
     def _init_state(
@@ -283,7 +342,9 @@ class SOAP(EagerStructuredOptimizer):
         for side in sides:
             gg = gather([state[f"gg_{side}"] for state in states])
             if group["refresh"] == "qr":
-                basis, order, ok = _power_qr(gg, old[side])
+                basis, order, ok, fallbacks = _power_qr(gg, old[side], group["orthonormalize"])
+                for i in fallbacks:
+                    states[i][QR_FALLBACKS] = states[i].get(QR_FALLBACKS, 0) + 1
             else:
                 basis, ok = _eigenbasis(gg)
                 order = None
@@ -321,7 +382,8 @@ class SOAP(EagerStructuredOptimizer):
         beta1, beta2 = group["beta1"], group["beta2"]
         q_left = gather([s["q_left"] for s in states]) if "q_left" in states[0] else None
         q_right = gather([s["q_right"] for s in states]) if "q_right" in states[0] else None
-        rotated_grad = _rotate(grads, q_left, q_right)
+        precision = group["matmul_precision"]
+        rotated_grad = _rotate(grads, q_left, q_right, precision=precision)
 
         exp_avg_list = [s["exp_avg"] for s in states]
         exp_avg = gather(exp_avg_list)
@@ -330,7 +392,7 @@ class SOAP(EagerStructuredOptimizer):
             rotated_avg = exp_avg
         else:
             exp_avg.lerp_(grads, 1.0 - beta1)
-            rotated_avg = _rotate(exp_avg, q_left, q_right)
+            rotated_avg = _rotate(exp_avg, q_left, q_right, precision=precision)
         _scatter(exp_avg, exp_avg_list)
 
         exp_avg_sq_list = [s["exp_avg_sq"] for s in states]
@@ -339,7 +401,7 @@ class SOAP(EagerStructuredOptimizer):
         _scatter(exp_avg_sq, exp_avg_sq_list)
 
         denom = exp_avg_sq.sqrt().add_(group["eps"])
-        update = _rotate(torch.div(rotated_avg, denom, out=denom), q_left, q_right, back=True)
+        update = _rotate(torch.div(rotated_avg, denom, out=denom), q_left, q_right, back=True, precision=precision)
         if group["normalize_grads"]:
             rms = update.square().mean(dim=(-2, -1), keepdim=True).sqrt_()
             update.div_(rms.add_(1e-30))

@@ -19,6 +19,7 @@ import structbench.optim.soap as soap
 from structbench import measure
 from structbench.errors import SolverError
 from structbench.optim import registry
+from structbench.optim.precision import MATMUL_PRECISIONS, product_error_bound
 from structbench.optim.soap import SOAP, EigenAdam
 from tests.support.steps import feed, random_grads
 
@@ -101,13 +102,21 @@ def test_first_step_only_initialises_factors_and_basis():
     assert state["step"] == 0
 
 
-def _known_state_step(momentum_in_eigenbasis: bool):
-    """A SOAP step from a hand-set state: L = U_L diag(1..4) U_L^T, R = U_R diag(.5..4.5) U_R^T, Q = U."""
+def _known_state_step(momentum_in_eigenbasis: bool, matmul_precision: str = "float32"):
+    """A SOAP step from a hand-set state: L = U_L diag(1..4) U_L^T, R = U_R diag(.5..4.5) U_R^T, Q = U; the refresh's
+    QR is Householder's (the reference's), whose rounding the test bounds."""
     gen = torch.Generator().manual_seed(3)
     (p,) = _params([(4, 5)], seed=2)
     lr, wd, eps = 0.1, 0.01, 1e-8
     opt = SOAP(
-        [p], lr=lr, weight_decay=wd, eps=eps, precondition_frequency=1, momentum_in_eigenbasis=momentum_in_eigenbasis
+        [p],
+        lr=lr,
+        weight_decay=wd,
+        eps=eps,
+        precondition_frequency=1,
+        momentum_in_eigenbasis=momentum_in_eigenbasis,
+        orthonormalize="householder",
+        matmul_precision=matmul_precision,
     )
     p.grad = torch.randn(4, 5, generator=gen)
     opt.step()
@@ -126,19 +135,35 @@ def _known_state_step(momentum_in_eigenbasis: bool):
     return opt.state[p], p.detach().double(), w0, g.double(), known, (lr, wd, eps)
 
 
-@pytest.mark.parametrize("momentum_in_eigenbasis", [False, True])
-def test_step_is_adam_in_the_eigenbasis_then_refresh_sorts_and_permutes(momentum_in_eigenbasis):
-    state, w1, w0, g, known, (lr, wd, eps) = _known_state_step(momentum_in_eigenbasis)
+def _rotation_error(precision: str) -> float:
+    """c with |fl(Q_L^T X Q_R) - Q_L^T X Q_R| <= c |Q_L|^T |X| |Q_R| entrywise for the two products (inner sizes 4 and
+    5) in `precision`: c1 + c2 + c1 c2, each c_k = precision.product_error_bound (the second product's operand is
+    the first's rounded result, |P1_hat| <= (1 + c1) |Q_L|^T |X|)."""
+    c1, c2 = product_error_bound(precision, 4), product_error_bound(precision, 5)
+    return c1 + c2 + c1 * c2
+
+
+@pytest.mark.parametrize(
+    ("momentum_in_eigenbasis", "matmul_precision"),
+    [(False, "float32"), (True, "float32"), *((False, p) for p in MATMUL_PRECISIONS[1:]), (True, "bfloat16")],
+)
+def test_step_is_adam_in_the_eigenbasis_then_refresh_sorts_and_permutes(momentum_in_eigenbasis, matmul_precision):
+    state, w1, w0, g, known, (lr, wd, eps) = _known_state_step(momentum_in_eigenbasis, matmul_precision)
     ql, qr = known["q_left"], known["q_right"]
     rotated_g = ql.T @ g @ qr
-    # Entrywise float32 error bounds of the step (inputs are exact float32 numbers; products of inner size 4 and 5):
-    # G' = Q_L^T G Q_R errs by gamma_9 |Q_L|^T |G| |Q_R| =: dr; m by lerp's 4 u (|m| + |G|), rotated (m' = Q_L^T m Q_R,
-    # one more gamma_9) or lerped in the eigenbasis; v = b2 v + (1 - b2) G'^2 by (1 - b2) 2 |G'| dr + gamma_3 of its
-    # terms; sqrt(v) + eps by dv / (2 sqrt(v)) + 2 u of it; N = m' / den by (dm' + |N| dden) / den + u |N|; the
-    # update Q_L N Q_R^T by |Q_L| dN |Q_R|^T + gamma_9 |Q_L| |N| |Q_R|^T; W by the step size times that, 2 u for the
-    # scaled add and 2 u for the decay: <= 1e-5; a missing bias correction moves W by >= 1e-2.
+    # Entrywise error bounds of the step (inputs are exact float32 numbers; products of inner size 4 and 5, run in
+    # `matmul_precision`, each rotation by c = _rotation_error of its magnitudes): G' = Q_L^T G Q_R errs by
+    # c |Q_L|^T |G| |Q_R| =: dr; m by lerp's 4 u (|m| + |G|), rotated (m' = Q_L^T m Q_R, carried through |Q| and one
+    # more c) or lerped in the eigenbasis; v = b2 v + (1 - b2) G'^2 by (1 - b2) (2 |G'| dr + dr^2) + gamma_3 of its
+    # terms; sqrt(v) by dv / (sqrt(v) + sqrt(v - dv)) (exact: |a - b| = |a^2 - b^2| / (a + b)), + eps and 2 u of it;
+    # N = m' / den by (dm' + |N| dden) / (den - dden) + u |N| (exact for a quotient); the update Q_L N Q_R^T by
+    # (1 + c) |Q_L| dN |Q_R|^T + c |Q_L| |N| |Q_R|^T; W by the step size times that, 2 u for the scaled add and 2 u
+    # for the decay: <= 1e-5 in float32, about 2e-3 in bfloat16 (c = 0.012); a missing bias correction moves W by
+    # >= 1e-2. (A rotation left in float32 would stay inside: test_soap_fast checks which products take the
+    # precision.)
+    c = _rotation_error(matmul_precision)
     qla, qra = ql.abs(), qr.abs()
-    dr = _gamma(9) * qla.T @ g.abs() @ qra
+    dr = c * qla.T @ g.abs() @ qra
     if momentum_in_eigenbasis:
         m_rot = B1 * known["exp_avg"] + (1 - B1) * rotated_g  # exp_avg is stored in the eigenbasis
         dm = 4 * U * (known["exp_avg"].abs() + rotated_g.abs() + dr) + (1 - B1) * dr
@@ -146,16 +171,18 @@ def test_step_is_adam_in_the_eigenbasis_then_refresh_sorts_and_permutes(momentum
         m = B1 * known["exp_avg"] + (1 - B1) * g
         m_rot = ql.T @ m @ qr
         dm_raw = 4 * U * (known["exp_avg"].abs() + g.abs())
-        dm = qla.T @ dm_raw @ qra + _gamma(9) * qla.T @ m.abs() @ qra
+        dm = (1 + c) * qla.T @ dm_raw @ qra + c * qla.T @ m.abs() @ qra
     v = B2 * known["exp_avg_sq"] + (1 - B2) * rotated_g**2
     dv = (1 - B2) * (2 * rotated_g.abs() * dr + dr**2)
     dv += _gamma(3) * (B2 * known["exp_avg_sq"] + (1 - B2) * rotated_g**2)
     den = v.sqrt() + eps
+    dden = dv / (v.sqrt() + (v - dv).clamp_min(0).sqrt()) + 2 * U * den
+    assert bool((dden < den).all()), "the bound needs the denominator's error below the denominator"
     normalized = m_rot / den
-    dn = (dm + normalized.abs() * (dv / (2 * v.sqrt()) + 2 * U * den)) / den + U * normalized.abs()
+    dn = (dm + normalized.abs() * dden) / (den - dden) + U * normalized.abs()
     step_size = lr * math.sqrt(1 - B2) / (1 - B1)  # t = 1: the first step after the initialising one
     update = ql @ normalized @ qr.T
-    du = qla @ dn @ qra.T + _gamma(9) * qla @ normalized.abs() @ qra.T
+    du = (1 + c) * qla @ dn @ qra.T + c * qla @ normalized.abs() @ qra.T
     expected = (w0 - step_size * update) * (1 - lr * wd)
     bound = (1 - lr * wd) * (step_size * du + 2 * U * (w0.abs() + step_size * update.abs())) + 2 * U * expected.abs()
     assert bool(((w1 - expected).abs() <= bound).all())
@@ -418,6 +445,7 @@ def test_qr_failure_keeps_the_basis_and_leaves_exp_avg_sq_unpermuted(monkeypatch
     grads = random_grads([(4, 4)], 2, seed=11)
     feed(opt, [p], grads[:1])
     basis = {k: opt.state[p][k].clone() for k in ("q_left", "q_right")}
+    opt.param_groups[0]["orthonormalize"] = "householder"  # the reference's QR, made to fail below
     real_qr = torch.linalg.qr
     monkeypatch.setattr(torch.linalg, "qr", lambda a: (torch.full_like(a, float("nan")), real_qr(a)[1]))
     g = grads[1][0]
