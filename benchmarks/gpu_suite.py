@@ -16,6 +16,10 @@ Parts (all by default; `--part NAME` repeatable picks some):
   their ratio; the first step (compilation included) is its own column.
 
 A part that fails prints its error and the others still run; the exit status is 1 when any part failed.
+The whole suite keeps to `--budget-s` (default `BUDGET_S`, 7.5 minutes: one GPU machine's 8-minute slot with room for
+start-up): `step-time` and `memory` loop over optimizers and each stops starting new ones when its share of what is
+left runs out (`SHARES`), naming the ones it left out; the other parts run fixed sizes chosen to fit their shares
+(`FULL`). Each part prints its results as they come and its own seconds when it ends.
 Without CUDA the script prints one line and exits 2, unless `--device cpu --tiny` asks for a dry run: every part
 at toy sizes (a quarter-width layer, `fashion-mnist` with the CNN, `shakespeare-llama`, a few steps, one repeat),
 which checks that the parts run, not how fast.
@@ -47,6 +51,7 @@ from pathlib import Path
 import torch
 
 from benchmarks import arguments, lm_throughput, optim_step, vision_overhead
+from benchmarks.deadline import Deadline
 from benchmarks.harness import harness_row, release, timing_overrides
 
 PARTS = ("step-time", "overhead", "lm-throughput", "memory", "compile")
@@ -67,15 +72,21 @@ class Sizes:
 
 
 FULL = Sizes(
-    step_time=["--shapes", "gpt2-small", "--layers", "12", "--steps", "50"],
+    step_time=["--shapes", "gpt2-small", "--layers", "12", "--steps", "21", "--warmup", "3"],
     vision_steps=400,
     lm_suite="llama-60m",
-    lm_steps=100,
-    memory_steps=20,
+    lm_steps=50,
+    memory_steps=10,
     memory_optims=[],
     repeats=3,
     vision_overrides=[],
 )
+"""GPT-2-small x12 step times over 21 steps (7 cycles of the shortened refresh interval); llama-60m at about 0.23 s per
+step with AdamW on an H200 (570k tokens/s, 131k tokens per step): 50 steps x 3 repeats, compile's 50 steps x 2
+modes x 3 repeats with its compilations, 10 steps per optimizer of the memory table."""
+BUDGET_S = 450
+SHARES = {"step-time": 0.3, "overhead": 0.15, "lm-throughput": 0.12, "memory": 0.28, "compile": 0.15}
+"""Each part's share of the budget left when it starts (renormalised over the parts still to run)."""
 TINY = Sizes(
     step_time=["--quick", "--shapes", "gpt2-small", "--optim", "adamw", "--optim", "muon", "--optim", "soap"],
     vision_steps=5,
@@ -120,14 +131,17 @@ def compile_on_off(suite_name: str, steps: int, repeats: int, device: torch.devi
     )
 
 
-def parts(sizes: Sizes, device: torch.device, data_root: Path) -> dict[str, Callable[[], object]]:
+def parts(
+    sizes: Sizes, device: torch.device, data_root: Path, seconds: Callable[[], int]
+) -> dict[str, Callable[[], object]]:
+    """Each part as a call; `seconds()` is the budget of the part about to start, for the ones that can stop early."""
     dev, data = str(device), str(data_root)
     suite, overrides = vision_suite(data_root)
     vision = ["--suite", suite, *(x for o in (*overrides, *sizes.vision_overrides) for x in ("--set", o))]
     device_data = ["--device", dev, "--data-dir", data]
     lm = ["--suite", sizes.lm_suite, *device_data]
     return {
-        "step-time": lambda: optim_step.main([*sizes.step_time, "--device", dev]),
+        "step-time": lambda: optim_step.main([*sizes.step_time, "--device", dev, "--budget-s", str(seconds())]),
         "overhead": lambda: vision_overhead.main(
             [*vision, "--steps", str(sizes.vision_steps), "--repeats", str(sizes.repeats), *device_data]
         ),
@@ -135,7 +149,7 @@ def parts(sizes: Sizes, device: torch.device, data_root: Path) -> dict[str, Call
             ["--throughput", *lm, "--optim", "adamw", "--steps", str(sizes.lm_steps), "--repeats", str(sizes.repeats)]
         ),
         "memory": lambda: lm_throughput.main(
-            ["--memory", *lm, "--memory-steps", str(sizes.memory_steps)]
+            ["--memory", *lm, "--memory-steps", str(sizes.memory_steps), "--budget-s", str(seconds())]
             + (["--optims", *sizes.memory_optims] if sizes.memory_optims else [])
         ),
         "compile": lambda: compile_on_off(sizes.lm_suite, sizes.lm_steps, sizes.repeats, device, data_root),
@@ -148,6 +162,9 @@ def parse(argv: Sequence[str] | None) -> argparse.Namespace:
     parser.add_argument("--data-dir", type=Path, help="data root (default: $STRUCTBENCH_DATA, else the cache)")
     parser.add_argument("--device", default="cuda", help="cuda (default), cuda:N, or cpu with --tiny")
     parser.add_argument("--tiny", action="store_true", help="toy sizes: a dry run that checks the parts run")
+    parser.add_argument(
+        "--budget-s", type=arguments.at_least(1), default=BUDGET_S, help=f"the whole suite's seconds ({BUDGET_S})"
+    )
     args = parser.parse_args(argv)
     if args.device == "cpu":
         if not args.tiny:
@@ -175,9 +192,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     sizes = TINY if args.tiny else FULL
     name = torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu (dry run: sizes are toys)"
     print(f"device {device}: {name}; torch {torch.__version__}, CUDA {torch.version.cuda}; data root {data_root}")
-    todo = parts(sizes, device, data_root)
+    chosen = list(args.part or PARTS)
+    suite_started = time.perf_counter()
+    deadline = Deadline.after(args.budget_s)
+    current = {"share": 1.0}
+    todo = parts(sizes, device, data_root, lambda: max(1, int((deadline.left() or 0) * current["share"])))
     failed = []
-    for part in args.part or PARTS:
+    for index, part in enumerate(chosen):
+        current["share"] = SHARES[part] / sum(SHARES[p] for p in chosen[index:])
         print(f"\n# {part}", flush=True)
         started = time.perf_counter()
         try:
@@ -187,6 +209,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             print(f"{part} FAILED: {type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}")
         print(f"({part}: {time.perf_counter() - started:.0f} s)", flush=True)
     print(f"\nparts failed: {', '.join(failed)}" if failed else "\nevery part ran")
+    print(f"suite: {time.perf_counter() - suite_started:.0f} s of a {args.budget_s} s budget")
     return 1 if failed else 0
 
 

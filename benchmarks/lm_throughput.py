@@ -45,6 +45,7 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 
+from benchmarks.deadline import Deadline, cut_note
 from benchmarks.harness import (
     OVERHEAD_TARGET,
     alternate,
@@ -151,14 +152,20 @@ def report_throughput(rows: list[dict[str, Any]], suite: SuiteSpec, optim_name: 
         print(f"  paper: {PAPER_TOKENS_PER_S:,} tokens/s ({PAPER_SETUP}); {versus}")
 
 
-def memory_table(suite: SuiteSpec, seed: int, device: torch.device, data_root: Path) -> list[dict[str, Any]]:
-    """One harness run per optimizer of the suite, printed as a row of the table as each ends."""
+def memory_table(
+    suite: SuiteSpec, seed: int, device: torch.device, data_root: Path, deadline: Deadline
+) -> list[dict[str, Any]]:
+    """One harness run per optimizer of the suite, printed as a row of the table as each ends; none started after
+    `deadline` (named as left out)."""
     print(
         f"{'optimizer':<13} {'status':<12} {'peak MiB':>10} {'source':<6} {'state MiB':>10} {'analytic MiB':>12} "
         f"{'step ms':>9} {'tokens/s':>10}"
     )
     rows = []
-    for optim_name in suite.optims:
+    for index, optim_name in enumerate(suite.optims):
+        if deadline.passed():
+            print(cut_note(list(suite.optims[index:])), flush=True)
+            break
         row = execute(suite, optim_name, seed, device, data_root).row
         rows.append(row)
         step_ms = row["step_time_median_s"] * 1e3
@@ -190,6 +197,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     parser.add_argument("--device", default="auto")
     parser.add_argument("--data-dir", type=Path, default=None)
     parser.add_argument("--set", dest="overrides", action="append", default=[], help="suite override key=value")
+    parser.add_argument("--budget-s", type=float, default=None, help="memory table: start no run after this many s")
     args = parser.parse_args(argv)
     everything = not (args.overhead or args.throughput or args.memory)
 
@@ -216,7 +224,7 @@ def main(argv: Sequence[str] | None = None) -> None:
         overrides = timing_overrides(args.memory_steps, args.overrides)
         (suite,), _ = spec.load_suites(args.suite, overrides, args.optims, [args.seed])
         print(f"memory: suite {suite.name}, {args.memory_steps} steps per optimizer (first excluded from times)")
-        memory_rows = memory_table(suite, args.seed, device, data_root)
+        memory_rows = memory_table(suite, args.seed, device, data_root, Deadline.after(args.budget_s))
     print(f"notes: {_load()} at the end.")
     if device.type != "cuda":
         print(

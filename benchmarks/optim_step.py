@@ -45,6 +45,7 @@ from typing import Any
 import torch
 
 from benchmarks import arguments
+from benchmarks.deadline import Deadline, cut_note
 from structbench import optim
 from structbench.optim import cost_profile
 from structbench.optim.partition import matrix_shape
@@ -309,6 +310,9 @@ def parse(argv: Sequence[str] | None) -> argparse.Namespace:
     parser.add_argument("--warmup", type=arguments.at_least(0), help="untimed steps first (default 2; 1 with --quick)")
     parser.add_argument("--device", type=arguments.device, default="cuda" if torch.cuda.is_available() else "cpu")
     parser.add_argument("--threads", type=arguments.at_least(1), help="threads (default: torch's; 1 with --quick)")
+    parser.add_argument(
+        "--budget-s", type=arguments.at_least(1), help="start no optimizer after this many seconds (default: no limit)"
+    )
     args = parser.parse_args(argv)
     unknown = sorted(set(args.optim or []) - set(optim.names()))
     if unknown:
@@ -324,6 +328,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     if args.threads is not None:
         torch.set_num_threads(args.threads)
     device: torch.device = args.device
+    deadline = Deadline.after(args.budget_s)
     names = args.optim or optim.names()
     sets = list(SHAPE_SETS) if args.shapes == "all" else [args.shapes]
     print(
@@ -350,7 +355,10 @@ def main(argv: Sequence[str] | None = None) -> None:
         )
         ms = f"{base * 1e3:.2f}"
         print(f"{'adamw-foreach':<20}{ms:>10}{'-':>11}{ms:>10}{1:>9}{1.0:>8.2f}{base / muon:>7.2f}")
-        for name in names:
+        for index, name in enumerate(names):
+            if deadline.passed():
+                print(cut_note([f"{later} ({set_name})" for later in names[index:]]), flush=True)
+                break
             counted = cost_profile.profile(name, counted_shapes)
             times = time_refresh_cycles(name, shapes, device, args.warmup, args.steps, counted)
             refresh = "-" if times.refresh is None else f"{times.refresh * 1e3:.2f}"

@@ -6,11 +6,12 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 import torch
 
-from benchmarks import gpu_suite, vision_overhead
+from benchmarks import deadline, gpu_suite, vision_overhead
 from structbench.data.cifar import CIFAR10
 
 
@@ -64,4 +65,24 @@ def test_dry_run_of_a_part_and_a_failing_part(monkeypatch, capsys, tmp_path) -> 
     assert "## gpt2-small: 4 tensors, 0.37M parameters" in table  # the quarter-width layer: 2*192^2 + 2*768*192
     for name in ("adamw-foreach", "adamw", "muon", "soap"):
         assert f"\n{name} " in table
-    assert out.rstrip().endswith("parts failed: overhead")
+    assert out.rstrip().splitlines()[-2] == "parts failed: overhead"
+
+
+def test_a_part_that_can_stop_early_gets_its_share_of_the_budget_left(monkeypatch, tmp_path) -> None:
+    """Budget 100 s on a stopped clock, parts step-time then memory: step-time is handed 100 x 0.3 / (0.3 + 0.28) =
+    51 s (whole seconds, down), and memory all that is left when it starts (its share of the parts still to run is
+    1): 100 s, none having passed."""
+    handed: dict[str, str] = {}
+    monkeypatch.setattr(deadline, "time", SimpleNamespace(monotonic=lambda: 0.0))
+
+    def record(name: str):
+        def main(argv: list[str]) -> None:
+            handed[name] = argv[argv.index("--budget-s") + 1]
+
+        return main
+
+    monkeypatch.setattr(gpu_suite.optim_step, "main", record("step-time"))
+    monkeypatch.setattr(gpu_suite.lm_throughput, "main", record("memory"))
+    argv = ["--device", "cpu", "--tiny", "--data-dir", str(tmp_path), "--part", "step-time", "--part", "memory"]
+    assert gpu_suite.main([*argv, "--budget-s", "100"]) == 0
+    assert handed == {"step-time": str(int(100 * 0.3 / 0.58)), "memory": "100"}

@@ -9,7 +9,7 @@ from collections.abc import Iterator
 import pytest
 import torch
 
-from benchmarks import optim_step
+from benchmarks import deadline, optim_step
 from structbench.optim import cost_profile
 from structbench.tasks.vision.resnet import CifarResNet
 
@@ -118,3 +118,28 @@ def test_the_timed_run_refreshes_at_the_phases_the_profile_names(name: str) -> N
     launches = [cost_profile.count(optimizer.step, optimizer).launches for _ in range(2 * counted.cycle)]
     refreshing = {i % counted.cycle for i, n in enumerate(launches) if n > min(launches)}
     assert refreshing == counted.refresh_phases() and len(refreshing) == 1
+
+
+class TickingClock:
+    """time.monotonic advancing one second per reading."""
+
+    def __init__(self) -> None:
+        self.now = 0.0
+
+    def monotonic(self) -> float:
+        self.now += 1.0
+        return self.now
+
+
+def test_a_budget_stops_the_loop_and_names_what_it_left_out(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Budget 2 s on a clock that reads 1 s later each time: set at 1 (deadline 3), the first check reads 2 (sgd runs),
+    the second 3 (the budget is spent: adamw and dasgo are named, not measured)."""
+    monkeypatch.setattr(deadline, "time", TickingClock())
+    optim_step.main(["--quick", "--shapes", "gpt2-small", "--optim", "sgd", "--optim", "adamw", "--optim", "dasgo",
+                     "--steps", "1", "--warmup", "0", "--budget-s", "2"])  # fmt: skip
+    out = capsys.readouterr().out
+    table = rows(out)
+    assert "sgd" in table and "adamw" not in table and "dasgo" not in table
+    assert "cut at the time budget: not measured: adamw (gpt2-small), dasgo (gpt2-small)" in out
