@@ -480,54 +480,6 @@ def inverse_sqrt_warm_updates(
     return InverseSqrt(z, residual, residual <= tol, updates)
 
 
-def coupled_newton_schulz_updates(condition: float, tol: float) -> int:
-    """The coupled updates `inverse_sqrt_cold_updates` makes so that, in exact arithmetic, every eigenvalue lambda
-    of A with ||A||_F / lambda <= `condition` ends with |1 - x| <= `tol`: x_0 = lambda / ||A||_F, x <- x (3 - x)^2 / 4
-    (the eigenvalue of Z_k Y_k; it rises monotonically to 1 from (0, 1], so the smallest x_0 takes the most)."""
-    if not condition >= 1.0 or not 0.0 < tol < 1.0:
-        raise ValueError(f"condition must be >= 1 and tol in (0, 1); got {condition}, {tol}")
-    x, updates = 1.0 / condition, 0
-    while 1.0 - x > tol:
-        x, updates = x * (3.0 - x) ** 2 / 4.0, updates + 1
-    return updates
-
-
-def inverse_sqrt_cold_updates(a: Tensor, *, updates: int, tol: float = 1e-2, symmetric: bool = False) -> InverseSqrt:
-    """A^{-1/2} of symmetric positive definite A by exactly `updates` coupled Newton–Schulz updates from a cold start,
-    with no host read: for a GPU's steady state where no warm start is close enough (`inverse_sqrt_warm_updates`).
-
-    The iteration of `inverse_sqrt_newton_schulz`'s cold start (Higham 2008, Ch. 6): Y_0 = A / c, Z_0 = I,
-    c = ||A||_F; T = (3I - Z Y) / 2, Y <- Y T, Z <- T Z; the root is sym(Z) / sqrt(c). Z_k and Y_k are polynomials
-    in A, so each eigenvalue lambda follows the scalar x <- x (3 - x)^2 / 4 from x_0 = lambda / c: a fixed count
-    converges for every matrix with ||A||_F / lambda_min up to the condition `coupled_newton_schulz_updates` gives
-    for it, and the coupled form is stable in floating point (Higham 2008, Ch. 6), so the updates made after
-    convergence stay at rounding level (no keep-best choice is needed). The returned residual is that of the root
-    itself, ||Z A Z - I||_F / sqrt(d) (two more products), and `converged` (residual <= tol, on the device) says which
-    matrices the caller should repair: one with an eigenvalue still far from converged (|1 - x| near 1) has a
-    residual of at least about 1 / sqrt(d), above any tol below that. Each update costs three d x d products (the
-    first two).
-    Float32 (float64 for float64 input); `a` is not modified, and is symmetrized first unless `symmetric`.
-    """
-    _check_square(a, "a")
-    if updates < 1 or not tol > 0:
-        raise ValueError(f"updates must be >= 1 and tol > 0; got {updates}, {tol}")
-    dtype = _compute_dtype(a.dtype)
-    x = a.to(dtype) if symmetric else symmetrize(a.to(dtype))
-    eye = torch.eye(x.size(-1), dtype=dtype, device=x.device)
-    scale = torch.linalg.matrix_norm(x).clamp_min(torch.finfo(dtype).tiny)[..., None, None]
-    y = x / scale
-    z = eye.expand_as(x)
-    product = y
-    for update in range(updates):
-        if update:
-            product = z @ y
-        step = torch.add(eye, product, alpha=-1.0 / 3.0).mul_(1.5)
-        y, z = y @ step, step @ z
-    root = (z + z.mT).mul_(0.5) / scale.sqrt()
-    residual = _rms_residual(root @ (x @ root), eye)
-    return InverseSqrt(root, residual, residual <= tol, updates)
-
-
 def _scaled_minus_product(z: Tensor, product: Tensor) -> Tensor:
     """Z (3I - P) = 3 Z - Z P, as one fused product where the stack is 2- or 3-dimensional."""
     if z.dim() == 2:
@@ -731,3 +683,85 @@ def from_eigenpairs(values: Tensor, vectors: Tensor) -> Tensor:
     (e.g. an inverse root). Computed in the inputs' dtype.
     """
     return (vectors * values.unsqueeze(-2)) @ vectors.mT
+
+
+NS_POLAR_QUINTIC: tuple[float, float, float] = (15 / 8, -10 / 8, 3 / 8)
+"""The inverse-free quintic polar iteration X <- X (15 I - 10 X^T X + 3 (X^T X)^2) / 8: the [2/0] member of the
+Padé family of polar iterations (Kenney & Laub 1991; Higham 2008, Ch. 8), whose [1/0] member is the cubic Newton–Schulz
+(`NS_CUBIC`). On each singular value it is f(x) = x (15 - 10 x^2 + 3 x^4) / 8: f'(x) = 15 (1 - x^2)^2 / 8 >= 0 and
+f(x) >= x on [0, 1], so [0, 1] maps into itself and every singular value rises monotonically to 1, by the factor up to
+15/8 per step while it is small and cubically near 1 (f is x times the Taylor series of (1 - z)^{-1/2}, z = 1 - x^2, cut
+after z^2, so 1 - f(x) = x (5 z^3 / 16 + O(z^4)): about 2.5 e^3 at x = 1 - e); a zero singular value stays zero."""
+
+
+@dataclass(frozen=True)
+class PolarFactor:
+    """What `polar_newton_schulz` found: the iterate and its orthonormality residual, all on the device."""
+
+    polar: Tensor
+    """(..., m, n) iterate X ~ U V^T, in the input dtype."""
+    residual: Tensor
+    """(...,) ||X X^T - I||_F / sqrt(k) over the smaller side k (X^T X for a tall X): the RMS entry of the Gram's
+    distance from I, computed in the iteration dtype (non-finite for a non-finite input)."""
+    converged: Tensor
+    """(...,) bool: residual <= tol (False for a non-finite residual)."""
+
+
+def polar_steps(smallest: float, tol: float, coefficients: tuple[float, float, float] = NS_POLAR_QUINTIC) -> int:
+    """The fewest steps of the scalar polar map x <- a x + b x^3 + c x^5 after which x0 = `smallest` (in (0, 1]) has
+    |x^2 - 1| <= tol: the steps that bring every singular value of X0 at or above `smallest` within tol of 1 for a
+    map that is increasing on [0, 1] and fixes 1 (`NS_POLAR_QUINTIC`). Plain float arithmetic, no tensor."""
+    if not 0 < smallest <= 1 or not 0 < tol < 1:
+        raise ValueError(f"smallest must be in (0, 1] and tol in (0, 1); got {smallest}, {tol}")
+    a, b, c = coefficients
+    x, steps = smallest, 0
+    while abs(x * x - 1) > tol:
+        grown = a * x + b * x**3 + c * x**5
+        if not grown > x:
+            raise ValueError(f"the map {coefficients} does not raise {x} toward 1")
+        x, steps = min(grown, 1.0), steps + 1
+    return steps
+
+
+def polar_newton_schulz(g: Tensor, steps: int, tol: float) -> PolarFactor:
+    """Polar factor U V^T of G = U S V^T by `steps` steps of `NS_POLAR_QUINTIC` from X0 = G / ||G||_F, with no host
+    read: a fixed number of products, and a residual check for the caller to read later.
+
+    X0's singular values are s_i / ||G||_F in (0, 1], and step k maps each through f (singular vectors unchanged in
+    exact arithmetic), so after K steps X = U f^K(S / ||G||_F) V^T: every singular value with s_i / ||G||_F >= x lies
+    within tol of 1 once K >= `polar_steps(x, tol)`, and ||X - U V^T||_F <= ||X X^T - I||_F (|y - 1| <= |y^2 - 1| for
+    y >= 0), the residual returned. A zero G gives X = 0 (the norm is floored at the dtype's smallest normal). Each
+    step is `newton_schulz`'s three fused products (Gram, polynomial, update) on the smaller Gram, in float32 (float64
+    for float64 input); the residual costs one more Gram.
+    """
+    _check_matrix(g, "g")
+    if steps < 0 or not tol > 0:
+        raise ValueError(f"steps must be >= 0 and tol > 0; got {steps}, {tol}")
+    dtype = _compute_dtype(g.dtype)
+    x = newton_schulz(
+        g, steps, NS_POLAR_QUINTIC, eps=torch.finfo(dtype).tiny, dtype=dtype, normalize="frobenius", cast_back=False
+    )
+    wide = x.size(-2) <= x.size(-1)
+    gram = x @ x.mT if wide else x.mT @ x
+    eye = torch.eye(gram.size(-1), dtype=dtype, device=x.device)
+    residual = _rms_residual(gram, eye)
+    return PolarFactor(x.to(g.dtype), residual, residual <= tol)
+
+
+def gaussian_probes(dim: int, count: int, *, dtype: torch.dtype, device: torch.device) -> Tensor:
+    """A (dim, count) Gaussian probe matrix V drawn on the CPU with seed 0 (the same on every device), moved to
+    `device` once by the caller that keeps it (`inverse_sqrt_probe_residual` takes it, so that a step draws nothing
+    and copies nothing to the device)."""
+    generator = torch.Generator().manual_seed(0)
+    return torch.randn(dim, count, generator=generator, dtype=dtype).to(device)
+
+
+def inverse_sqrt_probe_residual(a: Tensor, z: Tensor, probes: Tensor) -> Tensor:
+    """||(Z A Z - I) V||_F / ||V||_F per matrix of (..., d, d) stacks A, Z for a (d, s) probe matrix V: an estimate of
+    the residual ||Z A Z - I||_F / sqrt(d) of a candidate inverse square root Z at O(d^2 s) cost and no host read
+    (its square is unbiased for the squared residual when V is Gaussian; `inverse_sqrt_newton_schulz` bounds the
+    chance that a root with residual above tol estimates below tol / PROBE_MARGIN). Non-finite A or Z give a
+    non-finite estimate."""
+    _check_square(a, "a")
+    product = z @ (a @ (z @ probes))
+    return torch.linalg.matrix_norm(product - probes) / torch.linalg.matrix_norm(probes)

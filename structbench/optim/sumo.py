@@ -29,7 +29,27 @@ Choices where the paper is ambiguous or silent (each is a hyperparameter, declar
   default tolerance, with float32's eps, the precision linalg's SVDs run in) count as zero and their
   directions get no update (the limit Newton-Schulz also has), so a zero or rank-deficient moment (e.g.
   gradient rows of dead units) never moves W along arbitrary singular vectors; for a full-rank moment this
-  is exactly U V^T.
+  is exactly U V^T. (The iteration below differs for one step; see there.)
+- How U V^T is computed (`polar_method`, structbench numerics; the paper takes an SVD): "newton_schulz" (default)
+  runs K steps of the inverse-free quintic polar iteration X <- X (15 I - 10 X^T X + 3 (X^T X)^2) / 8
+  (linalg.NS_POLAR_QUINTIC, the [2/0] Padé iteration) from X0 = M / ||M||_F on the stack of all moments of one
+  shape: matrix products only, no host read. It maps each singular value s / ||M||_F through an increasing f with
+  f(1) = 1 and keeps M's singular vectors; K = linalg.polar_steps(max(r, n) eps / sqrt(r), polar_tol / 2) is the
+  fewest steps that bring every singular value the SVD path keeps (s > max(r, n) eps s_1, so s / ||M||_F >=
+  max(r, n) eps / sqrt(r)) within polar_tol / 2 of 1 (in |y^2 - 1|): K = 22 at r = 4, n = 64; 18 at r = 4, n = 768
+  or r = 128, n = 5461. Deviation from the exact U V^T: ||O - U V^T||_F <= ||O O^T - I||_F (|y - 1| <= |y^2 - 1|),
+  the residual checked (its RMS over the r x r Gram <= `polar_tol`), plus rounding: each step's products err by
+  about gamma_n of ||X|| <= sqrt(r), which moves the iterate's polar factor by at most 2 ||E|| / s_r(X_k), X_k's
+  smallest singular value, growing by up to 15/8 per step; in all about 4 gamma_n sqrt(r) ||M||_F / s_r(M), the
+  order of the SVD's own 2 c n u ||M|| / s_r (tests/optim/test_sumo_polar.py checks both against float64 SVDs,
+  cond(M) up to 1e4). The check is computed on the device and posted (structbench.optim.deferred); at the
+  matrix's next step it is read (waiting for that copy only) and a matrix that failed gets its polar factor by
+  the SVD instead (`polar_masked`; each adds one to the matrix's and the optimizer's `root_fallbacks`, recorded
+  with the run), and keeps it while the iteration's check keeps failing. The price: a factor that failed its check
+  is used for the step it was made in. For a rank-deficient moment that is the one step where the rule above does
+  not hold: singular values below the threshold map to f^K(s / ||M||_F) in [0, 1) instead of 0 (||O - O_svd||_F
+  <= sqrt(their number); a zero M still gives 0). A non-finite iterate (a non-finite moment) is replaced by zero
+  for its step, as a failed SVD is. "svd" is the exact method: one batched SVD per stack per step.
 - `moment_transform`: "rotate" (Block 1.1), "reset" (M <- 0 at each refresh) or "keep" (no rotation, GaLore's
   behaviour) for ablations; `orth`: "svd" (SUMO), "ns_quintic" (Muon's Newton-Schulz5 coefficients, the
   paper's "SUMO (Newton-Schulz5)" ablation, Tables 2 and 6) or "ns_cubic" (the classic iteration Lemma 3.2
@@ -41,13 +61,15 @@ Choices where the paper is ambiguous or silent (each is a hyperparameter, declar
 
 Numerics: basis, moment and the limiter's previous norm are float32 whatever the parameter dtype (float64 for
 float64 parameters); bfloat16 parameters receive the float32 update rounded once. The step counter and the
-consecutive-failure counters are int64 tensors kept on the CPU. Same-shape matrices are grouped: one batched
-truncated SVD per refresh and one batched SVD (or Newton-Schulz) of the r x n moments per step. A failed
+consecutive-failure and fallback counters are int64 tensors kept on the CPU. Same-shape matrices are grouped: one
+batched truncated SVD per refresh, and the moments of one shape (across parameter shapes) are stacked for one
+polar iteration (or SVD, or Newton-Schulz) per step. A failed
 refresh keeps the previous basis (and moment) and is retried at the next step; a matrix whose first refresh
 fails takes no step. A failed orthogonalization gives that matrix a zero update for the step (the moment is
 kept). Each failure is counted in `solver_failures`; the third consecutive failure of one kind for one matrix
-raises SolverError. Under torch.compile the step runs eagerly (`torch.compiler.disable`): its refresh schedule,
-batching by step count and solver fallbacks are data-dependent Python control flow.
+raises SolverError (a polar iteration that passed its check ends an SVD failure streak). Under torch.compile the
+step runs eagerly (`torch.compiler.disable`): its refresh schedule, batching by step count and solver fallbacks are
+data-dependent Python control flow.
 """
 
 from __future__ import annotations
@@ -64,6 +86,7 @@ from torch import Tensor
 from structbench.errors import SolverError
 from structbench.optim import linalg
 from structbench.optim.base import EagerStructuredOptimizer
+from structbench.optim.deferred import DeferredCheck
 from structbench.optim.hparams import Declaration, code, decade_around, flag, integer, lin, option, ours, paper, real
 from structbench.optim.hybrid import adamw_fallback, adamw_state_bytes, hybrid_builder
 from structbench.optim.partition import head_switch, matrix_shape, matrix_view, route_with_head_switch
@@ -82,8 +105,14 @@ SHAPE_SCALES = ("sqrt_max", "none")
 PAPER = "Refael et al. (arXiv 2505.24749)"
 GALORE = "jiaweizzhao/GaLore galore_torch/adamw.py"
 
-_COUNTERS = ("step", "refresh_failures", "orth_failures")
-"""int64 scalar state kept on the CPU: updates taken (the paper's t) and consecutive solver failures."""
+POLAR_METHODS = ("newton_schulz", "svd")
+ROOT_FALLBACKS = "root_fallbacks"
+_COUNTERS = ("step", "refresh_failures", "orth_failures", ROOT_FALLBACKS)
+"""int64 scalar state kept on the CPU: updates taken (the paper's t), consecutive solver failures, and the polar
+factors recomputed by the SVD after the iteration's check failed (cumulative)."""
+POLAR_DUE = "polar_due"
+"""State flag (a Python bool, present only when True) of a matrix whose iterative polar factor failed its check: its
+next polar factor is computed by the SVD."""
 
 
 def projects_left(shape: tuple[int, int], proj_side: str) -> bool:
@@ -156,6 +185,13 @@ class Sumo(EagerStructuredOptimizer):
         real("nl_gamma", 1.1, paper(f"{PAPER} Sec. 3.2, Block 3"), "[1, inf)"),
         option("shape_scale", "sqrt_max", SHAPE_SCALES, paper(f"{PAPER} Sec. 3.2, Block 4 text ('none': the box)")),
         option("orth", "svd", tuple(ORTH_METHODS), paper(f"{PAPER} Alg. 1, Orthogonalization_SVD")),
+        option(
+            "polar_method",
+            "newton_schulz",
+            POLAR_METHODS,
+            ours("orth 'svd''s U V^T by matrix products, no host read: within polar_tol of the SVD; 'svd' exact"),
+        ),
+        real("polar_tol", 1e-3, ours("RMS of O O^T - I accepted from 'newton_schulz', else SVD next step"), "(0, 1)"),
         integer("ns_steps", 5, paper(f"{PAPER} 'SUMO (Newton-Schulz5)', Tables 2 and 6"), "[1, inf)"),
         option(
             "ns_normalize", "frobenius", linalg.NS_NORMALIZATIONS, code("KellerJordan/Muon muon.py: X0 = M / ||M||_F")
@@ -167,6 +203,24 @@ class Sumo(EagerStructuredOptimizer):
         option("proj_side", "paper", PROJ_SIDES, paper(f"{PAPER} Sec. 3.2: the larger side")),
         option("moment_transform", "rotate", MOMENT_TRANSFORMS, paper(f"{PAPER} Block 1.1")),
     )
+
+    def __init__(self, params: Any, **hparams: Any) -> None:
+        super().__init__(params, **hparams)
+        self._polar_checks: dict[tuple[int, ...], tuple[DeferredCheck, list[Tensor]]] = {}
+        """Per stack of moments (keyed by its parameters' ids): the iterative polar factors' pending residual check."""
+
+    @property
+    def root_fallbacks(self) -> int:
+        """Polar factors that `polar_method="newton_schulz"` recomputed by the SVD, over all matrices and steps (the
+        sum of the state counters, so a resumed run keeps counting); the run records it as `root_fallbacks`."""
+        return sum(int(st[ROOT_FALLBACKS]) for st in self.state.values() if ROOT_FALLBACKS in st)
+
+    def state_dict(self) -> dict[str, Any]:
+        """The state, with every pending polar check read into its failed matrices' state (`POLAR_DUE`), so that a
+        resumed run repairs them at the same step as this one."""
+        for stack in list(self._polar_checks):
+            self._settle_check(stack)
+        return super().state_dict()
 
     def full_moment(self, param: Tensor) -> Tensor | None:
         """The moment in the parameter's matrix space, Q M (left) or (Q M)^T (right); None before the first step."""
@@ -186,8 +240,12 @@ class Sumo(EagerStructuredOptimizer):
             if not self.state[p]:
                 self._init_state(p)
             buckets[(matrix_shape(p.shape), p.device, compute_dtype(p.dtype))].append(p)
-        for (shape, _, dtype), params in buckets.items():
-            self._step_bucket(group, params, shape, dtype)
+        stacks: dict[tuple[torch.Size, torch.device, torch.dtype], list[Tensor]] = defaultdict(list)
+        for (shape, device, dtype), params in buckets.items():
+            for p in self._advance_moments(group, params, shape, dtype):
+                stacks[(self.state[p]["moment"].shape, device, dtype)].append(p)
+        for params in stacks.values():
+            self._update(group, params)
 
     def _init_state(self, param: Tensor) -> None:
         state = self.state[param]
@@ -195,9 +253,10 @@ class Sumo(EagerStructuredOptimizer):
             state[key] = torch.zeros((), dtype=torch.int64)
         state["prev_norm"] = torch.zeros((), dtype=compute_dtype(param.dtype), device=param.device)
 
-    def _step_bucket(
+    def _advance_moments(
         self, group: dict[str, Any], params: list[Tensor], shape: tuple[int, int], dtype: torch.dtype
-    ) -> None:
+    ) -> list[Tensor]:
+        """Blocks 1, 1.1 and the moment of Block 2 for same-shape matrices; returns those that have a basis."""
         left = projects_left(shape, group["proj_side"])
         grads = [matrix_view(p.grad).to(dtype) for p in params]
         oriented = grads if left else [g.mT for g in grads]
@@ -205,18 +264,22 @@ class Sumo(EagerStructuredOptimizer):
         if due:
             self._refresh(group, [params[i] for i in due], [oriented[i] for i in due], shape)
         ready = [i for i, p in enumerate(params) if "basis" in self.state[p]]
-        if not ready:
-            return
-        owned = [params[i] for i in ready]
-        states = [self.state[p] for p in owned]
+        states = [self.state[params[i]] for i in ready]
         projected = [st["basis"].mT @ oriented[i] for i, st in zip(ready, states, strict=True)]
         moments = [st["moment"] for st in states]
+        if not moments:
+            return []
         if group["momentum_form"] == "sum":
             torch._foreach_mul_(moments, group["momentum"])
             torch._foreach_add_(moments, projected)
         else:
             torch._foreach_lerp_(moments, projected, 1.0 - group["momentum"])
-        ortho, ok = self._orthogonalize(torch.stack(moments), owned, group)
+        return [params[i] for i in ready]
+
+    def _update(self, group: dict[str, Any], owned: list[Tensor]) -> None:
+        """Blocks 2-4 for matrices whose moments have one shape: one stacked orthogonalization, the limiter, W."""
+        states = [self.state[p] for p in owned]
+        ortho, failed = self._orthogonalize(torch.stack([st["moment"] for st in states]), owned, group)
         norms = torch.linalg.vector_norm(ortho, dim=(-2, -1))
         prev = torch.stack([st["prev_norm"] for st in states])
         if group["norm_limiter"]:
@@ -225,13 +288,18 @@ class Sumo(EagerStructuredOptimizer):
             factor = torch.where(limit, ceiling / torch.where(limit, norms, 1.0), 1.0)
             ortho = ortho * factor[:, None, None]
             norms = norms * factor
-        torch._foreach_copy_([st["prev_norm"] for st in states], list(torch.where(ok, norms, prev).unbind(0)))
+        if failed:
+            kept = torch.zeros(len(owned), dtype=torch.bool)
+            kept[failed] = True
+            norms = torch.where(kept.to(norms.device), prev, norms)
+        torch._foreach_copy_([st["prev_norm"] for st in states], list(norms.unbind(0)))
         if group["weight_decay"] > 0:
             torch._foreach_mul_(owned, 1.0 - group["lr"] * group["weight_decay"])
-        step = -group["lr"] * group["alpha"] * shape_scale(shape, group["shape_scale"])
         for p, st, o in zip(owned, states, ortho.unbind(0), strict=True):
-            first, second = (st["basis"], o) if left else (o.mT, st["basis"].mT)
-            if p.dtype == dtype and p.is_contiguous():
+            shape = matrix_shape(p.shape)
+            step = -group["lr"] * group["alpha"] * shape_scale(shape, group["shape_scale"])
+            first, second = (st["basis"], o) if projects_left(shape, group["proj_side"]) else (o.mT, st["basis"].mT)
+            if p.dtype == st["basis"].dtype and p.is_contiguous():
                 matrix_view(p).addmm_(first, second, alpha=step)
             else:
                 p.add_((first @ second).reshape(p.shape), alpha=step)
@@ -303,9 +371,10 @@ class Sumo(EagerStructuredOptimizer):
         state["basis"] = basis
         self.solver_ok(state, "refresh_failures")
 
-    def _orthogonalize(self, stacked: Tensor, owned: list[Tensor], group: Mapping[str, Any]) -> tuple[Tensor, Tensor]:
-        """Block 2's O for a (b, r, other) stack, and which matrices succeeded (a failed one gets O = 0)."""
-        ok = torch.ones(stacked.size(0), dtype=torch.bool, device=stacked.device)
+    def _orthogonalize(
+        self, stacked: Tensor, owned: list[Tensor], group: Mapping[str, Any]
+    ) -> tuple[Tensor, list[int]]:
+        """Block 2's O for a (b, r, other) stack, and the indices of the matrices whose O failed (their O is 0)."""
         coefficients = ORTH_METHODS[group["orth"]]
         if coefficients is not None:
             ortho = linalg.newton_schulz(
@@ -315,22 +384,72 @@ class Sumo(EagerStructuredOptimizer):
                 dtype=stacked.dtype,
                 normalize=group["ns_normalize"],
             )
-            return ortho, ok
+            return ortho, []
+        if group["polar_method"] == "svd":
+            return self._svd_polar(stacked, owned)
+        return self._iterative_polar(stacked, owned, group["polar_tol"])
+
+    def _iterative_polar(self, stacked: Tensor, owned: list[Tensor], tol: float) -> tuple[Tensor, list[int]]:
+        """`polar_method="newton_schulz"`: the quintic iteration for the whole stack, its residual check posted for the
+        next step, and the SVD for the matrices whose check failed at the previous step (counted in root_fallbacks).
+        A non-finite iterate (a non-finite moment) is replaced by zero."""
+        rank, other = stacked.shape[-2:]
+        steps = linalg.polar_steps(max(rank, other) * SOLVER_EPS / math.sqrt(rank), tol / 2)
+        found = linalg.polar_newton_schulz(stacked, steps, tol)
+        ortho = torch.where(found.residual.isfinite()[:, None, None], found.polar, 0.0)
+        due = self._fallbacks_due(owned)
+        check = DeferredCheck()
+        check.post(~found.converged)
+        self._polar_checks[tuple(map(id, owned))] = (check, owned)
+        if not due:
+            return ortho, []
+        for i in due:
+            self.state[owned[i]][ROOT_FALLBACKS] += 1
+        repaired, failed = self._svd_polar(stacked[due], [owned[i] for i in due])
+        ortho[due] = repaired
+        return ortho, [due[i] for i in failed]
+
+    def _fallbacks_due(self, owned: list[Tensor]) -> list[int]:
+        """Indices of the matrices whose iterative polar factor failed its check at their previous step (read from the
+        pending checks that cover any of them); a matrix that passed ends its SVD failure streak."""
+        ids = set(map(id, owned))
+        for stack in [stack for stack in self._polar_checks if ids.intersection(stack)]:
+            self._settle_check(stack)
+        return [i for i, p in enumerate(owned) if self.state[p].pop(POLAR_DUE, False)]
+
+    def _settle_check(self, stack: tuple[int, ...]) -> None:
+        """Read the pending check of `stack` (waiting for its copy only) into its matrices' state: a failed one is due
+        for the SVD at its next step (`POLAR_DUE`), a converged one ends its SVD failure streak."""
+        check, params = self._polar_checks.pop(stack)
+        failed = set(check.take())
+        for index, param in enumerate(params):
+            state = self.state[param]
+            if index in failed:
+                state[POLAR_DUE] = True
+            elif int(state["orth_failures"]):
+                self.solver_ok(state, "orth_failures")
+
+    def _svd_polar(self, stacked: Tensor, owned: list[Tensor]) -> tuple[Tensor, list[int]]:
+        """`polar_masked` of a stack, retried matrix by matrix when the batch fails; a failed matrix gets O = 0, is
+        counted in `solver_failures` and its streak (the third in a row raises SolverError)."""
         try:
             ortho = polar_masked(stacked)
         except SolverError:
             ortho = torch.zeros_like(stacked)
+            failed = []
             for i, moment in enumerate(stacked):
                 try:
                     ortho[i] = polar_masked(moment)
                 except SolverError:
-                    ok[i] = False
+                    failed.append(i)
                     describe = partial(_failure, "SVD of the moment", owned[i])
                     self.solver_failed(self.state[owned[i]], "orth_failures", describe)
-        for p, success in zip(owned, ok.tolist(), strict=True):
-            if success:
+        else:
+            failed = []
+        for i, p in enumerate(owned):
+            if i not in failed:
                 self.solver_ok(self.state[p], "orth_failures")
-        return ortho, ok
+        return ortho, failed
 
 
 def _failure(what: str, param: Tensor, streak: int) -> str:
@@ -341,7 +460,7 @@ COUNTER_BYTES = 8 * len(_COUNTERS)
 
 
 def sumo_state_bytes(structured: list[tuple[int, ...]], fallback: list[tuple[int, ...]], hp: Mapping[str, Any]) -> int:
-    """Table 1's (m + n) r floats per matrix (basis + moment) + prev_norm (4 B) + three int64 counters, + AdamW."""
+    """Table 1's (m + n) r floats per matrix (basis + moment) + prev_norm (4 B) + four int64 counters, + AdamW."""
     total = 0
     for shape in structured:
         rows, cols = matrix_shape(shape)
@@ -355,7 +474,10 @@ _NOTES = (
     "the same direction after the SVD. Limiter on the Frobenius norm of the applied O, skipped at t = 0 and after a "
     "zero O. proj_side 'galore' is GaLore's opposite side; 'left'/'right' forced. moment_transform 'reset', 'keep' "
     "(GaLore's). orth 'ns_quintic' (Muon's NS5 coefficients, the 'SUMO (Newton-Schulz5)' ablation), 'ns_cubic' "
-    "(Lemma 3.2's iteration), ns_normalize 'spectral' (the lemma's); NS runs in the state dtype. Singular "
+    "(Lemma 3.2's iteration), ns_normalize 'spectral' (the lemma's); NS runs in the state dtype. orth 'svd''s U V^T "
+    "by polar_method 'newton_schulz' (default; structbench's: the quintic polar iteration to within polar_tol of "
+    "the SVD's, checked on the device, a failed matrix recomputed by the SVD at its next step and counted in "
+    "root_fallbacks) or 'svd' (exact). Singular "
     "values <= max(r, n) eps s_1 of the moment count as zero (matrix_rank's tolerance): no update along "
     "them. Not implemented: the adaptive switch ||G^|| <= varsigma, per-layer updates in backward (AdaLomo), "
     "the README's 'original space update'. Routing (unstated in the paper: GaLore's): SUMO on hidden matrices and conv "

@@ -263,8 +263,9 @@ def test_rank_deficient_moment_moves_only_along_its_range() -> None:
     shape = (16, 12)
     g = _with_spectrum(*shape, [2.5], seed=7)
     param = nn.Parameter(torch.zeros(*shape))
-    delta = _step(_optimizer([param]), param, g.float())
-    # float32 this time: M = Q^T G has rank 1, polar_masked drops its two rounding-level singular values (else the
+    delta = _step(_optimizer([param], polar_method="svd"), param, g.float())
+    # float32 this time, the exact polar method (the iteration's first step differs: test_sumo_polar.py): M = Q^T G
+    # has rank 1, polar_masked drops its two rounding-level singular values (else the
     # update would take two arbitrary unit directions, O(step)), leaving the first-step bound for the rank-1 target
     # (its s_1 = 2.5 as s_min) with u = 2^-24, the first basis vector's tilt over the gap s_1 - 0 (the others only
     # meet G's null space) and the cast of G (u ||G||_F / s_1 = u).
@@ -532,7 +533,7 @@ class _Net(nn.Module):
 
 
 def test_state_bytes_are_table_1s_count_plus_scalars() -> None:
-    """Per matrix: basis + moment = (m + n) r float32 (Table 1), prev_norm (4 B), three int64 counters (24 B);
+    """Per matrix: basis + moment = (m + n) r float32 (Table 1), prev_norm (4 B), four int64 counters (32 B);
     biases and the head go to torch AdamW (2 float32 moments + a float32 step each)."""
     net = _Net()
     hp = {"rank": 6, "update_freq": 2}
@@ -543,7 +544,7 @@ def test_state_bytes_are_table_1s_count_plus_scalars() -> None:
             p.grad = torch.randn(p.shape, generator=gen)
         optimizer.step()
     matrices = [(8, 27), (96, 40), (40, 96)]
-    expected = sum(4 * 6 * (m + n) + 4 + 24 for m, n in matrices)
+    expected = sum(4 * 6 * (m + n) + 4 + 32 for m, n in matrices)
     fallback = [(8,), (96,), (40,), (5, 40), (5,)]
     expected += sum(2 * 4 * math.prod(s) + 4 for s in fallback)
     assert measure.state_bytes(optimizer) == expected
@@ -561,7 +562,7 @@ def test_state_is_table_1s_and_below_galores() -> None:
     shapes = [(768, 768), (3072, 768), (768, 3072)]
     r = 128
     sumo_bytes = sumo_module.sumo_state_bytes(shapes, [], {"rank": r})
-    assert sumo_bytes - len(shapes) * 28 == 4 * sum(min(m, n) * r + max(m, n) * r for m, n in shapes)
+    assert sumo_bytes - len(shapes) * 36 == 4 * sum(min(m, n) * r + max(m, n) * r for m, n in shapes)
     assert sumo_bytes < 4 * sum(2 * min(m, n) * r + max(m, n) * r for m, n in shapes)
 
 
@@ -576,6 +577,7 @@ def test_bfloat16_parameters_keep_float32_state() -> None:
         "step": torch.int64,
         "refresh_failures": torch.int64,
         "orth_failures": torch.int64,
+        "root_fallbacks": torch.int64,
         "prev_norm": torch.float32,
         "basis": torch.float32,
         "moment": torch.float32,
@@ -616,7 +618,7 @@ def test_failed_refresh_keeps_basis_is_retried_and_raises_on_the_third(monkeypat
 
 def test_failed_orthogonalization_gives_a_zero_update(monkeypatch: pytest.MonkeyPatch) -> None:
     param = nn.Parameter(torch.zeros(12, 8))
-    optimizer = _optimizer([param])
+    optimizer = _optimizer([param], polar_method="svd")
     _step(optimizer, param, _gradient(12, 8, seed=96).float())
 
     def failing(m: Tensor) -> Tensor:
