@@ -480,6 +480,54 @@ def inverse_sqrt_warm_updates(
     return InverseSqrt(z, residual, residual <= tol, updates)
 
 
+def coupled_newton_schulz_updates(condition: float, tol: float) -> int:
+    """The coupled updates `inverse_sqrt_cold_updates` makes so that, in exact arithmetic, every eigenvalue lambda
+    of A with ||A||_F / lambda <= `condition` ends with |1 - x| <= `tol`: x_0 = lambda / ||A||_F, x <- x (3 - x)^2 / 4
+    (the eigenvalue of Z_k Y_k; it rises monotonically to 1 from (0, 1], so the smallest x_0 takes the most)."""
+    if not condition >= 1.0 or not 0.0 < tol < 1.0:
+        raise ValueError(f"condition must be >= 1 and tol in (0, 1); got {condition}, {tol}")
+    x, updates = 1.0 / condition, 0
+    while 1.0 - x > tol:
+        x, updates = x * (3.0 - x) ** 2 / 4.0, updates + 1
+    return updates
+
+
+def inverse_sqrt_cold_updates(a: Tensor, *, updates: int, tol: float = 1e-2, symmetric: bool = False) -> InverseSqrt:
+    """A^{-1/2} of symmetric positive definite A by exactly `updates` coupled Newton–Schulz updates from a cold start,
+    with no host read: for a GPU's steady state where no warm start is close enough (`inverse_sqrt_warm_updates`).
+
+    The iteration of `inverse_sqrt_newton_schulz`'s cold start (Higham 2008, Ch. 6): Y_0 = A / c, Z_0 = I,
+    c = ||A||_F; T = (3I - Z Y) / 2, Y <- Y T, Z <- T Z; the root is sym(Z) / sqrt(c). Z_k and Y_k are polynomials
+    in A, so each eigenvalue lambda follows the scalar x <- x (3 - x)^2 / 4 from x_0 = lambda / c: a fixed count
+    converges for every matrix with ||A||_F / lambda_min up to the condition `coupled_newton_schulz_updates` gives
+    for it, and the coupled form is stable in floating point (Higham 2008, Ch. 6), so the updates made after
+    convergence stay at rounding level (no keep-best choice is needed). The returned residual is that of the root
+    itself, ||Z A Z - I||_F / sqrt(d) (two more products), and `converged` (residual <= tol, on the device) says which
+    matrices the caller should repair: one with an eigenvalue still far from converged (|1 - x| near 1) has a
+    residual of at least about 1 / sqrt(d), above any tol below that. Each update costs three d x d products (the
+    first two).
+    Float32 (float64 for float64 input); `a` is not modified, and is symmetrized first unless `symmetric`.
+    """
+    _check_square(a, "a")
+    if updates < 1 or not tol > 0:
+        raise ValueError(f"updates must be >= 1 and tol > 0; got {updates}, {tol}")
+    dtype = _compute_dtype(a.dtype)
+    x = a.to(dtype) if symmetric else symmetrize(a.to(dtype))
+    eye = torch.eye(x.size(-1), dtype=dtype, device=x.device)
+    scale = torch.linalg.matrix_norm(x).clamp_min(torch.finfo(dtype).tiny)[..., None, None]
+    y = x / scale
+    z = eye.expand_as(x)
+    product = y
+    for update in range(updates):
+        if update:
+            product = z @ y
+        step = torch.add(eye, product, alpha=-1.0 / 3.0).mul_(1.5)
+        y, z = y @ step, step @ z
+    root = (z + z.mT).mul_(0.5) / scale.sqrt()
+    residual = _rms_residual(root @ (x @ root), eye)
+    return InverseSqrt(root, residual, residual <= tol, updates)
+
+
 def _scaled_minus_product(z: Tensor, product: Tensor) -> Tensor:
     """Z (3I - P) = 3 Z - Z P, as one fused product where the stack is 2- or 3-dimensional."""
     if z.dim() == 2:
