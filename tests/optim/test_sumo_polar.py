@@ -178,7 +178,8 @@ def test_twenty_steps_stay_within_the_summed_bounds_of_the_svd_method() -> None:
     differs only by the applied updates: per step scale ||Q||_2 (||O_it - U V^T|| + ||O_svd - U V^T||), each bounded
     from that step's moment (`_iteration_bound`, `_svd_bound`), plus each run's addmm rounding gamma_{r+2} (|W| +
     scale) per entry. The limiter leaves both alone: ||O||_F = 2 within about 1e-2 at every step (checked), never 1.1x
-    the previous. Muon's quintic instead of the convergent one, or five steps fewer, is off by >= 0.05 scale a step."""
+    the previous. Muon's quintic instead of the convergent one is off by >= 0.05 scale a step (these moments are well
+    conditioned: the step count is tested below)."""
     shape, rank, steps = (48, 20), 4, 20
     gen = torch.Generator().manual_seed(11)
     grads = [torch.randn(shape, generator=gen) for _ in range(steps)]
@@ -205,6 +206,46 @@ def test_twenty_steps_stay_within_the_summed_bounds_of_the_svd_method() -> None:
             assert float(torch.linalg.matrix_norm(delta)) / scale == pytest.approx(2.0, abs=readback)
     assert float((params[0] - params[1]).detach().abs().max()) <= bound
     assert runs[0].root_fallbacks == 0
+
+
+def test_the_default_step_count_reaches_the_smallest_singular_value_the_svd_keeps() -> None:
+    """float64, W 40 x 20, r = 4, a rank-4 gradient with singular values 1, 0.1, 1e-3, 5e-6: the smallest is twice the
+    SVD path's threshold max(r, n) eps_float32 s_1 = 2.4e-6, so the SVD keeps it and the default step count must bring
+    it to 1. Both runs orthogonalize the same moment: their updates differ by at most scale (1 + C d u) times
+    `_iteration_bound` + `_svd_bound` (~1e-8 at cond 2e5) plus each run's addmm rounding. Five steps fewer leave that
+    direction at f^19(5e-6) ~ 0.8, off by ~0.2 scale."""
+    shape, rank = (40, 20), 4
+    g = _with_spectrum(*shape, [1.0, 0.1, 1e-3, 5e-6], seed=12)
+    params = [nn.Parameter(torch.zeros(shape, dtype=F64)) for _ in range(2)]
+    runs = [_optimizer([params[0]], rank=rank), _optimizer([params[1]], rank=rank, polar_method="svd")]
+    deltas = [_step(run, p, g) for run, p in zip(runs, params, strict=True)]
+    moment = runs[0].state[params[0]]["moment"]
+    assert torch.equal(moment, runs[1].state[params[1]]["moment"])
+    count = linalg.polar_steps(max(rank, shape[1]) * torch.finfo(torch.float32).eps / math.sqrt(rank), 1e-3 / 2)
+    scale = ALPHA * LR * math.sqrt(max(shape))
+    direction = _iteration_bound(moment, count, U64) + _svd_bound(moment, U64)
+    atol = scale * (1 + C * shape[0] * U64) * direction + 2 * gamma(rank + 2, U64) * scale
+    torch.testing.assert_close(deltas[0], deltas[1], atol=atol, rtol=0)
+
+
+def test_a_converged_check_ends_an_svd_failure_streak(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Step 1's rank-1 moment fails its check; step 2's SVD fallback raises (zero update, streak 1) while its moment,
+    now full rank, passes the iteration's check; reading that check at step 3 ends the streak (a failure later is
+    not 'in a row')."""
+    param = nn.Parameter(torch.zeros(16, 12))
+    optimizer = _optimizer([param])
+    gen = torch.Generator().manual_seed(9)
+    _step(optimizer, param, _rank_one())
+
+    def failing(m: Tensor) -> Tensor:
+        raise SolverError("test")
+
+    with monkeypatch.context() as patch:
+        patch.setattr(sumo_module, "polar_masked", failing)
+        assert torch.equal(_step(optimizer, param, 30 * torch.randn(16, 12, generator=gen)), torch.zeros(16, 12))
+    assert optimizer.solver_failures == 1 and int(optimizer.state[param]["orth_failures"]) == 1
+    _step(optimizer, param, 30 * torch.randn(16, 12, generator=gen))
+    assert int(optimizer.state[param]["orth_failures"]) == 0 and optimizer.root_fallbacks == 1
 
 
 def _rank_one(shape: tuple[int, int] = (16, 12)) -> Tensor:
