@@ -49,12 +49,15 @@ whole flattened tensor, which is the same layout whenever the row length is even
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass
 from fractions import Fraction
 from functools import cache
 
 import torch
 from torch import Tensor
+
+from structbench.optim.base import gather
 
 DEFAULT_BLOCK_SIZE = 64
 """Elements per quantization block (Appendix G)."""
@@ -142,8 +145,8 @@ def dynamic_tree_codebook(bits: int) -> Tensor:
 
 
 @cache
-def _device_tables(name: str, bits: int, device: torch.device) -> tuple[Tensor, Tensor]:
-    """The codebook and its decision thresholds on `device`.
+def _thresholds(name: str, bits: int, device: torch.device) -> Tensor:
+    """The codebook's decision thresholds on `device`.
 
     Threshold i is the largest float32 that is <= the exact midpoint of codes i and i+1, so for a
     float32 x, `x <= threshold_i` holds exactly when x is no farther from code i than from code i+1.
@@ -153,7 +156,7 @@ def _device_tables(name: str, bits: int, device: torch.device) -> tuple[Tensor, 
     mid = exact_mid.float()
     rounded_up = mid.double() > exact_mid
     mid = torch.where(rounded_up, torch.nextafter(mid, torch.full_like(mid, -math.inf)), mid)
-    return values.to(device), mid.to(device)
+    return mid.to(device)
 
 
 def _row_layout(shape: tuple[int, ...]) -> tuple[int, int]:
@@ -269,14 +272,6 @@ def _pack(indices: Tensor, bits: int) -> Tensor:
     return pairs[:, 0] | (pairs[:, 1] << 4)
 
 
-def _unpack(codes: Tensor, bits: int, numel: int) -> Tensor:
-    """Inverse of `_pack`: the flat int32 code indices of the first `numel` elements."""
-    if bits == 8:
-        return codes.to(torch.int32)
-    nibbles = torch.stack((codes & 0x0F, codes >> 4), dim=1).reshape(-1)
-    return nibbles[:numel].to(torch.int32)
-
-
 def _quantize_float32(
     x: Tensor, bits: int, codebook_name: str, block_size: int, diag: Tensor | None
 ) -> QuantizedMatrix:
@@ -290,7 +285,7 @@ def _quantize_float32(
     scales = blocks.abs().amax(dim=2)
     divisor = torch.where(scales > 0, scales, torch.ones_like(scales)).unsqueeze(2)
     normalised = (blocks / divisor).view(rows, blocks_per_row * block_size)[:, :cols].contiguous()
-    _, thresholds = _device_tables(codebook_name, bits, x.device)
+    thresholds = _thresholds(codebook_name, bits, x.device)
     indices = torch.bucketize(normalised, thresholds, out_int32=True)
     return QuantizedMatrix(
         codes=_pack(indices.reshape(-1), bits),
@@ -331,19 +326,66 @@ def quantize_offdiag(
     return _quantize_float32(off_diagonal, bits, codebook, block_size, diag=diag)
 
 
+@cache
+def _byte_values(name: str, bits: int, device: torch.device) -> Tensor:
+    """The decoded values of every code byte, shape (256, codes per byte): row i holds R(i) at 8 bits, and at 3
+    and 4 bits (R(i & 0x0F), R(i >> 4)), the low nibble first as `_pack` writes it. A nibble outside a 3-bit
+    codebook (8 to 15), which `quantize` never writes, decodes to NaN."""
+    values = codebook(name, bits)
+    if bits == 8:
+        return values.unsqueeze(1).to(device)
+    nibble_values = torch.full((16,), math.nan)
+    nibble_values[: values.numel()] = values
+    byte = torch.arange(256)
+    return torch.stack((nibble_values[byte & 0x0F], nibble_values[byte >> 4]), dim=1).to(device)
+
+
+def _decode(codes: Tensor, scales: Tensor, diag: Tensor | None, fmt: QuantizedMatrix) -> Tensor:
+    """D(Q(x)) of a (B, code bytes) stack of `fmt`'s format: R of every code times its block's scale, the kept
+    diagonals written back; a (B, *shape) float32 tensor. Each element is one table read and one float32
+    product, whatever B, so a stack decodes bit for bit as its matrices one by one."""
+    batch = codes.shape[0]
+    rows, cols = _row_layout(fmt.shape)
+    table = _byte_values(fmt.codebook, fmt.bits, codes.device)
+    decoded = torch.index_select(table, 0, codes.reshape(-1).to(torch.int32)).view(batch, -1)
+    decoded = decoded[:, : rows * cols].reshape(batch, rows, cols)
+    blocks = scales.shape[-1]
+    per_element = scales.unsqueeze(-1).expand(batch, rows, blocks, fmt.block_size).reshape(batch, rows, -1)
+    out = decoded * per_element[..., :cols]
+    if diag is not None:
+        out.diagonal(dim1=-2, dim2=-1).copy_(diag)
+    return out.view(batch, *fmt.shape)
+
+
 def dequantize(q: QuantizedMatrix) -> Tensor:
     """D(Q(x)) = R(I(N(x))) ⊙ M(x) of Section 2.2 as a float32 tensor of the original shape.
 
     With a kept diagonal this is Diag(a) + D(Ā), the decompression of Algorithm 3, line 13.
     """
-    rows, cols = _row_layout(q.shape)
-    values, _ = _device_tables(q.codebook, q.bits, q.device)
-    indices = _unpack(q.codes, q.bits, rows * cols)
-    decoded = torch.index_select(values, 0, indices).view(rows, cols)
-    out = decoded * q.scales.repeat_interleave(q.block_size, dim=1)[:, :cols]
-    if q.diag is not None:
-        out.diagonal().copy_(q.diag)
-    return out.view(q.shape)
+    diag = None if q.diag is None else q.diag.unsqueeze(0)
+    return _decode(q.codes.unsqueeze(0), q.scales.unsqueeze(0), diag, q)[0]
+
+
+def _format(q: QuantizedMatrix) -> tuple[object, ...]:
+    return q.shape, q.bits, q.block_size, q.codebook, q.device, q.diag is None
+
+
+def same_format(a: QuantizedMatrix, b: QuantizedMatrix) -> bool:
+    """Whether `a` and `b` decode alike: same shape, bits, block size, codebook, device and diagonal kept or not."""
+    return _format(a) == _format(b)
+
+
+def dequantize_many(qs: Sequence[QuantizedMatrix]) -> Tensor:
+    """`dequantize` of every matrix of `qs` (all of one `same_format`) as one (len(qs), *shape) float32 stack,
+    decoded in one pass: bit for bit the stack of `dequantize(q)` for q in `qs`. Raises ValueError for an empty
+    sequence or mixed formats."""
+    if not qs:
+        raise ValueError("dequantize_many needs at least one quantized matrix")
+    first = qs[0]
+    if not all(same_format(first, q) for q in qs):
+        raise ValueError("dequantize_many needs matrices of one format (shape, bits, block size, codebook, diag)")
+    diag = None if first.diag is None else gather([q.diag for q in qs])  # type: ignore[misc]
+    return _decode(gather([q.codes for q in qs]), gather([q.scales for q in qs]), diag, first)
 
 
 def _float_bytes(t: Tensor) -> Tensor:

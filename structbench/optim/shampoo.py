@@ -33,7 +33,8 @@ State per parameter (all tensors, plus Python ints): `step`, `root_failures` (co
 `left_stat_k`, `right_stat_k`, `left_root_k`, `right_root_k` (float32 whatever the parameter dtype), and
 the base's moments in the parameter's dtype (`momentum_buffer`, or `exp_avg` and `exp_avg_sq`). The
 preconditioner maintenance sits behind `init_preconditioner`, `update_statistics`,
-`compute_inverse_roots` and `precondition`, which a low-bit variant overrides.
+`compute_inverse_roots` and `precondition_all` (`precondition` of each parameter here), which a low-bit variant
+overrides.
 """
 
 from __future__ import annotations
@@ -245,7 +246,8 @@ class Shampoo(StructuredOptimizer):
         self.end_on_solver_streaks((state for state, _ in items), "root_failures", partial(root_failure, "Shampoo"))
 
     def precondition(self, state: dict[str, Any], grad: Tensor, blocks: BlockSlices) -> Tensor:
-        """G^ = L^ G R^ per block, merged back to the (rows, cols) matrix (Alg. 4 line 12)."""
+        """G^ = L^ G R^ per block, merged back to the (rows, cols) matrix (Alg. 4 line 12); `precondition_all`'s step
+        for one parameter."""
         if len(blocks) == 1:
             return state[_root_key("left", 0)] @ grad @ state[_root_key("right", 0)]
         out = torch.empty_like(grad)
@@ -292,10 +294,20 @@ class Shampoo(StructuredOptimizer):
         if due:
             # data-dependent solver loops and retries: run eagerly under torch.compile
             eager(type(self).compute_inverse_roots, self, due, group)
+        return self.precondition_all(states, matrices, layouts, group)
+
+    def precondition_all(
+        self,
+        states: Sequence[dict[str, Any]],
+        grads: Sequence[Tensor],
+        layouts: Sequence[BlockSlices],
+        group: Mapping[str, Any],
+    ) -> list[Tensor]:
+        """G^ of every parameter by `precondition`, one at a time (a low-bit variant batches them)."""
         # Until a root update succeeds every root is exactly I, and I G I == G bit for bit: skip the products.
         return [
             self.precondition(state, grad, blocks) if state["root_updates"] else grad
-            for state, grad, blocks in zip(states, matrices, layouts, strict=True)
+            for state, grad, blocks in zip(states, grads, layouts, strict=True)
         ]
 
     @staticmethod

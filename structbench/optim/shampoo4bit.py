@@ -37,6 +37,15 @@ and `shampoo1.py`, with `qtensor/utils.py`):
 - shapes, blocking (max order 1200), grafting per tensor, the base optimizers and weight decay are
   inherited unchanged from `structbench.optim.shampoo.Shampoo`.
 
+Every step (Alg. 3 lines 13-14) dequantizes both roots of every block and forms L^ G R^. With `batch_matrices`
+stacking (by default on CUDA, as `muon` and `soap`), the blocks whose roots share a storage format (orders, bits,
+block size, codebook, kept diagonal) and device form one bucket: its 4-bit codes are decoded in one pass
+(`quant.dequantize_many`, bit for bit the per-matrix `quant.dequantize`) and its products are two batched matmuls,
+so a step costs a fixed number of kernel launches per bucket, not per matrix. The algorithm is unchanged: each
+product is L^ G R^ with the same dequantized roots; a batched matmul may sum in another order than a single one,
+within float32's rounding bound of the product (gamma_m + gamma_n + gamma_m gamma_n elementwise, relative to
+|L^| |G| |R^|). The stored state and its bytes are the same in both modes.
+
 State per parameter, besides `Shampoo`'s `step`, `root_failures`, `root_updates` and the base's moments,
 per block k and side in (left, right), every tensor of a quantized matrix flattened into the state as the
 plain values of `quant.to_state` under `<name>.<field>`:
@@ -48,6 +57,7 @@ plain values of `quant.to_state` under `<name>.<field>`:
 from __future__ import annotations
 
 import math
+from collections import defaultdict
 from collections.abc import Callable, Mapping, Sequence
 from functools import partial
 from typing import Any
@@ -58,6 +68,7 @@ from torch import Tensor
 from structbench.errors import SolverError
 from structbench.optim import linalg, quant
 from structbench.optim import shampoo as shampoo32
+from structbench.optim.base import BATCH_MATRICES, gather, stacks_matrices
 from structbench.optim.hparams import Declaration, code, flag, integer, option, paper
 from structbench.optim.registry import OptimizerEntry, register
 from structbench.optim.shampoo import PAPER, REFERENCE, BlockSlices, Shampoo, shampoo_builder
@@ -91,14 +102,35 @@ def _store(state: dict[str, Any], name: str, q: quant.QuantizedMatrix) -> None:
         state[f"{name}.{key}"] = value
 
 
+def _stored(state: Mapping[str, Any], name: str) -> quant.QuantizedMatrix:
+    """The quantized matrix stored under `name` (`_is_quantized(state, name)`)."""
+    fields = {key: state[f"{name}.{key}"] for key in _QUANT_FIELDS}
+    if f"{name}.diag" in state:
+        fields["diag"] = state[f"{name}.diag"]
+    return quant.from_state(fields)
+
+
 def _load(state: Mapping[str, Any], name: str) -> Tensor:
     """The float32 matrix stored under `name`: dequantized if quantized, else the fp32 tensor itself."""
     if not _is_quantized(state, name):
         return state[name]
-    fields = {key: state[f"{name}.{key}"] for key in _QUANT_FIELDS}
-    if f"{name}.diag" in state:
-        fields["diag"] = state[f"{name}.diag"]
-    return quant.dequantize(quant.from_state(fields))
+    return quant.dequantize(_stored(state, name))
+
+
+def _load_many(states: Sequence[Mapping[str, Any]], names: Sequence[str]) -> Tensor:
+    """The float32 matrices stored under `names[i]` in `states[i]`, all of one `_storage_format`, as one
+    (len(states), k, k) stack: dequantized in one pass (`quant.dequantize_many`), bit for bit as `_load` of each."""
+    if _is_quantized(states[0], names[0]):
+        return quant.dequantize_many([_stored(state, name) for state, name in zip(states, names, strict=True)])
+    return gather([state[name] for state, name in zip(states, names, strict=True)])
+
+
+def _storage_format(state: Mapping[str, Any], name: str) -> tuple[Any, ...]:
+    """What `_load_many` needs alike to stack matrices: the shape, and the quantizer's format if quantized."""
+    if not _is_quantized(state, name):
+        return (tuple(state[name].shape),)
+    fields = tuple(state[f"{name}.{key}"] for key in ("shape", "bits", "block_size", "codebook_id"))
+    return (*fields, f"{name}.diag" in state)
 
 
 def _lowbit(order: int, group: Mapping[str, Any]) -> bool:
@@ -125,19 +157,62 @@ def _outer_factors(grad: Tensor, side: str) -> tuple[Tensor, Tensor]:
     return (grad, grad.mT) if side == "left" else (grad.mT, grad)
 
 
+def _root_buckets(
+    states: Sequence[Mapping[str, Any]], grads: Sequence[Tensor], layouts: Sequence[BlockSlices], batch_mode: str
+) -> list[list[tuple[int, int]]]:
+    """The (parameter index, block index) of every block whose roots are no longer I, grouped by the storage formats
+    of its two roots and its device where `batch_mode` stacks (`base.stacks_matrices`), else one block per group."""
+    buckets: dict[tuple[Any, ...], list[tuple[int, int]]] = defaultdict(list)
+    for index, (state, blocks, grad) in enumerate(zip(states, layouts, grads, strict=True)):
+        if not state["root_updates"]:
+            continue
+        stacked = stacks_matrices(batch_mode, grad.device)
+        for k in range(len(blocks)):
+            formats = tuple(_storage_format(state, f"{side}_root_{k}") for side in ("left", "right"))
+            buckets[(*formats, grad.device, None if stacked else (index, k))].append((index, k))
+    return list(buckets.values())
+
+
+def _bucket_products(states: Sequence[Mapping[str, Any]], grads: Sequence[Tensor], ks: Sequence[int]) -> Tensor:
+    """(L^ G) R^ for block ks[i] of states[i] and its gradient grads[i], as one (len(states), m, n) stack."""
+    left = _load_many(states, [f"left_root_{k}" for k in ks])
+    right = _load_many(states, [f"right_root_{k}" for k in ks])
+    return torch.bmm(torch.bmm(left, gather(list(grads))), right)
+
+
 class _LowBitShampoo(Shampoo):
     """Shared plumbing: dequantized preconditioning, and a root refresh that keeps `Shampoo`'s counters
     (`root_updates`, `root_failures`, `solver_failures`). Both variants declare `LOWBIT` besides their own."""
 
-    def precondition(self, state: dict[str, Any], grad: Tensor, blocks: BlockSlices) -> Tensor:
-        """G^ = L^ G R^ per block with L^ = Diag(l) + D(L_bar) (Alg. 3 lines 13-14)."""
-        out = torch.empty_like(grad) if len(blocks) > 1 else None
-        for k, (rs, cs) in enumerate(blocks):
-            left, right = _load(state, f"left_root_{k}"), _load(state, f"right_root_{k}")
-            if out is None:
-                return left @ grad @ right
-            out[rs, cs] = left @ grad[rs, cs] @ right
-        return out  # type: ignore[return-value]
+    def precondition_all(
+        self,
+        states: Sequence[dict[str, Any]],
+        grads: Sequence[Tensor],
+        layouts: Sequence[BlockSlices],
+        group: Mapping[str, Any],
+    ) -> list[Tensor]:
+        """G^ = L^ G R^ of every block, L^ = Diag(l) + D(L_bar) (Alg. 3 lines 13-14); a parameter whose roots are
+        still I (no root update yet) keeps its gradient, as `Shampoo.precondition_all`.
+
+        Where `batch_matrices` stacks, the blocks whose roots share a storage format (orders, bits, block size,
+        codebook, diagonal) and device are one bucket: its roots are dequantized in one pass and its products are
+        two batched matmuls; otherwise every block is a bucket of one.
+        """
+        directions = list(grads)
+        for jobs in _root_buckets(states, grads, layouts, group["batch_matrices"]):
+            products = _bucket_products(
+                [states[index] for index, _ in jobs],
+                [grads[index][layouts[index][k]] for index, k in jobs],
+                [k for _, k in jobs],
+            )
+            for (index, k), product in zip(jobs, products.unbind(0), strict=True):
+                if len(layouts[index]) == 1:
+                    directions[index] = product
+                    continue
+                if directions[index] is grads[index]:
+                    directions[index] = torch.empty_like(grads[index])
+                directions[index][layouts[index][k]] = product
+        return directions
 
     def _refresh_roots(
         self,
@@ -186,6 +261,7 @@ class Shampoo4bit(_LowBitShampoo):
     hparams = (
         Shampoo.hparams.with_defaults(root_method=("eigh", paper(f"{PAPER} Alg. 2: the root from the eigenpairs")))
         + LOWBIT
+        + BATCH_MATRICES
         + Declaration(
             integer("rectify_t1", 1, paper(f"{PAPER} Alg. 1: Björck steps before PU (0: none)"), "[0, inf)"),
             integer("rectify_t2", 4, paper(f"{PAPER} Alg. 2: Björck steps before PIRU (0: none)"), "[0, inf)"),
@@ -259,6 +335,7 @@ class Shampoo4bitNaive(_LowBitShampoo):
     hparams = (
         Shampoo.hparams
         + LOWBIT
+        + BATCH_MATRICES
         + Declaration(
             flag("keep_diagonal", True, code(f"{REFERENCE}: the paper's 'slightly improved' naive variant")),
         )
