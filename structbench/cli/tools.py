@@ -186,15 +186,18 @@ def check(
     checks: Annotated[
         list[str] | None, typer.Option("--check", help="Check (repeatable); default: all of the conformance kit.")
     ] = None,
+    device: Device = "auto",
 ) -> None:
-    """Run the conformance kit and print a pass/skip/fail table; exit 1 if any check fails.
+    """Run the conformance kit on the device (auto: CUDA where torch sees one) and print a pass/skip/fail table;
+    exit 1 if any check fails.
 
     The compile check says, per optimizer part, how many graphs torch.compile produced, how many graph breaks, and
     dynamo's warnings in one line; a part that runs eagerly by declaration, or an optimizer that declares compilation
     unsupported, is a SKIP with the reason."""
-    from structbench import optim
+    from structbench import measure, optim
     from structbench.optim import conformance, plugins
 
+    on = measure.resolve_device(device)
     plugins.parse_aliases(optim_aliases or [])
     names = without_repeats("--optim", optims) or optim.names()
     for name in names:
@@ -204,13 +207,13 @@ def check(
         from structbench.errors import unknown_name_message
 
         raise UsageError(unknown_name_message("check", unknown[0], conformance.check_names()))
-    table = Table(title="conformance")
+    table = Table(title=f"conformance on {on}", caption=measure.device_name(on))
     for column in ("optimizer", "check", "result", "detail"):
         table.add_column(column)
     verdicts = {"pass": "[green]pass[/green]", "skip": "[yellow]SKIP[/yellow]", "fail": "[red]FAIL[/red]"}
     failed = 0
     for name in names:
-        for result in conformance.run_checks(name, checks or ()):
+        for result in conformance.run_checks(name, checks or (), on):
             failed += not result.passed
             table.add_row(name, result.check, verdicts[result.outcome], escape(result.message))
     console.print(table)

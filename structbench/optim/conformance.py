@@ -1,8 +1,14 @@
 """The conformance kit: behaviour every registered optimizer must show, checked on a small model.
 
 Run by pytest for every registered optimizer (`tests/optim/test_conformance.py`) and by
-`structbench check --optim NAME`. The toy model has a 4-D convolution filter, a wide and a tall
-matrix, 1-D biases and a classifier head, so routing, reshaping and the fallback are all exercised.
+`structbench check --optim NAME [--device cpu|cuda|auto]`. The toy model has a 4-D convolution filter, a wide and a
+tall matrix, 1-D biases and a classifier head, so routing, reshaping and the fallback are all exercised.
+
+Every check runs on the device it is given: the model is built there and the batches are drawn there, from a
+generator of that device (on CUDA a batch therefore differs from the CPU's, and runs are compared only with runs on
+the same device). Nothing depends on torch's default device: the kit passes on a CPU with the default device set to
+`meta` (tests/optim/test_conformance.py), which is how a tensor made on the default device instead of the
+parameters' shows itself without a GPU.
 """
 
 from __future__ import annotations
@@ -35,14 +41,22 @@ class ToyNet(nn.Module):
         return self.head(F.relu(self.tall(F.relu(self.wide(h)))))
 
 
-def toy_batch(step: int, dtype: torch.dtype = torch.float32) -> tuple[torch.Tensor, torch.Tensor]:
-    gen = torch.Generator().manual_seed(1000 + step)
-    return torch.randn(8, 2, 6, 6, generator=gen).to(dtype), torch.randint(3, (8,), generator=gen)
+CPU = torch.device("cpu")
 
 
-def toy_model(dtype: torch.dtype = torch.float32, seed: int = 0) -> ToyNet:
+def toy_batch(step: int, dtype: torch.dtype = torch.float32, device: torch.device = CPU) -> tuple[torch.Tensor, ...]:
+    """Inputs and labels of step `step`, drawn on `device` from that device's generator."""
+    gen = torch.Generator(device=device).manual_seed(1000 + step)
+    inputs = torch.randn(8, 2, 6, 6, generator=gen, device=device).to(dtype)
+    return inputs, torch.randint(3, (8,), generator=gen, device=device)
+
+
+def toy_model(dtype: torch.dtype = torch.float32, seed: int = 0, device: torch.device = CPU) -> ToyNet:
+    """The toy model, initialised from `seed` on the CPU and moved to `device`."""
     torch.manual_seed(seed)
-    return ToyNet().to(dtype)
+    with torch.device(CPU):
+        model = ToyNet()
+    return model.to(device=device, dtype=dtype)
 
 
 def build(name: str, model: nn.Module) -> torch.optim.Optimizer:
@@ -51,8 +65,9 @@ def build(name: str, model: nn.Module) -> torch.optim.Optimizer:
 
 
 def loss_of(model: nn.Module, step: int) -> torch.Tensor:
-    dtype = next(model.parameters()).dtype
-    x, y = toy_batch(step, dtype)
+    """The loss of step `step`'s batch, drawn on the model's device."""
+    first = next(model.parameters())
+    x, y = toy_batch(step, first.dtype, first.device)
     return F.cross_entropy(model(x).float(), y)
 
 
@@ -85,8 +100,8 @@ def expect(condition: bool, message: str) -> None:
         raise CheckFailed(message)
 
 
-def check_roundtrip(name: str, dtype: torch.dtype) -> None:
-    model = toy_model(dtype)
+def check_roundtrip(name: str, dtype: torch.dtype, device: torch.device = CPU) -> None:
+    model = toy_model(dtype, device=device)
     optimizer = build(name, model)
     train(model, optimizer, range(STEPS))
     buffer = io.BytesIO()
@@ -96,7 +111,7 @@ def check_roundtrip(name: str, dtype: torch.dtype) -> None:
 
     buffer.seek(0)
     saved = torch.load(buffer, weights_only=False)
-    resumed = toy_model(dtype, seed=1)
+    resumed = toy_model(dtype, seed=1, device=device)
     resumed.load_state_dict(saved["model"])
     optimizer2 = build(name, resumed)
     optimizer2.load_state_dict(saved["optim"])
@@ -109,16 +124,16 @@ def check_roundtrip(name: str, dtype: torch.dtype) -> None:
     )
 
 
-def check_roundtrip_float32(name: str) -> None:
-    check_roundtrip(name, torch.float32)
+def check_roundtrip_float32(name: str, device: torch.device = CPU) -> None:
+    check_roundtrip(name, torch.float32, device)
 
 
-def check_roundtrip_bfloat16(name: str) -> None:
-    check_roundtrip(name, torch.bfloat16)
+def check_roundtrip_bfloat16(name: str, device: torch.device = CPU) -> None:
+    check_roundtrip(name, torch.bfloat16, device)
 
 
-def check_closure(name: str) -> None:
-    model = toy_model()
+def check_closure(name: str, device: torch.device = CPU) -> None:
+    model = toy_model(device=device)
     optimizer = build(name, model)
     before = params_of(model)
     calls = []
@@ -139,8 +154,8 @@ def check_closure(name: str) -> None:
     expect(bool(identical(before, params_of(model))), "step(closure) changed no parameter")
 
 
-def check_none_grads(name: str) -> None:
-    model = toy_model()
+def check_none_grads(name: str, device: torch.device = CPU) -> None:
+    model = toy_model(device=device)
     optimizer = build(name, model)
     frozen = {"tall.weight", "conv.bias"}
     before = params_of(model)
@@ -160,9 +175,9 @@ def check_none_grads(name: str) -> None:
     )
 
 
-def check_shapes_and_dtypes(name: str) -> None:
+def check_shapes_and_dtypes(name: str, device: torch.device = CPU) -> None:
     for dtype in (torch.float32, torch.bfloat16):
-        model = toy_model(dtype)
+        model = toy_model(dtype, device=device)
         optimizer = build(name, model)
         before = params_of(model)
         train(model, optimizer, range(STEPS))
@@ -173,18 +188,18 @@ def check_shapes_and_dtypes(name: str) -> None:
         expect(not unchanged, f"1-D/2-D/4-D parameters left unchanged ({dtype}): {unchanged}")
 
 
-def check_determinism(name: str) -> None:
+def check_determinism(name: str, device: torch.device = CPU) -> None:
     runs = []
     for _ in range(2):
-        model = toy_model()
+        model = toy_model(device=device)
         train(model, build(name, model), range(2 * STEPS))
         runs.append(params_of(model))
     differing = identical(*runs)
-    expect(not differing, f"two identical CPU runs differ in {differing}")
+    expect(not differing, f"two identical runs on {device} differ in {differing}")
 
 
-def check_routing(name: str) -> None:
-    model = toy_model()
+def check_routing(name: str, device: torch.device = CPU) -> None:
+    model = toy_model(device=device)
     named = list(model.named_parameters())
     entry = optim.get(name)
     hparams = optim.resolve_hparams(name, entry.check_hparams)
@@ -193,10 +208,10 @@ def check_routing(name: str) -> None:
     expect(sorted(owned) == sorted(n for n, _ in named), f"routing does not cover every parameter once: {owned}")
 
 
-def check_state_bytes(name: str) -> None:
+def check_state_bytes(name: str, device: torch.device = CPU) -> None:
     entry = optim.get(name)
     expect(entry.state_bytes is not None, "the registry entry gives no analytic state_bytes formula")
-    model = toy_model()
+    model = toy_model(device=device)
     optimizer, routing = optim.build_with_routing(name, model, entry.check_hparams)
     train(model, optimizer, range(STEPS))
     shapes = {n: tuple(p.shape) for n, p in model.named_parameters()}
@@ -208,7 +223,7 @@ def check_state_bytes(name: str) -> None:
     expect(measured == analytic, f"measured state {measured} B != analytic {analytic} B")
 
 
-def check_compile(name: str) -> str:
+def check_compile(name: str, device: torch.device = CPU) -> str:
     """Train the toy model with each optimizer part's step compiled (`compile_check`), and eagerly; every part must
     compile at least one graph (or declare its step eager) and the compiled run must match the eager one within
     `COMPILE_RTOL`. Returns what dynamo did, in one line; raises CheckSkipped where a part runs eagerly by declaration
@@ -219,7 +234,7 @@ def check_compile(name: str) -> str:
     dtype = torch.float32
     record = compile_check.DynamoRecord()
     with compile_check.dynamo_session(record):
-        model = toy_model(dtype)
+        model = toy_model(dtype, device=device)
         optimizer = build(name, model)
         parts = compile_check.optimizer_parts(optimizer, name)
         steps = compile_check.compiled_steps(parts, record)
@@ -228,7 +243,7 @@ def check_compile(name: str) -> str:
             loss_of(model, step).backward()
             for compiled_step in steps:
                 compiled_step()
-    eager = toy_model(dtype)
+    eager = toy_model(dtype, device=device)
     train(eager, build(name, eager), range(STEPS))
     described = record.describe(list(parts))
     missing = record.uncompiled(list(parts))
@@ -252,7 +267,7 @@ def relative_gap(a: torch.Tensor, b: torch.Tensor) -> float:
 @dataclass(frozen=True)
 class Check:
     name: str
-    run: Callable[[str], Any]
+    run: Callable[[str, torch.device], Any]
     description: str
 
 
@@ -261,7 +276,7 @@ CHECKS = (
     Check("shapes-dtypes", check_shapes_and_dtypes, "1-D, 2-D and 4-D parameters train in float32 and bfloat16"),
     Check("none-grads", check_none_grads, "parameters without gradients are skipped"),
     Check("closure", check_closure, "step(closure) calls it once and returns its loss"),
-    Check("determinism", check_determinism, "identical CPU runs are bit-identical"),
+    Check("determinism", check_determinism, "identical runs on the device are bit-identical"),
     Check("roundtrip-fp32", check_roundtrip_float32, "state_dict resume continues bit-identically (float32)"),
     Check("roundtrip-bf16", check_roundtrip_bfloat16, "state_dict resume continues bit-identically (bfloat16)"),
     Check("state-bytes", check_state_bytes, "measured state bytes equal the analytic formula"),
@@ -288,16 +303,16 @@ def check_names() -> list[str]:
     return [check.name for check in CHECKS]
 
 
-def run_checks(name: str, only: Sequence[str] = ()) -> list[CheckResult]:
-    """Every check (or those named in `only`) for optimizer `name`; a failure's message says what went wrong, a
-    skip's why it does not apply, a pass's what it found where it has something to say."""
+def run_checks(name: str, only: Sequence[str] = (), device: torch.device = CPU) -> list[CheckResult]:
+    """Every check (or those named in `only`) for optimizer `name` on `device`; a failure's message says what went
+    wrong, a skip's why it does not apply, a pass's what it found where it has something to say."""
     optim.get(name)
     results = []
     for check in CHECKS:
         if only and check.name not in only:
             continue
         try:
-            found = check.run(name)
+            found = check.run(name, device)
         except CheckSkipped as exc:
             results.append(CheckResult(name, check.name, "skip", str(exc)))
         except Exception as exc:  # a check reports any failure, including crashes of the optimizer

@@ -53,7 +53,7 @@ def compile_check_of_all():
     """`structbench check --check compile` over every optimizer in ONE process, as a user runs it: dynamo's
     recompile limit is per process, so optimizers checked one per process could not show it giving up."""
     done = subprocess.run(
-        [sys.executable, "-m", "structbench", "check", "--check", "compile"],
+        [sys.executable, "-m", "structbench", "check", "--check", "compile", "--device", "cpu"],
         capture_output=True,
         text=True,
         timeout=900,
@@ -187,6 +187,16 @@ def test_the_kit_catches_a_wrong_state_formula(monkeypatch):
     monkeypatch.setitem(registry._REGISTRY, "adamw", wrong)
     results = {r.check: r for r in conformance.run_checks("adamw", ["state-bytes"])}
     assert results["state-bytes"].outcome == "fail" and "analytic 0 B" in results["state-bytes"].message
+
+
+def test_check_runs_on_the_device_it_is_given_and_refuses_one_it_cannot_use(cli, monkeypatch) -> None:
+    result = cli("check", "--optim", "sgd", "--check", "routing", "--device", "cpu")
+    assert result.exit_code == 0, result.output
+    assert "conformance on cpu" in result.stdout and table_rows(result.stdout)["sgd"].result == "pass"
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    for device, message in (("cuda", "torch sees no CUDA device"), ("tpu", "--device must be auto, cpu or cuda")):
+        refused = cli("check", "--optim", "sgd", "--device", device)
+        assert refused.exit_code == 2 and message in refused.stderr and refused.stdout == ""
 
 
 def test_check_rejects_an_unknown_check(cli) -> None:
