@@ -26,12 +26,14 @@ from structbench.optim.quant import (
     QuantizedMatrix,
     codebook,
     dequantize,
+    dequantize_many,
     dynamic_tree_codebook,
     from_state,
     linear_square_codebook,
     quantize,
     quantize_offdiag,
     quantized_nbytes,
+    same_format,
     should_quantize,
     to_state,
 )
@@ -177,6 +179,21 @@ def save_and_load(obj: object) -> object:
     torch.save(obj, buffer)
     buffer.seek(0)
     return torch.load(buffer, weights_only=True)
+
+
+def dequantize_by_hand(q: QuantizedMatrix) -> torch.Tensor:
+    """R(code) times the code's block scale, element by element in float32 (one rounding: the product), with the
+    kept diagonal written over: D(Q(x)) of Section 2.2 from the format alone."""
+    rows, cols = rows_cols(q.shape)
+    table = paper_codebook(q.codebook, q.bits)
+    indices = unpack_by_hand(q.codes, q.bits, rows * cols).view(rows, cols)
+    out = torch.empty(rows, cols)
+    for r in range(rows):
+        for c in range(cols):
+            out[r, c] = table[indices[r, c]] * q.scales[r, c // q.block_size]
+    if q.diag is not None:
+        out.diagonal().copy_(q.diag)
+    return out.view(q.shape)
 
 
 # ---------------------------------------------------------------------------------------------- codebooks
@@ -582,3 +599,72 @@ def test_random_tensors(
     error = (out.double() - target.double()).abs()
     assert bool((error <= roundtrip_error_bound(target, block_size, name, bits)).all())
     assert torch.equal(bits_of(dequantize(from_state(save_and_load(to_state(q))))), bits_of(dequantize(q)))
+
+
+# ---------------------------------------------------------------------------------------- stacked decoding
+
+
+@pytest.mark.parametrize(("name", "bits"), ALL_CODEBOOKS)
+@pytest.mark.parametrize(
+    ("shape", "block_size", "offdiag"),
+    [
+        ((9, 9), 4, True),
+        ((9, 9), 4, False),
+        ((3, 7), 4, False),
+        ((5,), 2, False),
+        ((), 64, False),
+        ((2, 3, 5), 4, False),
+    ],
+)
+def test_a_stack_decodes_bit_for_bit_as_each_matrix_by_hand(
+    name: str, bits: int, shape: tuple[int, ...], block_size: int, offdiag: bool
+) -> None:
+    """Odd element counts (a half-used last byte), short last blocks, a kept diagonal, 0-, 1- and 3-D shapes:
+    every element of the stack is the one float32 product R(code) x scale, bit for bit."""
+    g = torch.Generator().manual_seed(11)
+    quantizer = quantize_offdiag if offdiag else quantize
+    qs = [quantizer(torch.randn(shape, generator=g) * 10.0**k, bits=bits, codebook=name, block_size=block_size)
+          for k in (-3, 0, 2)]  # fmt: skip
+    stacked = dequantize_many(qs)
+    assert stacked.shape == (3, *shape) and stacked.dtype == torch.float32
+    for q, decoded in zip(qs, stacked.unbind(0), strict=True):
+        by_hand = dequantize_by_hand(q)
+        assert torch.equal(bits_of(decoded), bits_of(by_hand))
+        assert torch.equal(bits_of(dequantize(q)), bits_of(by_hand))
+    assert torch.equal(bits_of(dequantize_many(qs[:1])[0]), bits_of(dequantize(qs[0])))
+
+
+def test_a_stack_needs_one_format() -> None:
+    x = torch.randn(64, 64, generator=torch.Generator().manual_seed(12))
+    plain = quantize(x)
+    assert same_format(plain, quantize(2 * x))
+    others = [
+        quantize(x[:32]),
+        quantize(x, bits=8),
+        quantize(x, block_size=32),
+        quantize(x, codebook="dt"),
+        quantize_offdiag(x),
+    ]
+    for other in others:
+        assert not same_format(plain, other)
+        with pytest.raises(ValueError, match="one format"):
+            dequantize_many([plain, other])
+    with pytest.raises(ValueError, match="at least one"):
+        dequantize_many([])
+
+
+def test_a_three_bit_nibble_outside_the_codebook_decodes_to_nan() -> None:
+    """3-bit codes fill 3 bits of a nibble; a nibble of 8..15 names no code and decodes to NaN, not to a value.
+    Three elements: byte 0 holds elements 0 and 1, byte 1 element 2 (low nibble) and padding (high nibble)."""
+    q = quantize(torch.tensor([1.0, -1.0, -1.0]), bits=3)
+
+    def with_codes(codes: torch.Tensor) -> QuantizedMatrix:
+        return QuantizedMatrix(codes, q.scales, q.shape, q.bits, q.block_size, q.codebook)
+
+    padding_set = q.codes.clone()
+    padding_set[1] |= 0x80
+    assert torch.equal(dequantize(with_codes(padding_set)), torch.tensor([1.0, -1.0, -1.0]))
+    element_set = q.codes.clone()
+    element_set[1] |= 0x08
+    decoded = dequantize(with_codes(element_set))
+    assert torch.equal(decoded[:2], torch.tensor([1.0, -1.0])) and bool(decoded[2].isnan())
