@@ -67,6 +67,7 @@ from __future__ import annotations
 
 from collections import defaultdict
 from collections.abc import Mapping
+from dataclasses import dataclass, field
 from functools import partial
 from typing import Any
 
@@ -76,11 +77,13 @@ from torch import Tensor, nn
 from structbench.errors import SolverError
 from structbench.optim import linalg
 from structbench.optim.base import EagerStructuredOptimizer
+from structbench.optim.deferred import DeferredCheck
 from structbench.optim.distributed import DISTRIBUTED
 from structbench.optim.hparams import Declaration, decade_around, flag, integer, lin, option, ours, paper, real
 from structbench.optim.hybrid import ADAMW_FALLBACK, adamw_state_bytes, hybrid_builder
 from structbench.optim.muon import NS_COEFFICIENTS, NS_DTYPES, ORTHOGONALIZATION
 from structbench.optim.partition import matrix_shape, matrix_view, split
+from structbench.optim.precision import MATMUL_PRECISIONS, matmul
 from structbench.optim.registry import NamedParams, OptimizerEntry, Routing, register
 
 ORDERS = ("gauss_seidel", "jacobi")
@@ -93,10 +96,26 @@ NEWTON_PROBES = 64
 """Probe vectors that check the previous root before any d x d product (linalg.inverse_sqrt_newton_schulz)."""
 NEWTON_COLD_ITERS = 40
 """Cold coupled Newton–Schulz updates before the eigendecomposition fallback (cond 1e5 needs about 20)."""
+NEWTON_STEADY_UPDATES = 4
+"""Warm updates (linalg.inverse_sqrt_warm_updates) a stack of roots in mode "warm" takes, with no host read."""
 OVERSIZE = ("muon", "adamw")
 STATE_DTYPE = torch.float32
 _COUNTERS = ("step", "solver_failures")
 ROOT_FALLBACKS = "root_fallbacks"
+ROOT_MODES = "root_modes"
+"""CPU int8 state (P side, Q side): how the root is refreshed next, an index into `MODES`."""
+MODES = ("kept", "warm", "checked")
+"""A root's refresh, from the last one's outcome (a stack takes the most thorough of its matrices' modes):
+"kept" (its probe residual was below root_tol / PROBE_MARGIN): checked by probes against the new factor, no product
+of d x d matrices; "warm" (above it): NEWTON_STEADY_UPDATES warm updates; "checked" (a first refresh, a root that
+failed its check, or one whose host-checked refresh needed more than NEWTON_STEADY_UPDATES updates): the host-checked
+iterations and fallbacks at once (`_newton_inverse_roots`). Only "checked" reads the host."""
+KEPT, WARM, CHECKED = range(len(MODES))
+SIDES = ("P", "Q")
+ROOT_OF = {"P": "P_inv_root", "Q": "Q_inv_root"}
+FLAG_KINDS = ("repair", "broken", "stale")
+"""The root flags a deferred refresh posts per side and matrix: the root failed its check (repair it, "checked"
+next), the factor came out non-finite (a solver failure: factor and root kept), the root is "warm" next."""
 PAPER = "Xu et al. (arXiv 2601.21750)"
 SWEPT = "the sweep in docs/optimizers.md; the paper gives no values"
 
@@ -111,11 +130,103 @@ def _trace(a: Tensor) -> Tensor:
     return torch.diagonal(a, dim1=-2, dim2=-1).sum(-1)[:, None, None]
 
 
+@dataclass
+class _Pending:
+    """What one step of a stack left to finish at the next (`Fismo._settle`): the rows it stepped, the rows whose
+    factors it refreshed (the posted root flags are theirs, (flag, side) in `kinds` order), the rows with a failure
+    already known on the host, and what the repair of a root needs (eigenvalue floors per side, root_tol, dtype)."""
+
+    rows: list[int]
+    refreshed: list[int] = field(default_factory=list)
+    kinds: list[tuple[str, str]] = field(default_factory=list)
+    failed: set[int] = field(default_factory=set)
+    floors: dict[str, Tensor] = field(default_factory=dict)
+    tol: float = 0.0
+    dtype: torch.dtype = STATE_DTYPE
+
+
+@dataclass
+class _Stack:
+    """The state of a group's same-shape matrices on one device, one (k, ...) tensor per state entry; each
+    parameter's state holds views of its row (`views`), so per-parameter access and `state_dict` see the one storage.
+    `modes` mirrors the CPU `root_modes` state on the host; `open_streaks` the rows whose solver-failure streak is
+    nonzero (both so that a step reads no state tensor to know them)."""
+
+    params: list[Tensor]
+    tensors: dict[str, Tensor]
+    views: list[dict[str, Tensor]]
+    modes: list[list[int]]
+    open_streaks: set[int]
+    check: DeferredCheck = field(default_factory=DeferredCheck)
+    pending: _Pending | None = None
+
+    @classmethod
+    def of(cls, params: list[Tensor], states: list[dict[str, Any]]) -> _Stack:
+        """Stack the states of `params` (copies, once) and point each state at its row."""
+        keys = list(states[0])
+        tensors = {key: torch.stack([st[key] for st in states]) for key in keys}
+        views = [{key: tensors[key][row] for key in keys} for row in range(len(params))]
+        for st, view in zip(states, views, strict=True):
+            st.update(view)
+        modes = tensors[ROOT_MODES].tolist() if ROOT_MODES in tensors else [[CHECKED] * len(SIDES) for _ in params]
+        streaks = {row for row, count in enumerate(tensors["solver_failures"].tolist()) if count}
+        return cls(params, tensors, views, modes, streaks)
+
+    def holds(self, params: list[Tensor], states: list[dict[str, Any]]) -> bool:
+        """Whether this stack is exactly `params` and their states still hold its views (not values loaded or set
+        since: those are stacked anew)."""
+        return (
+            len(params) == len(self.params)
+            and all(a is b for a, b in zip(params, self.params, strict=True))
+            and all(
+                st.get(key) is view for st, row in zip(states, self.views, strict=True) for key, view in row.items()
+            )
+        )
+
+    def row_of(self, param: Tensor) -> int:
+        return next(row for row, p in enumerate(self.params) if p is param)
+
+
+class _Rows:
+    """Some rows of a stack's tensors: read (`of`) and written back (`put`, `keep`) without a copy when they are
+    all of them."""
+
+    def __init__(self, rows: list[int], size: int) -> None:
+        self.rows = rows
+        self.every = rows == list(range(size))
+
+    def of(self, tensor: Tensor) -> Tensor:
+        return tensor if self.every else tensor[self.rows]
+
+    def put(self, tensor: Tensor, value: Tensor) -> None:
+        if self.every:
+            tensor.copy_(value)
+        else:
+            tensor[self.rows] = value
+
+    def keep(self, tensor: Tensor, mask: Tensor, value: Tensor) -> None:
+        """Rows of `tensor` set to `value` where the per-row `mask` holds, kept elsewhere (one launch)."""
+        mask = mask.reshape(-1, *([1] * (tensor.dim() - 1)))
+        if self.every:
+            torch.where(mask, value, tensor, out=tensor)
+        else:
+            tensor[self.rows] = torch.where(mask, value, tensor[self.rows])
+
+
 class Fismo(EagerStructuredOptimizer):
     """FISMO (Algorithm 1) over matrix parameters (2-D, or conv filters through their (out, in*kh*kw) view)."""
 
     matrices_only = "FISMO"
-    cpu_state_keys = (*_COUNTERS, ROOT_FALLBACKS)
+    cpu_state_keys = (*_COUNTERS, ROOT_FALLBACKS, ROOT_MODES)
+
+    def __init__(self, params: Any, **hparams: Any) -> None:
+        super().__init__(params, **hparams)
+        self._stacks: dict[Tensor, _Stack] = {}
+        self._probes: dict[tuple[int, torch.dtype, torch.device], Tensor] = {}
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        super().__setstate__(state)
+        self._stacks, self._probes = {}, {}
 
     @property
     def root_fallbacks(self) -> int:
@@ -148,6 +259,12 @@ class Fismo(EagerStructuredOptimizer):
                 ours("RMS of Z X Z - I accepted from 'newton': per-step updates within 3 root_tol of float64 eigh's"),
                 "(0, 1)",
             ),
+            option(
+                "matmul_precision",
+                "float32",
+                MATMUL_PRECISIONS,
+                paper(f"{PAPER} Alg. 1: exact products; 'tf32' / 'bfloat16' round the large non-root products"),
+            ),
             integer(
                 "precond_every", 1, paper(f"{PAPER} Alg. 1: factors every step; k > 1 is not in the paper"), "[1, inf)"
             ),
@@ -159,6 +276,17 @@ class Fismo(EagerStructuredOptimizer):
     )
     hparams = hparams + DISTRIBUTED
 
+    def state_dict(self) -> dict[str, Any]:
+        """torch's state dict, after the pending root repairs and failure counts of the last step are made (the ones
+        the next step would make first: the same state either way, so a run resumed from it continues exactly)."""
+        for stack in {id(s): s for s in self._stacks.values()}.values():
+            self._settle(stack)
+        return super().state_dict()
+
+    def load_state_dict(self, state_dict: dict[str, Any]) -> None:
+        self._stacks.clear()
+        super().load_state_dict(state_dict)
+
     def step_group(self, group: dict[str, Any]) -> None:
         live = [p for p in group["params"] if p.grad is not None]
         if any(p.grad.is_sparse or p.grad.is_complex() for p in live):
@@ -166,11 +294,13 @@ class Fismo(EagerStructuredOptimizer):
         buckets: dict[tuple[tuple[int, int], torch.device], list[Tensor]] = defaultdict(list)
         for p in live:
             buckets[(matrix_shape(p.shape), p.device)].append(p)
-        for (shape, _), params in buckets.items():
+        for (shape, device), params in buckets.items():
             for p in params:
-                if not self.state[p]:
+                if not self.state.get(p):
                     self._init_state(p, shape, group)
-            self._step_bucket(group, params, shape)
+            stack = self._stack(group, shape, device)
+            self._settle_and_check(stack)
+            self._step_stack(group, stack, params, shape)
 
     def _init_state(self, param: Tensor, shape: tuple[int, int], group: Mapping[str, Any]) -> None:
         rows, cols = shape
@@ -182,120 +312,284 @@ class Fismo(EagerStructuredOptimizer):
             state["P_inv_root"] = torch.eye(rows, **options)
             state["Q_inv_root"] = torch.eye(cols, **options)
         state["momentum"] = torch.zeros(rows, cols, **options)
-        counters = _COUNTERS + ((ROOT_FALLBACKS,) if uses_newton(shape, group) else ())
-        for key in counters:
+        newton = uses_newton(shape, group)
+        for key in _COUNTERS + ((ROOT_FALLBACKS,) if newton else ()):
             state[key] = torch.zeros((), dtype=torch.int64)
+        if newton:
+            state[ROOT_MODES] = torch.full((len(SIDES),), CHECKED, dtype=torch.int8)
 
-    def _step_bucket(self, group: dict[str, Any], params: list[Tensor], shape: tuple[int, int]) -> None:
-        states = [self.state[p] for p in params]
-        grads = torch.stack([matrix_view(p.grad).to(STATE_DTYPE) for p in params])
-        failed = [False] * len(params)
+    def _stack(self, group: Mapping[str, Any], shape: tuple[int, int], device: torch.device) -> _Stack:
+        """The stack of the group's matrices of `shape` on `device` that have state, stacked anew (after the old
+        stacks' pending work is settled) when its members or their state tensors changed."""
+        members = [
+            p for p in group["params"] if self.state.get(p) and p.device == device and matrix_shape(p.shape) == shape
+        ]
+        states = [self.state[p] for p in members]
+        stack = self._stacks.get(members[0])
+        if stack is not None and stack.holds(members, states):
+            return stack
+        for old in {id(s): s for p in members if (s := self._stacks.get(p)) is not None}.values():
+            self._settle(old)
+        stack = _Stack.of(members, states)
+        for p in members:
+            self._stacks[p] = stack
+        return stack
+
+    def _step_stack(self, group: dict[str, Any], stack: _Stack, params: list[Tensor], shape: tuple[int, int]) -> None:
+        rows = [stack.row_of(p) for p in params]
+        select = _Rows(rows, len(stack.params))
+        precision = group["matmul_precision"]
+        grads = torch.stack([matrix_view(p.grad) for p in params]).to(STATE_DTYPE)
+        pending = _Pending(rows, tol=group["root_tol"], dtype=ROOT_DTYPES[group["root_dtype"]])
         p_roots = q_roots = None
         signal = grads
         if factored(shape, group["max_factor_dim"]):
-            due = [i for i, st in enumerate(states) if int(st["step"]) % group["precond_every"] == 0]
+            every = group["precond_every"]
+            refresh = rows if every == 1 else [r for r, p in zip(rows, params, strict=True) if self._due(p, every)]
             halves: tuple[Tensor | None, Tensor | None] = (None, None)
-            if due:
-                everyone = len(due) == len(params)
-                fresh, found = self._refresh(group, [params[i] for i in due], grads if everyone else grads[due])
-                halves = found if everyone else halves
-                for i, fail in zip(due, fresh, strict=True):
-                    failed[i] = fail
-            p_roots = _stacked(states, "P_inv_root")
-            q_roots = _stacked(states, "Q_inv_root")
+            if refresh:
+                refreshed = grads if refresh == rows else grads[[rows.index(r) for r in refresh]]
+                found = self._refresh(group, stack, refresh, refreshed, pending)
+                halves = found if refresh == rows else halves
+            p_roots = select.of(stack.tensors["P_inv_root"])
+            q_roots = select.of(stack.tensors["Q_inv_root"])
             if group["whiten_momentum"]:
-                signal = _whitened(grads, p_roots, q_roots, *halves)
-        moments = [st["momentum"] for st in states]
-        torch._foreach_mul_(moments, group["beta"])
-        torch._foreach_add_(moments, list(signal.unbind(0)), alpha=1.0 - group["beta"])
-        direction = torch.stack(moments)
-        if group["nesterov"]:
-            direction = torch.lerp(signal, direction, group["beta"])
+                signal = _whitened(grads, p_roots, q_roots, *halves, precision)
+        moments = _moved_momentum(stack.tensors["momentum"], select, signal, group["beta"])
+        direction = torch.lerp(signal, moments, group["beta"]) if group["nesterov"] else moments
         if p_roots is not None and not group["whiten_momentum"]:
-            direction = p_roots @ direction @ q_roots
-        ortho = self._polar(direction, params, group, failed)
-        update = ortho if p_roots is None else p_roots @ ortho @ q_roots
-        decay = 1.0 - group["lr"] * group["weight_decay"]
-        for p, st, delta, fail in zip(params, states, update.unbind(0), failed, strict=True):
-            _apply(p, delta, group["lr"], decay)
-            st["step"] += 1
-            if fail:
-                self.solver_failed(st, "solver_failures", partial(_solver_failure, p), failures=0)
-            else:
-                self.solver_ok(st, "solver_failures")
+            direction = matmul(matmul(p_roots, direction, precision), q_roots, precision)
+        ortho = self._polar(direction, group, pending)
+        update = ortho if p_roots is None else matmul(matmul(p_roots, ortho, precision), q_roots, precision)
+        _apply_all(params, update, group["lr"], 1.0 - group["lr"] * group["weight_decay"])
+        if select.every:
+            stack.tensors["step"].add_(1)
+        else:
+            stack.tensors["step"][rows] += 1
+        stack.pending = pending
+        if not stack.check.pending:
+            self._settle_and_check(stack)
+
+    def _due(self, param: Tensor, every: int) -> bool:
+        return int(self.state[param]["step"]) % every == 0
 
     def _refresh(
-        self, group: Mapping[str, Any], params: list[Tensor], grads: Tensor
-    ) -> tuple[list[bool], tuple[Tensor | None, Tensor | None]]:
-        """Steps 4-5: new P, Q and their inverse roots for a (k, m, n) stack. Returns which matrices had a failure,
-        and, for the whitening, P_t^{-1/2} G_t (formed for R_t in Gauss–Seidel order; None in Jacobi order) and
-        G_t Q_t^{-1/2} (formed for L_t with Q_{t-1}^{-1/2}: given only where every Q root is unchanged)."""
-        states = [self.state[p] for p in params]
-        rows, cols = grads.shape[-2:]
-        gamma, mu = group["gamma"], group["mu"]
-        p_old, q_old = _stacked(states, "P"), _stacked(states, "Q")
-        p_root_old, q_root_old = _stacked(states, "P_inv_root"), _stacked(states, "Q_inv_root")
+        self, group: Mapping[str, Any], stack: _Stack, rows: list[int], grads: Tensor, pending: _Pending
+    ) -> tuple[Tensor | None, Tensor | None]:
+        """Steps 4-5 for `rows` of the stack ((k, m, n) gradients): new P, Q and their inverse roots, written into the
+        stack. Returns, for the whitening, P_t^{-1/2} G_t (formed for R_t in Gauss–Seidel order; None in Jacobi order)
+        and G_t Q_t^{-1/2} (formed for L_t with Q_{t-1}^{-1/2}: given only where the Q roots are unchanged)."""
+        select = _Rows(rows, len(stack.params))
+        rows_, cols = grads.shape[-2:]
+        gamma, mu, precision = group["gamma"], group["mu"], group["matmul_precision"]
+        p_old, q_old = select.of(stack.tensors["P"]), select.of(stack.tensors["Q"])
+        p_root_old, q_root_old = select.of(stack.tensors["P_inv_root"]), select.of(stack.tensors["Q_inv_root"])
         theorem = group["damping"] == "theorem"
+        pending.refreshed = rows
 
-        left = grads @ q_root_old
-        damp_left = mu * (_squared_norm(q_root_old) / cols if theorem else _trace(p_old) / rows)
-        p_new, p_root, p_ok, p_fallbacks = self._normalised_factor(
-            p_old, p_root_old, _blend(p_old, left, left.mT, 1.0 / cols, damp_left, gamma), damp_left, gamma, group
-        )
+        left = matmul(grads, q_root_old, precision)
+        damp_left = mu * (_squared_norm(q_root_old) / cols if theorem else _trace(p_old) / rows_)
+        blended = _blend(p_old, left, left.mT, 1.0 / cols, damp_left, gamma, precision)
+        p_side = self._factor_and_root(stack, "P", select, blended, damp_left, gamma, group, pending)
 
-        p_root_right = p_root if group["order"] == "gauss_seidel" else p_root_old
-        right = p_root_right @ grads
-        damp_right = mu * (_squared_norm(p_root_right) / rows if theorem else _trace(q_old) / cols)
-        q_new, q_root, q_ok, q_fallbacks = self._normalised_factor(
-            q_old, q_root_old, _blend(q_old, right.mT, right, 1.0 / rows, damp_right, gamma), damp_right, gamma, group
-        )
-        if group["root_method"] == "newton":
-            for st, p_count, q_count in zip(states, p_fallbacks, q_fallbacks, strict=True):
-                st[ROOT_FALLBACKS] += p_count + q_count
+        p_root_right = p_side.root if group["order"] == "gauss_seidel" else p_root_old
+        right = matmul(p_root_right, grads, precision)
+        damp_right = mu * (_squared_norm(p_root_right) / rows_ if theorem else _trace(q_old) / cols)
+        blended = _blend(q_old, right.mT, right, 1.0 / rows_, damp_right, gamma, precision)
+        q_side = self._factor_and_root(stack, "Q", select, blended, damp_right, gamma, group, pending)
 
-        outcome = []
-        matrices = zip(_own_rows(p_new), _own_rows(p_root), _own_rows(q_new), _own_rows(q_root), strict=True)
-        for i, (st, (p, p_inv_root, q, q_inv_root)) in enumerate(zip(states, matrices, strict=True)):
-            st["P"], st["P_inv_root"], st["Q"], st["Q_inv_root"] = p, p_inv_root, q, q_inv_root
-            failures = (not p_ok[i]) + (not q_ok[i])
-            self.solver_failures += failures
-            outcome.append(failures > 0)
-        kept = torch.equal(q_root, q_root_old)
-        return outcome, (right if group["order"] == "gauss_seidel" else None, left if kept else None)
+        for side in (p_side, q_side):
+            side.store(select)
+        deferred = [(name, side) for name, side in zip(SIDES, (p_side, q_side), strict=True) if side.flags]
+        pending.kinds = [(what, name) for what in FLAG_KINDS for name, _ in deferred]
+        if deferred:
+            stack.check.post(torch.cat([side.flags[what] for what in FLAG_KINDS for _, side in deferred]))
+        kept = group["root_method"] == "newton" and not q_side.updated
+        return (right if group["order"] == "gauss_seidel" else None, left if kept else None)
 
-    @staticmethod
-    def _normalised_factor(
-        old: Tensor, old_root: Tensor, blended: Tensor, damp: Tensor, gamma: float, group: Mapping[str, Any]
-    ) -> tuple[Tensor, Tensor, list[bool], list[int]]:
-        """Trace normalisation and symmetrisation of one factor's EMA (`_blend`), and its inverse square root.
-
-        Matrices whose root fails keep their previous factor and root. Returns (factor, root, ok per matrix,
-        eigendecomposition fallbacks of `root_method="newton"` per matrix).
-        """
-        dim = old.size(-1)
+    def _factor_and_root(
+        self,
+        stack: _Stack,
+        side: str,
+        select: _Rows,
+        blended: Tensor,
+        damp: Tensor,
+        gamma: float,
+        group: Mapping[str, Any],
+        pending: _Pending,
+    ) -> _Side:
+        """Trace normalisation and symmetrisation of one factor's EMA (`_blend`), and its inverse square root."""
+        dim = blended.size(-1)
         scale = dim / _trace(blended)
         factor = (blended + blended.mT).mul_(scale / 2)
         floor = ((1.0 - gamma) * damp * scale).reshape(-1, 1)
+        old_root = select.of(stack.tensors[ROOT_OF[side]])
+        if group["root_method"] == "eigh":
+            return self._eigh_side(stack, side, select, factor, floor, old_root, pending)
         dtype = ROOT_DTYPES[group["root_dtype"]]
-        if group["root_method"] == "newton":
-            roots, fallbacks = _newton_inverse_roots(factor, old_root, floor, dtype, group["root_tol"])
+        mode = max(stack.modes[row][SIDES.index(side)] for row in select.rows)
+        if mode == CHECKED:
+            return self._checked_side(stack, side, select, factor, floor, old_root, pending)
+        pending.floors[side] = floor
+        probes = self._probe_matrix(dim, dtype, factor.device)
+        start = linalg.inverse_sqrt_probe_residual(factor.to(dtype), old_root.to(dtype), probes)
+        tol = group["root_tol"]
+        healthy = torch.isfinite(start)
+        if mode == WARM:
+            found = linalg.inverse_sqrt_warm_updates(
+                factor.to(dtype), old_root.to(dtype), updates=NEWTON_STEADY_UPDATES, tol=tol, symmetric=True
+            )
+            root, fits = found.root.to(STATE_DTYPE), found.converged
         else:
-            roots, fallbacks = _inverse_roots(factor, floor, dtype), [0] * len(factor)
-        ok = [root is not None for root in roots]
-        if all(ok):
-            return factor, torch.stack(roots) if len(roots) > 1 else roots[0].unsqueeze(0), ok, fallbacks
-        factor = torch.stack([f if good else o for f, o, good in zip(factor, old, ok, strict=True)])
-        root = torch.stack([r if r is not None else o for r, o in zip(roots, old_root, strict=True)])
-        return factor, root, ok, fallbacks
+            root, fits = old_root, start <= tol
+        return _Side(
+            stack.tensors[side],
+            stack.tensors[ROOT_OF[side]],
+            factor,
+            root,
+            healthy,
+            updated=mode == WARM,
+            flags={"repair": healthy & ~fits, "broken": ~healthy, "stale": ~(start <= tol / linalg.PROBE_MARGIN)},
+        )
 
-    def _polar(self, direction: Tensor, params: list[Tensor], group: Mapping[str, Any], failed: list[bool]) -> Tensor:
+    def _checked_side(
+        self,
+        stack: _Stack,
+        side: str,
+        select: _Rows,
+        factor: Tensor,
+        floor: Tensor,
+        old_root: Tensor,
+        pending: _Pending,
+    ) -> _Side:
+        """Mode "checked": the roots by the host-checked iterations and the eigendecomposition fallback
+        (`_newton_inverse_roots`, counted) at once; "checked" again next when they needed more than the warm updates
+        a "warm" refresh gives, else "warm"."""
+        found = _newton_inverse_roots(factor, old_root, floor, pending.dtype, pending.tol)
+        for row, fallback in zip(select.rows, found.fallbacks, strict=True):
+            stack.tensors[ROOT_FALLBACKS][row] += fallback
+        self._set_modes(stack, select.rows, SIDES.index(side), [CHECKED if found.hard else WARM] * len(select.rows))
+        return self._host_side(stack, side, select, factor, old_root, found.roots, pending)
+
+    def _eigh_side(
+        self,
+        stack: _Stack,
+        side: str,
+        select: _Rows,
+        factor: Tensor,
+        floor: Tensor,
+        old_root: Tensor,
+        pending: _Pending,
+    ) -> _Side:
+        """root_method="eigh": the roots by eigendecomposition (which synchronises anyway)."""
+        roots = _inverse_roots(factor, floor, pending.dtype)
+        return self._host_side(stack, side, select, factor, old_root, roots, pending)
+
+    def _host_side(
+        self,
+        stack: _Stack,
+        side: str,
+        select: _Rows,
+        factor: Tensor,
+        old_root: Tensor,
+        roots: list[Tensor | None],
+        pending: _Pending,
+    ) -> _Side:
+        """A refresh whose roots are known on the host: a matrix whose root failed (None) keeps its previous factor
+        and root, a solver failure."""
+        ok = [root is not None for root in roots]
+        root = torch.stack([r if r is not None else o for r, o in zip(roots, old_root, strict=True)])
+        for row, good in zip(select.rows, ok, strict=True):
+            if not good:
+                pending.failed.add(row)
+                self.solver_failures += 1
+        healthy = torch.tensor(ok, device=factor.device)
+        return _Side(stack.tensors[side], stack.tensors[ROOT_OF[side]], factor, root, healthy, updated=True)
+
+    def _probe_matrix(self, dim: int, dtype: torch.dtype, device: torch.device) -> Tensor:
+        """The fixed probe vectors for d x d roots, drawn and moved to the device once."""
+        key = (dim, dtype, device)
+        if key not in self._probes:
+            self._probes[key] = linalg.gaussian_probes(dim, NEWTON_PROBES, dtype=dtype, device=device)
+        return self._probes[key]
+
+    def _settle_and_check(self, stack: _Stack) -> None:
+        """`_settle`, then SolverError for a matrix whose solvers failed MAX_CONSECUTIVE_SOLVER_FAILURES steps in a
+        row."""
+        self._settle(stack)
+        for row in sorted(stack.open_streaks):
+            param = stack.params[row]
+            self.end_on_solver_streaks([self.state[param]], "solver_failures", partial(_solver_failure, param))
+
+    def _settle(self, stack: _Stack) -> None:
+        """Finish the stack's last step: read its posted root flags (a deferred read), repair the roots that failed
+        their check (`_newton_inverse_roots`: warm, cold, then eigendecomposition, counted in root_fallbacks), note
+        each deferred root's next mode, and count each stepped matrix's failures."""
+        pending, stack.pending = stack.pending, None
+        if pending is None:
+            return
+        failed = set(pending.failed)
+        refreshed = pending.refreshed
+        flagged: dict[tuple[str, str], list[int]] = defaultdict(list)
+        for index in stack.check.take():
+            kind, position = divmod(index, len(refreshed))
+            flagged[pending.kinds[kind]].append(position)
+        for side in {side for _, side in pending.kinds}:
+            modes = [KEPT] * len(refreshed)
+            for position in flagged[("stale", side)]:
+                modes[position] = WARM
+            for position in flagged[("repair", side)]:
+                modes[position] = CHECKED
+            self._set_modes(stack, refreshed, SIDES.index(side), modes)
+            for position in flagged[("broken", side)]:
+                failed.add(refreshed[position])
+                self.solver_failures += 1
+            if flagged[("repair", side)]:
+                failed |= self._repair(stack, side, pending, flagged[("repair", side)])
+        for row in pending.rows:
+            state = self.state[stack.params[row]]
+            if row in failed:
+                self.solver_failed(state, "solver_failures", None, failures=0)
+                stack.open_streaks.add(row)
+            elif row in stack.open_streaks:
+                self.solver_ok(state, "solver_failures")
+                stack.open_streaks.discard(row)
+
+    @staticmethod
+    def _set_modes(stack: _Stack, rows: list[int], side: int, modes: list[int]) -> None:
+        """Record how the roots of one side are refreshed next (host mirror, and CPU state where it changes)."""
+        for row, mode in zip(rows, modes, strict=True):
+            if stack.modes[row][side] != mode:
+                stack.modes[row][side] = mode
+                stack.tensors[ROOT_MODES][row, side] = mode
+
+    def _repair(self, stack: _Stack, side: str, pending: _Pending, positions: list[int]) -> set[int]:
+        """Roots of the refreshed `positions` that failed their check, made again from their stored factors by the
+        host-checked iterations and the eigendecomposition fallback. Returns the rows where every method failed
+        (their root stays the checked one)."""
+        rows = [pending.refreshed[i] for i in positions]
+        root_key = ROOT_OF[side]
+        factors, roots = stack.tensors[side][rows], stack.tensors[root_key][rows]
+        floors = pending.floors[side][positions]
+        found = _newton_inverse_roots(factors, roots, floors, pending.dtype, pending.tol)
+        failed = set()
+        for row, root, fallback in zip(rows, found.roots, found.fallbacks, strict=True):
+            stack.tensors[ROOT_FALLBACKS][row] += fallback
+            if root is None:
+                failed.add(row)
+                self.solver_failures += 1
+            else:
+                stack.tensors[root_key][row] = root
+        return failed
+
+    def _polar(self, direction: Tensor, group: Mapping[str, Any], pending: _Pending) -> Tensor:
         """Polar(direction) per matrix: exact SVD (falling back to Newton–Schulz on failure) or Newton–Schulz."""
         if group["polar"] == "svd":
             try:
                 return linalg.polar_svd(direction)
             except SolverError:
-                self.solver_failures += len(params)
-                failed[:] = [True] * len(params)
+                self.solver_failures += len(pending.rows)
+                pending.failed.update(pending.rows)
         return linalg.newton_schulz(
             direction,
             steps=group["ns_steps"],
@@ -303,6 +597,26 @@ class Fismo(EagerStructuredOptimizer):
             eps=group["ns_eps"],
             dtype=NS_DTYPES[group["ns_dtype"]],
         )
+
+
+@dataclass
+class _Side:
+    """One factor's refresh, to be written into the stack once both sides are computed: the factor and root where
+    `healthy` (the previous ones elsewhere), whether the roots were iterated, and the device flags (`FLAG_KINDS`)
+    posted for the next step where the roots were not checked on the host."""
+
+    factor_stack: Tensor
+    root_stack: Tensor
+    factor: Tensor
+    root: Tensor
+    healthy: Tensor
+    updated: bool
+    flags: dict[str, Tensor] = field(default_factory=dict)
+
+    def store(self, select: _Rows) -> None:
+        select.keep(self.factor_stack, self.healthy, self.factor)
+        if self.updated:
+            select.keep(self.root_stack, self.healthy, self.root)
 
 
 def _solver_failure(param: Tensor, streak: int) -> str:
@@ -314,33 +628,36 @@ def uses_newton(shape: tuple[int, int], group: Mapping[str, Any]) -> bool:
     return group["root_method"] == "newton" and factored(shape, group["max_factor_dim"])
 
 
-def _whitened(grads: Tensor, p_roots: Tensor, q_roots: Tensor, left: Tensor | None, right: Tensor | None) -> Tensor:
+def _whitened(
+    grads: Tensor, p_roots: Tensor, q_roots: Tensor, left: Tensor | None, right: Tensor | None, precision: str
+) -> Tensor:
     """Step 6, P^{-1/2} G Q^{-1/2} for (k, m, n) stacks, reusing `left` = P^{-1/2} G or `right` = G Q^{-1/2} (formed
     with the current roots by the refresh, else None): the remaining product is (m x m)(m x n) from `right`,
     m^2 n operations, or (m x n)(n x n) from `left`, m n^2; the cheaper where both are given."""
     rows, cols = grads.shape[-2:]
     if right is not None and (left is None or rows <= cols):
-        return p_roots @ right
-    return (p_roots @ grads if left is None else left) @ q_roots
+        return matmul(p_roots, right, precision)
+    return matmul(matmul(p_roots, grads, precision) if left is None else left, q_roots, precision)
 
 
-def _stacked(states: list[dict[str, Any]], key: str) -> Tensor:
-    """The matrices `key` of `states` as a (k, d, d) stack: a view of the one matrix when k is 1, else a copy."""
-    if len(states) == 1:
-        return states[0][key].unsqueeze(0)
-    return torch.stack([st[key] for st in states])
+def _moved_momentum(momentum: Tensor, select: _Rows, signal: Tensor, beta: float) -> Tensor:
+    """Step 7, M <- beta M + (1 - beta) S for the selected rows of the stack `momentum` (in place when they are all
+    of them); returns the new momenta."""
+    moments = select.of(momentum)
+    moments.mul_(beta).add_(signal, alpha=1.0 - beta)
+    if not select.every:
+        select.put(momentum, moments)
+    return moments
 
 
-def _own_rows(stack: Tensor) -> tuple[Tensor, ...]:
-    """The matrices of a (k, d, d) stack as state tensors of their own: the view when k is 1 (the storage holds
-    nothing else), else copies (a view would keep the whole stack alive)."""
-    return stack.unbind(0) if stack.size(0) == 1 else tuple(matrix.clone() for matrix in stack)
-
-
-def _blend(old: Tensor, a: Tensor, b: Tensor, alpha: float, damp: Tensor, gamma: float) -> Tensor:
-    """Steps 4-5's EMA before normalisation, gamma X + (1 - gamma) (alpha A B + damp I), for (k, d, d) stacks: one
-    fused product for the statistic and the EMA, the damping added on the diagonal."""
-    blended = torch.baddbmm(old, a, b, beta=gamma, alpha=(1.0 - gamma) * alpha)
+def _blend(old: Tensor, a: Tensor, b: Tensor, alpha: float, damp: Tensor, gamma: float, precision: str) -> Tensor:
+    """Steps 4-5's EMA before normalisation, gamma X + (1 - gamma) (alpha A B + damp I), for (k, d, d) stacks: in
+    float32 one fused product for the statistic and the EMA (else the product in `precision`, then the EMA), the
+    damping added on the diagonal."""
+    if precision == "float32":
+        blended = torch.baddbmm(old, a, b, beta=gamma, alpha=(1.0 - gamma) * alpha)
+    else:
+        blended = torch.add(old * gamma, matmul(a, b, precision), alpha=(1.0 - gamma) * alpha)
     blended.diagonal(dim1=-2, dim2=-1).add_((1.0 - gamma) * damp.reshape(-1, 1))
     return blended
 
@@ -377,12 +694,22 @@ def _inverse_roots(factors: Tensor, floor: Tensor, dtype: torch.dtype) -> list[T
     return found
 
 
-def _newton_inverse_roots(
-    factors: Tensor, previous: Tensor, floor: Tensor, dtype: torch.dtype, tol: float
-) -> tuple[list[Tensor | None], list[int]]:
-    """X^{-1/2} per matrix of a (k, d, d) SPD stack by Newton–Schulz: warm from `previous` (the last roots), then
-    cold, then by eigendecomposition (`_inverse_roots`) for the matrices still above `tol`. Returns the roots
-    (None where every method failed) and, per matrix, 1 where it fell back to the eigendecomposition."""
+@dataclass
+class _Roots:
+    """What `_newton_inverse_roots` found."""
+
+    roots: list[Tensor | None]
+    """Per matrix, its root (None where every method failed)."""
+    fallbacks: list[int]
+    """Per matrix, 1 where it fell back to the eigendecomposition."""
+    hard: bool
+    """Whether some matrix needed more than NEWTON_STEADY_UPDATES warm updates, or a cold start."""
+
+
+def _newton_inverse_roots(factors: Tensor, previous: Tensor, floor: Tensor, dtype: torch.dtype, tol: float) -> _Roots:
+    """X^{-1/2} per matrix of a (k, d, d) SPD stack by Newton–Schulz: warm from `previous` (the last roots, host
+    checks after each update), then cold, then by eigendecomposition (`_inverse_roots`) for the matrices still above
+    `tol`."""
     stack = factors.to(dtype)
     warm = linalg.inverse_sqrt_newton_schulz(
         stack, init=previous, tol=tol, max_iters=NEWTON_WARM_ITERS, probes=NEWTON_PROBES, symmetric=True
@@ -399,7 +726,20 @@ def _newton_inverse_roots(
     if pending:
         for i, root in zip(pending, _inverse_roots(factors[pending], floor[pending], dtype), strict=True):
             found[i] = root
-    return found, [0 if ok else 1 for ok in done]
+    hard = bool(retry) or warm.iterations > NEWTON_STEADY_UPDATES
+    return _Roots(found, [0 if ok else 1 for ok in done], hard)
+
+
+def _apply_all(params: list[Tensor], update: Tensor, lr: float, decay: float) -> None:
+    """W <- decay W - lr D for each parameter and its row of `update`: one foreach call for float32 parameters."""
+    deltas = [delta.view_as(p) for p, delta in zip(params, update.unbind(0), strict=True)]
+    if any(p.dtype != STATE_DTYPE for p in params):
+        for p, delta in zip(params, deltas, strict=True):
+            _apply(p, delta, lr, decay)
+        return
+    if decay != 1.0:
+        torch._foreach_mul_(params, decay)
+    torch._foreach_add_(params, deltas, alpha=-lr)
 
 
 def _apply(param: Tensor, delta: Tensor, lr: float, decay: float) -> None:
@@ -433,13 +773,14 @@ COUNTER_BYTES = 8 * len(_COUNTERS)
 
 
 def fismo_state_bytes(structured: list[tuple[int, ...]], fallback: list[tuple[int, ...]], hp: Mapping[str, Any]) -> int:
-    """Per matrix: P, Q and their inverse roots (2 m^2 + 2 n^2 floats) and M (m n), float32, two int64 counters;
-    an oversize matrix under `oversize="muon"` keeps only M and the counters. Plus torch AdamW's state."""
+    """Per matrix: P, Q and their inverse roots (2 m^2 + 2 n^2 floats) and M (m n), float32, two int64 counters; with
+    Newton–Schulz roots a third (root_fallbacks) and two int8 (root_modes); an oversize matrix under
+    `oversize="muon"` keeps only M and the two counters. Plus torch AdamW's state."""
     total = 0
     for shape in structured:
         rows, cols = matrix_shape(shape)
         factors = 2 * rows * rows + 2 * cols * cols if factored((rows, cols), hp["max_factor_dim"]) else 0
-        fallback_counter = 8 if uses_newton((rows, cols), hp) else 0
+        fallback_counter = 8 + len(SIDES) if uses_newton((rows, cols), hp) else 0
         total += 4 * (factors + rows * cols) + COUNTER_BYTES + fallback_counter
     return total + adamw_state_bytes(fallback)
 

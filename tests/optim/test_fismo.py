@@ -12,7 +12,7 @@
   tr P = m and tr Q = n after every step; step 4 equals its rewrite P_t = (1 - a) P_{t-1} + a (m/tr L) L.
 - Gradient-scale non-invariance, quantified: Muon's update is unchanged under G -> c G, FISMO's is not.
 - State bytes counted by hand: P, Q, their inverse roots and M in float32 plus three int64 counters (the third,
-  root_fallbacks, with the default Newton–Schulz roots).
+  root_fallbacks, with the default Newton–Schulz roots) and two bools (roots_due, also theirs).
 """
 
 from __future__ import annotations
@@ -508,8 +508,8 @@ def test_state_bytes_counted_by_hand() -> None:
         model(torch.randn(5, 8, generator=torch.Generator().manual_seed(step))).sum().backward()
         optimizer.step()
     # 16 x 8: P 16^2, Q 8^2 and their roots, M 128 floats; 4 x 16: 2 (16 + 256) + 64; three int64 counters each
-    # (step, solver_failures and the default Newton–Schulz roots' root_fallbacks).
-    fismo_bytes = 4 * (2 * 256 + 2 * 64 + 128) + 24 + 4 * (2 * 16 + 2 * 256 + 64) + 24
+    # (step, solver_failures and the default Newton–Schulz roots' root_fallbacks) and two bools (roots_due).
+    fismo_bytes = 4 * (2 * 256 + 2 * 64 + 128) + 24 + 2 + 4 * (2 * 16 + 2 * 256 + 64) + 24 + 2
     adamw_bytes = 2 * 4 * (16 + 4 + 3 * 4 + 3) + 4 * 4  # exp_avg + exp_avg_sq, one float32 step per tensor
     assert measure.state_bytes(optimizer) == fismo_bytes + adamw_bytes
     entry = registry.get("fismo")

@@ -151,8 +151,9 @@ def test_fismo_newton_state_bytes_include_the_fallback_counter() -> None:
     optimizer.step()
     shapes = {n: tuple(p.shape) for n, p in model.named_parameters()}
     hp = registry.resolve_hparams("fismo", {"root_method": "newton"})
-    # 16 x 8: P, Q and roots (2 * 256 + 2 * 64), M 128 floats; three int64 counters; AdamW: 2 floats per element + step
-    fismo_bytes = 4 * (2 * 256 + 2 * 64 + 128) + 3 * 8
+    # 16 x 8: P, Q and roots (2 * 256 + 2 * 64), M 128 floats; three int64 counters, two bools (roots_due); AdamW: 2
+    # floats per element + step
+    fismo_bytes = 4 * (2 * 256 + 2 * 64 + 128) + 3 * 8 + 2
     fallback = [shapes[n] for n in routing.fallback]
     adamw_bytes = sum(2 * 4 * torch.Size(s).numel() + 4 for s in fallback)
     assert measure.state_bytes(optimizer) == fismo_bytes + adamw_bytes
