@@ -87,7 +87,6 @@ def test_the_amortised_cost_spreads_each_refresh_over_the_default_interval():
 
 
 KNOWN_OVER = {
-    "fismo": {"host reads": "tolist() and bool() of the roots' residual checks", "launches": "per-matrix loops"},
     "shampoo-4bit": {"launches": "per-matrix dequantisation of the 4-bit roots every step"},
     "shampoo-4bit-naive": {"launches": "per-matrix dequantisation of the 4-bit roots every step"},
 }
