@@ -12,6 +12,7 @@ from torch import nn
 
 from structbench import measure
 from structbench.optim import linalg, quant, registry, shampoo4bit
+from structbench.optim.cost_profile import count
 from structbench.optim.shampoo4bit import Shampoo4bit
 
 BETA, EPS = 0.95, 1e-6
@@ -104,9 +105,12 @@ def test_measured_preconditioner_bytes_ratio_on_a_small_instance():
     assert measured["shampoo-4bit"] == sum(_hand_bytes_4bit(k) for k in (128, 256, 96, 128))
 
 
-def test_state_bytes_formula_with_blocks_and_fp32_remainders():
+@pytest.mark.parametrize("batch", ["off", "on"])
+def test_state_bytes_formula_with_blocks_and_fp32_remainders(batch):
     model = nn.Sequential(nn.Linear(150, 130, bias=False))
-    opt = registry.make_optimizer("shampoo-4bit", model, stat_interval=1, root_interval=1, max_order=100)
+    opt = registry.make_optimizer(
+        "shampoo-4bit", model, stat_interval=1, root_interval=1, max_order=100, batch_matrices=batch
+    )
     _train(model, opt, 2)
     hp = registry.resolve_hparams("shampoo-4bit", {"max_order": 100})
     assert measure.state_bytes(opt) == shampoo4bit.state_bytes([(130, 150)], [], hp)
@@ -129,9 +133,10 @@ def test_full_precision_statistics_are_never_stored():
                     assert value.dtype == torch.uint8
 
 
-def test_state_round_trip_is_exact():
+@pytest.mark.parametrize("batch", ["off", "on"])
+def test_state_round_trip_is_exact(batch):
     model = _model()
-    opt = registry.make_optimizer("shampoo-4bit", model, stat_interval=1, root_interval=2)
+    opt = registry.make_optimizer("shampoo-4bit", model, stat_interval=1, root_interval=2, batch_matrices=batch)
     _train(model, opt, 4)
     buffer = io.BytesIO()
     torch.save({"model": model.state_dict(), "optim": opt.state_dict()}, buffer)
@@ -140,7 +145,7 @@ def test_state_round_trip_is_exact():
     saved = torch.load(buffer, weights_only=False)
     resumed = _model(seed=5)
     resumed.load_state_dict(saved["model"])
-    opt2 = registry.make_optimizer("shampoo-4bit", resumed, stat_interval=1, root_interval=2)
+    opt2 = registry.make_optimizer("shampoo-4bit", resumed, stat_interval=1, root_interval=2, batch_matrices=batch)
     opt2.load_state_dict(saved["optim"])
     _train(resumed, opt2, 3, seed=1)
     for a, b in zip(model.parameters(), resumed.parameters(), strict=True):
@@ -254,3 +259,74 @@ def test_invalid_switches_are_rejected():
         Shampoo4bit([w], bits=5)
     with pytest.raises(ValueError):
         Shampoo4bit([w], codebook="nf4")
+
+
+# ---- the steady-state step per bucket of same-format roots ----
+
+U32 = 2.0**-24
+ROOT_FIELDS = ("codes", "scales", "shape", "bits", "block_size", "codebook_id", "diag")
+
+
+def gamma(n: int) -> float:
+    return n * U32 / (1 - n * U32)
+
+
+def _root(state: dict, name: str) -> torch.Tensor:
+    """A stored root read through the documented state format and the public quantizer (or the fp32 tensor)."""
+    if name in state:
+        return state[name]
+    fields = {f: state[f"{name}.{f}"] for f in ROOT_FIELDS if f"{name}.{f}" in state}
+    return quant.dequantize(quant.from_state(fields))
+
+
+def _refreshed(cls, shapes: list[tuple[int, int]], **hparams):
+    """`cls` on weights of `shapes` after one root update (root_interval 2, three steps), blocks of at most 100: a
+    (150, 130) weight has blocks of orders 100 (quantized) and 50, 30 (fp32) on each side."""
+    gen = torch.Generator().manual_seed(0)
+    params = [nn.Parameter(torch.randn(shape, generator=gen)) for shape in shapes]
+    opt = cls(params, stat_interval=1, root_interval=2, max_order=100, **hparams)
+    for _ in range(3):
+        for p in params:
+            p.grad = torch.randn(p.shape, generator=gen)
+        opt.step()
+    states = [opt.state[p] for p in params]
+    layouts = [shampoo4bit.shampoo32.block_slices(*p.shape, 100) for p in params]
+    grads = [torch.randn(p.shape, generator=gen) for p in params]
+    return opt, states, layouts, grads
+
+
+SHAPES = [(96, 128), (96, 128), (128, 96), (150, 130), (64, 64)]
+
+
+@pytest.mark.parametrize("cls", [Shampoo4bit, shampoo4bit.Shampoo4bitNaive])
+@pytest.mark.parametrize("batch", ["on", "off"])
+def test_preconditioned_blocks_are_the_products_of_the_stored_roots(cls, batch):
+    """G^ = L^ G R^ per block from the dequantized stored roots, stacked or not: each entry is a float32 (L^ G) R^
+    of exact float32 factors, within (gamma_m + gamma_n + gamma_m gamma_n) (|L^| |G| |R^|) of the float64 product
+    (m, n the block's orders: the inner lengths of the two products), whatever order a batched kernel sums in. A
+    parameter whose roots are still I keeps its gradient, the same tensor."""
+    opt, states, layouts, grads = _refreshed(cls, SHAPES, batch_matrices=batch)
+    fresh = {**states[-1], "root_updates": 0}
+    out = opt.precondition_all([*states, fresh], [*grads, grads[-1]], [*layouts, layouts[-1]], opt.param_groups[0])
+    assert out[-1] is grads[-1]
+    for state, blocks, grad, direction in zip(states, layouts, grads, out, strict=False):
+        assert state["root_updates"] == 1 and direction.shape == grad.shape
+        for k, (rs, cs) in enumerate(blocks):
+            left, right = _root(state, f"left_root_{k}").double(), _root(state, f"right_root_{k}").double()
+            g = grad[rs, cs].double()
+            m, n = g.shape
+            bound = (gamma(m) + gamma(n) + gamma(m) * gamma(n)) * (left.abs() @ g.abs() @ right.abs())
+            assert bool(((direction[rs, cs].double() - left @ g @ right).abs() <= bound).all()), (k, m, n)
+
+
+@pytest.mark.parametrize("cls", [Shampoo4bit, shampoo4bit.Shampoo4bitNaive])
+def test_stacked_preconditioning_launches_per_bucket_not_per_matrix(cls):
+    """Counted launches (cost_profile.count) of the steady-state products: stacked, six 4-bit blocks of one format cost
+    what two do (one bucket); one at a time, three times as much."""
+
+    def launches(batch: str, copies: int) -> int:
+        opt, states, layouts, grads = _refreshed(cls, [(96, 64)] * copies, batch_matrices=batch)
+        return count(lambda: opt.precondition_all(states, grads, layouts, opt.param_groups[0])).launches
+
+    assert launches("on", 6) == launches("on", 2)
+    assert launches("off", 6) == 3 * launches("off", 2)
