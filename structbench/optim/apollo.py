@@ -66,6 +66,7 @@ import torch
 from torch import Tensor, nn
 
 from structbench.optim import memory
+from structbench.optim.base import eager
 from structbench.optim.galore import (
     SIGN_INVARIANT_CHECK_HPARAMS,
     GaLore,
@@ -192,7 +193,7 @@ class Apollo(GaLore):
         right = projects_right(shape, group["proj_type"])
         if grads.device not in self._generators:
             self._generators[grads.device] = torch.Generator(device=grads.device)
-        return random_projections(shape, rank, right, seeds, self._generators[grads.device])
+        return eager(random_projections, shape, rank, right, seeds, self._generators[grads.device])
 
     def _refresh(self, group: dict[str, Any], params: list[nn.Parameter], grads: list[Tensor]) -> None:
         """SVD: GaLore's refresh. Random: a new seed (Alg. 9 line 6); moments are kept, as the reference does."""
