@@ -87,8 +87,6 @@ def test_the_amortised_cost_spreads_each_refresh_over_the_default_interval():
 
 
 KNOWN_OVER = {
-    "shampoo-4bit": {"launches": "per-matrix dequantisation of the 4-bit roots every step"},
-    "shampoo-4bit-naive": {"launches": "per-matrix dequantisation of the 4-bit roots every step"},
 }
 """The optimizers whose GPU-fast form is still to come, and what each is over: the budget's named exceptions."""
 
