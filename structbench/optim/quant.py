@@ -29,6 +29,10 @@ Storage format (one `QuantizedMatrix`):
   to the lower code (the more negative one), which is the first minimiser of |x - R(j)| over the sorted
   codebook. The decision thresholds are the float32 numbers just at or below each exact midpoint, so
   the choice is exactly the nearest code for every float32 input, on every device.
+- Decoding. Every code byte is read through a table of its decoded codes (one code at 8 bits, the low
+  then the high nibble's at 3 and 4), then multiplied by its block's scale: one float32 product per
+  element, so `dequantize_many` decodes a stack of one format in one pass, bit for bit as `dequantize`
+  of each. A 3-bit nibble of 8 to 15 (never written by `quantize`) decodes to NaN.
 - Non-finite inputs are not checked: a NaN or inf makes its block's scale non-finite, and the
   dequantized block is then non-finite too.
 
