@@ -21,7 +21,9 @@ only). Per matrix W (m x n; conv filters as (out, in*kh*kw)), the projected side
     W <- W - lr wd W                                                      (decoupled, after the update)
 
 The step runs per bucket of same-shape matrices (`galore.LowRankBucket`): the ratios, norms and limiter of all its
-matrices in one launch each, each matrix with its own s and psi, the per-matrix arithmetic.
+matrices in one launch each, each matrix with its own s and psi, the per-matrix arithmetic but for one rounding:
+eta G~ is rounded before the step size multiplies it (`galore.add_stacked`), where the per-matrix step rounded
+eta times the step size first (a float32 ulp of the update apart).
 
 Reading of Alg. 9 against the reference code (each in the registry notes or a declared source):
 - Alg. 9 multiplies by a "scale alpha"; the reference multiplies by sqrt(`scale`) (APOLLO-Mini's scale 128
