@@ -84,7 +84,7 @@ import torch
 from torch import Tensor, nn
 
 from structbench.errors import SolverError
-from structbench.optim.base import StructuredOptimizer
+from structbench.optim.base import EagerStructuredOptimizer, StructuredOptimizer
 from structbench.optim.deferred import DeferredCheck
 from structbench.optim.hparams import Declaration, code, decade_around, integer, lin, option, ours, paper, real
 from structbench.optim.hybrid import adamw_fallback, adamw_state_bytes, hybrid_builder
@@ -203,12 +203,14 @@ def _root_failure(p: Tensor, streak: int) -> str:
     return f"ASGO: the inverse root of a {tuple(p.shape)} parameter failed {streak} steps in a row"
 
 
-class ASGO(StructuredOptimizer):
+class ASGO(EagerStructuredOptimizer):
     """ASGO, Algorithm 2 of An et al. (2025), over matrices, conv filters (as (out, in*kh*kw)) and vectors.
 
     State per parameter: `step` (float32 scalar), `momentum` (parameter dtype), `precond` (the k x k
     statistic V, float32), `inv_root` (its damped inverse root, float32) and, with `root="newton-schulz"`,
-    `root_fallbacks` (int64: the eigh roots that repaired a failed Newton–Schulz root).
+    `root_fallbacks` (int64: the eigh roots that repaired a failed Newton–Schulz root). Under torch.compile the
+    step runs eagerly (`EagerStructuredOptimizer`): the deferred check and its fallback are data-dependent control
+    flow.
     """
 
     cpu_state_keys = ("step", ROOT_FALLBACKS)
@@ -285,7 +287,7 @@ class ASGO(StructuredOptimizer):
                 due[(state["precond"].size(-1), p.device)].append(p)
         repaired = self._repair_failed_roots(group)
         for key, owned in due.items():
-            rest = [p for p in owned if p not in repaired]
+            rest = [p for p in owned if id(p) not in repaired]
             if rest:
                 self._refresh_inverse_roots(rest, group, key)
         for p in params:
@@ -321,14 +323,14 @@ class ASGO(StructuredOptimizer):
         else:
             precond.addmm_(x, x.mT)
 
-    def _repair_failed_roots(self, group: Mapping[str, Any]) -> set[Tensor]:
+    def _repair_failed_roots(self, group: Mapping[str, Any]) -> set[int]:
         """The eigh root of the current V for each matrix of this group whose last Newton–Schulz root failed its
         residual check (read a step late: `structbench.optim.deferred`), each counted in `root_fallbacks`. Returns
-        the parameters repaired."""
-        members = set(group["params"])
-        repaired: set[Tensor] = set()
+        the ids of the parameters repaired (ids: a tensor's `in` would compare values under torch.compile)."""
+        members = {id(p) for p in group["params"]}
+        repaired: set[int] = set()
         for key, (check, owners) in list(self._root_checks.items()):
-            if not owners or owners[0] not in members:
+            if not owners or id(owners[0]) not in members:
                 continue
             failed = [owners[i] for i in check.take()]
             del self._root_checks[key]
@@ -336,7 +338,7 @@ class ASGO(StructuredOptimizer):
                 self._refresh_inverse_roots(failed, {**group, "root": "eigh"}, key)
                 for p in failed:
                     self.state[p][ROOT_FALLBACKS] += 1
-                repaired.update(failed)
+                repaired.update(id(p) for p in failed)
         return repaired
 
     def _refresh_inverse_roots(
