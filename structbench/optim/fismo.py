@@ -90,6 +90,7 @@ ORDERS = ("gauss_seidel", "jacobi")
 DAMPINGS = ("algorithm", "theorem")
 ROOT_DTYPES: dict[str, torch.dtype] = {"float32": torch.float32, "float64": torch.float64}
 ROOT_METHODS = ("eigh", "newton")
+ROOT_CHECKS = ("deferred", "immediate")
 NEWTON_WARM_ITERS = 6
 """Warm-started Newton–Schulz updates before a cold start (one step's factor moves by about 1 - gamma)."""
 NEWTON_PROBES = 64
@@ -106,10 +107,13 @@ ROOT_MODES = "root_modes"
 """CPU int8 state (P side, Q side): how the root is refreshed next, an index into `MODES`."""
 MODES = ("kept", "warm", "checked")
 """A root's refresh, from the last one's outcome (a stack takes the most thorough of its matrices' modes):
-"kept" (its probe residual was below root_tol / PROBE_MARGIN): checked by probes against the new factor, no product
-of d x d matrices; "warm" (above it): NEWTON_STEADY_UPDATES warm updates; "checked" (a first refresh, a root that
-failed its check, or one whose host-checked refresh needed more than NEWTON_STEADY_UPDATES updates): the host-checked
-iterations and fallbacks at once (`_newton_inverse_roots`). Only "checked" reads the host."""
+"kept" (its probe residual was at most root_tol / PROBE_MARGIN^2): checked by probes against the new factor, no
+product of d x d matrices, and accepted when their estimate is at most root_tol / PROBE_MARGIN (as in
+linalg.inverse_sqrt_newton_schulz: a root with residual above root_tol passes with probability below 2e-9);
+"warm" (above it): NEWTON_STEADY_UPDATES warm updates, accepted on their exact residual; "checked" (a first
+refresh, a root that failed its check, or one whose host-checked refresh needed more than NEWTON_STEADY_UPDATES
+updates): the host-checked iterations and fallbacks at once (`_newton_inverse_roots`). Only "checked" reads the
+host."""
 KEPT, WARM, CHECKED = range(len(MODES))
 SIDES = ("P", "Q")
 ROOT_OF = {"P": "P_inv_root", "Q": "Q_inv_root"}
@@ -252,6 +256,12 @@ class Fismo(EagerStructuredOptimizer):
                 "newton",
                 ROOT_METHODS,
                 ours("matrix products only (Newton–Schulz), within root_tol of the exact root; 'eigh' is exact"),
+            ),
+            option(
+                "root_check",
+                "deferred",
+                ROOT_CHECKS,
+                ours("'newton' roots checked a step later (no host read); 'immediate': at once, every refresh"),
             ),
             real(
                 "root_tol",
@@ -428,7 +438,7 @@ class Fismo(EagerStructuredOptimizer):
             return self._eigh_side(stack, side, select, factor, floor, old_root, pending)
         dtype = ROOT_DTYPES[group["root_dtype"]]
         mode = max(stack.modes[row][SIDES.index(side)] for row in select.rows)
-        if mode == CHECKED:
+        if mode == CHECKED or group["root_check"] == "immediate":
             return self._checked_side(stack, side, select, factor, floor, old_root, pending)
         pending.floors[side] = floor
         probes = self._probe_matrix(dim, dtype, factor.device)
@@ -441,7 +451,7 @@ class Fismo(EagerStructuredOptimizer):
             )
             root, fits = found.root.to(STATE_DTYPE), found.converged
         else:
-            root, fits = old_root, start <= tol
+            root, fits = old_root, start <= tol / linalg.PROBE_MARGIN
         return _Side(
             stack.tensors[side],
             stack.tensors[ROOT_OF[side]],
@@ -449,7 +459,7 @@ class Fismo(EagerStructuredOptimizer):
             root,
             healthy,
             updated=mode == WARM,
-            flags={"repair": healthy & ~fits, "broken": ~healthy, "stale": ~(start <= tol / linalg.PROBE_MARGIN)},
+            flags={"repair": healthy & ~fits, "broken": ~healthy, "stale": ~(start <= tol / linalg.PROBE_MARGIN**2)},
         )
 
     def _checked_side(

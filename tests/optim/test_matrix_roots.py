@@ -162,24 +162,85 @@ def test_fismo_newton_state_bytes_include_the_fallback_counter() -> None:
     )
 
 
+def _residuals_used(optimizer: Fismo) -> float:
+    """The largest ||Z X Z - I||_F / sqrt(d) (float64) over the roots and factors in the state after a step (with the
+    default deferred check these are the roots the step used: a failed one is repaired at the next step's start),
+    less what the solver's float32 residual may miss, gamma_2d || |Z| |X| |Z| ||_F / sqrt(d) (as in
+    `_assert_root_within_its_residual`): at most root_tol where the solver's check passed."""
+    worst = 0.0
+    for state in optimizer.state.values():
+        for factor, root in (("P", "P_inv_root"), ("Q", "Q_inv_root")):
+            x, z = state[factor].to(F64), state[root].to(F64)
+            d = x.size(0)
+            residual = float(torch.linalg.matrix_norm(z @ x @ z - torch.eye(d, dtype=F64))) / d**0.5
+            magnitude = float(torch.linalg.matrix_norm(z.abs() @ x.abs() @ z.abs())) / d**0.5
+            worst = max(worst, residual - 2 * d * U32 / (1 - 2 * d * U32) * magnitude)
+    return worst
+
+
+def _fismo_run_with_residuals(
+    steps: int, scale: float, shapes: list[tuple[int, int]], **hparams: object
+) -> tuple[list, list[float], Fismo]:
+    gen = torch.Generator().manual_seed(0)
+    params = [nn.Parameter(torch.randn(*s, generator=gen) * 0.02) for s in shapes]
+    optimizer = Fismo(params, **hparams)
+    updates, residuals = [], []
+    for _ in range(steps):
+        before = [p.detach().clone() for p in params]
+        for p in params:
+            p.grad = torch.randn(p.shape, generator=gen) * scale
+        optimizer.step()
+        updates.append([p.detach() - b for p, b in zip(params, before, strict=True)])
+        residuals.append(_residuals_used(optimizer))
+    return updates, residuals, optimizer
+
+
 @pytest.mark.parametrize("root_tol", [1e-4, None])
-@pytest.mark.parametrize("scale", [1.0, 3.0, 10.0])
+@pytest.mark.parametrize(
+    ("scale", "check"),
+    [(1.0, "deferred"), (3.0, "deferred"), (1.0, "immediate"), (3.0, "immediate"), (10.0, "immediate")],
+)
 def test_fismo_newton_steps_stay_within_the_bound_of_the_float64_eigh_form(
-    scale: float, root_tol: float | None
+    scale: float, check: str, root_tol: float | None
 ) -> None:
     """Six steps on 48 x 192 and 64 x 64 with fresh N(0, scale^2) gradients (factor condition numbers up to about
     3 at scale 3 and 250 at scale 10): each step's update differs from the float64-eigh run's by under
     3 root_tol relative (a root whose residual ||Z X Z - I|| / sqrt(d) is r is about r / 2 from the exact one,
-    relative, and each update takes two roots), with no fallback; at root_tol 1e-4 and at the default, 1e-3."""
+    relative, and each update takes two roots), with no fallback; at root_tol 1e-4 and at the default, 1e-3.
+    With root_check="immediate" every refresh is checked at once; with the default deferred check the claim needs
+    every root the step used within root_tol (their residual is asserted, a posteriori; a root kept on its probe
+    estimate passes above root_tol with probability below 2e-9, linalg.inverse_sqrt_newton_schulz): at scales 1
+    and 3 the factors move by about 1 % and 8 % per step and the fixed warm updates keep up (at scale 10 they do
+    not: `test_a_deferred_root_check_uses_a_failed_root_for_one_step_and_repairs_it`)."""
     shapes = [(48, 192), (64, 64)]
     tolerance = {} if root_tol is None else {"root_tol": root_tol}
-    bound = 3 * (registry.resolve_hparams("fismo", tolerance)["root_tol"])
+    tol = registry.resolve_hparams("fismo", tolerance)["root_tol"]
     reference, _ = _fismo_run(6, scale, shapes, root_method="eigh", root_dtype="float64")
-    newton, optimizer = _fismo_run(6, scale, shapes, **tolerance)
+    newton, residuals, optimizer = _fismo_run_with_residuals(6, scale, shapes, root_check=check, **tolerance)
     assert optimizer.root_fallbacks == 0
+    if check == "deferred":
+        assert max(residuals) <= tol, residuals
     for ours, theirs in zip(newton, reference, strict=True):
         for u, v in zip(ours, theirs, strict=True):
-            assert _relative(u, v) < bound
+            assert _relative(u, v) < 3 * tol
+
+
+def test_a_deferred_root_check_uses_a_failed_root_for_one_step_and_repairs_it() -> None:
+    """The deferred check's stated price, at scale 10 (factors moving by about half per step, condition numbers
+    growing to about 250, where the warm iteration stops contracting: cond > 34): a step uses a root whose residual
+    is above root_tol (more than 10 root_tol here), the steps before it stay within 3 root_tol of the float64-eigh
+    run, and the next step repairs it (the roots stored after that step, when the repair is done, are back within
+    root_tol) and switches the stack to the host-checked refresh, whose roots stay within root_tol."""
+    shapes = [(48, 192), (64, 64)]
+    tol = 1e-4
+    reference, _ = _fismo_run(6, 10.0, shapes, root_method="eigh", root_dtype="float64")
+    newton, residuals, _ = _fismo_run_with_residuals(6, 10.0, shapes, root_tol=tol)
+    late = next(step for step, residual in enumerate(residuals) if residual > tol)
+    assert residuals[late] > 10 * tol
+    assert all(residual <= tol for residual in residuals[late + 1 :]), residuals
+    for ours, theirs in zip(newton[:late], reference[:late], strict=True):
+        for u, v in zip(ours, theirs, strict=True):
+            assert _relative(u, v) < 3 * tol
 
 
 @pytest.mark.parametrize("root_tol", [1e-4, None])
@@ -187,14 +248,15 @@ def test_fismo_newton_on_near_singular_factors_is_no_farther_from_float64_than_f
     root_tol: float | None,
 ) -> None:
     """Scale 20: a factor reaches condition number ~5e5, float32 eigh itself drifts ~4% from float64 in six
-    steps; Newton–Schulz falls back on some roots (counted) and ends no farther than 1.5x float32 eigh's drift
-    plus 3 root_tol."""
+    steps; Newton–Schulz checked at once (root_check="immediate") falls back on some roots (counted) and ends no
+    farther than 1.5x float32 eigh's drift plus 3 root_tol. (Deferred, a root that failed its check is used for one
+    step: the previous test.)"""
     shapes = [(48, 192), (64, 64)]
     tolerance = {} if root_tol is None else {"root_tol": root_tol}
     slack = 3 * (registry.resolve_hparams("fismo", tolerance)["root_tol"])
     reference, _ = _fismo_run(6, 20.0, shapes, root_method="eigh", root_dtype="float64")
     eigh, _ = _fismo_run(6, 20.0, shapes, root_method="eigh")
-    newton, optimizer = _fismo_run(6, 20.0, shapes, **tolerance)
+    newton, optimizer = _fismo_run(6, 20.0, shapes, root_check="immediate", **tolerance)
     assert optimizer.root_fallbacks > 0
     for step in range(6):
         for i in range(len(shapes)):
