@@ -115,7 +115,7 @@ def complement(u: Tensor) -> Tensor:
 
 
 def _gaussian_columns(m: int, k: int, generator: torch.Generator, dtype: torch.dtype) -> Tensor:
-    cols = torch.randn(m, k, generator=generator, dtype=torch.float64)
+    cols = torch.randn(m, k, generator=generator, dtype=torch.float64, device=generator.device)
     return (cols / cols.norm(dim=0, keepdim=True)).to(dtype)
 
 
@@ -133,7 +133,7 @@ def switch(ritz: Tensor, r: int, l_used: int, mode: str, generator: torch.Genera
     rest = complement(ritz)
     if mode == "full-basis":
         rest = torch.cat([ritz[:, l_used:], rest], dim=1)
-    picks = torch.randperm(rest.size(1), generator=generator)[: r - l_used].to(ritz.device)
+    picks = torch.randperm(rest.size(1), generator=generator, device=generator.device)[: r - l_used].to(ritz.device)
     return torch.cat([lead, rest[:, picks]], dim=1)
 
 

@@ -297,12 +297,12 @@ class ASGO(EagerStructuredOptimizer):
         state = self.state[p]
         if not state:
             k = preconditioner_size(tuple(p.shape), group["side"])
-            state["step"] = torch.zeros((), dtype=torch.float32)
+            state["step"] = torch.zeros((), dtype=torch.float32, device="cpu")
             state["momentum"] = torch.zeros_like(p, memory_format=torch.preserve_format)
             state["precond"] = torch.zeros(k, k, dtype=torch.float32, device=p.device)
             state["inv_root"] = torch.zeros(k, k, dtype=torch.float32, device=p.device)
             if group["root"] == "newton-schulz":
-                state[ROOT_FALLBACKS] = torch.zeros((), dtype=torch.int64)
+                state[ROOT_FALLBACKS] = torch.zeros((), dtype=torch.int64, device="cpu")
         return state
 
     @staticmethod

@@ -250,7 +250,7 @@ class Sumo(EagerStructuredOptimizer):
     def _init_state(self, param: Tensor) -> None:
         state = self.state[param]
         for key in _COUNTERS:
-            state[key] = torch.zeros((), dtype=torch.int64)
+            state[key] = torch.zeros((), dtype=torch.int64, device="cpu")
         state["prev_norm"] = torch.zeros((), dtype=compute_dtype(param.dtype), device=param.device)
 
     def _advance_moments(
