@@ -123,10 +123,10 @@ def _boolean_index(args: Sequence[Any]) -> bool:
 
 def matmul_flops(name: str, args: Sequence[Any]) -> int:
     """Multiply-add FLOPs (2 per multiply-add) of a matrix product operator, 0 for any other."""
-    if name in ("mm", "addmm", "bmm", "baddbmm"):
+    if name in ("mm", "addmm", "addmm_", "bmm", "baddbmm", "baddbmm_"):
         a, b = (args[0], args[1]) if name in ("mm", "bmm") else (args[1], args[2])
         return 2 * a.numel() * b.shape[-1]
-    if name in ("mv", "addmv"):
+    if name in ("mv", "addmv", "addmv_"):
         matrix = args[0] if name == "mv" else args[1]
         return 2 * matrix.numel()
     if name == "dot":

@@ -33,6 +33,10 @@ def test_a_matmul_is_one_launch_of_2mkn_flops_in_its_dtype_and_one_new_tensor():
     assert cost.bytes_allocated == 3 * 7 * 4
     stacked = torch.ones(4, 3, 5, dtype=torch.bfloat16), torch.ones(4, 5, 2, dtype=torch.bfloat16)
     assert dict(count(lambda: torch.bmm(*stacked)).flops) == {"bfloat16": 2 * 4 * 3 * 5 * 2}
+    into = torch.zeros(3, 7)
+    assert dict(count(lambda: into.addmm_(a, b)).flops) == {"float32": 2 * 3 * 5 * 7}  # in place: counted too
+    batched_into = torch.zeros(4, 3, 2, dtype=torch.bfloat16)
+    assert dict(count(lambda: batched_into.baddbmm_(*stacked)).flops) == {"bfloat16": 2 * 4 * 3 * 5 * 2}
 
 
 def test_views_launch_nothing_and_in_place_updates_allocate_nothing():
