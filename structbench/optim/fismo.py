@@ -21,18 +21,31 @@ Implementation (each choice exact in exact arithmetic, within a stated tolerance
 - Only P^{-1/2} and Q^{-1/2} are kept: G Q^{-1} G^T is formed as (G Q^{-1/2})(G Q^{-1/2})^T and G^T P^{-1} G as
   (P^{-1/2} G)^T (P^{-1/2} G), PSD by construction, and P_t^{-1/2} G_t is reused for the whitening. The statistic
   and the EMA are one fused product (gamma X + (1 - gamma)/n B B^T), the damping added on the diagonal.
-- Inverse square roots, default `root_method="newton"` (matrix products only): each factor's root by
-  linalg.inverse_sqrt_newton_schulz, warm-started from that factor's previous root (kept without any d x d
-  product while `NEWTON_PROBES` probe vectors put its residual below root_tol / 2, else at most
-  `NEWTON_WARM_ITERS` updates), then, for a matrix whose residual ||Z X Z - I||_F / sqrt(d) is still above
-  `root_tol`, a cold coupled Newton–Schulz start (at most `NEWTON_COLD_ITERS` updates), then the
-  eigendecomposition below. Each eigendecomposition fallback adds one to the matrix's `root_fallbacks` and to
-  the optimizer's `root_fallbacks`, recorded with the run (the runs table's `root_fallbacks` column). No eigenvalue
-  floor is applied (in exact arithmetic the damping already bounds the spectrum below). A root with residual r
-  is about r / 2 from the exact root, relative, so each step's update stays within about root_tol (default 1e-3)
-  of the exact form; tests/optim/test_matrix_roots.py checks 3 root_tol against float64 eigendecompositions over
-  several steps. Most steps keep the previous roots (the factors move by about 1 - gamma per step at most), so
-  a step costs about the products above plus the polar step.
+- Inverse square roots, default `root_method="newton"` (matrix products only, float32 whatever `matmul_precision`):
+  each root is refreshed in one of three modes (`MODES`), chosen per same-shape stack from the previous refresh's
+  outcome: "kept" (the previous root, checked against the new factor by `NEWTON_PROBES` probe vectors,
+  linalg.inverse_sqrt_probe_residual: no d x d product), "warm" (`NEWTON_STEADY_UPDATES` warm Newton–Schulz updates,
+  linalg.inverse_sqrt_warm_updates, each kept only where it lowers the residual) or "checked" (the host-checked
+  path: warm updates with a host check after each, at most `NEWTON_WARM_ITERS`, then a cold coupled start, at most
+  `NEWTON_COLD_ITERS`, then the eigendecomposition below; a first refresh is "checked"). A root passes when its
+  residual ||Z X Z - I||_F / sqrt(d) is at most `root_tol` (for a kept root: its probe estimate at most
+  root_tol / PROBE_MARGIN). With `root_check="deferred"` (default) "kept" and "warm" read nothing on the host: their
+  pass/fail flags go to a DeferredCheck and are read at the next step, which first repairs each root that failed by
+  the host-checked path (an eigendecomposition there adds one to the matrix's `root_fallbacks` and to the
+  optimizer's, recorded in the runs table's `root_fallbacks` column) and refreshes that stack "checked" next. The
+  price: a root that failed its check is used for the step it was made in (its factor jumped beyond what the
+  previous root or the warm updates reach: tests/optim/test_matrix_roots.py shows one such step at gradient scale 10,
+  about 1 % off the exact update for the steps after it), and a matrix's solver failures are counted, and the third
+  in a row raised, one step later. `state_dict()` makes the pending repairs first, so a resumed run continues
+  exactly. With `root_check="immediate"` every refresh is "checked" at once (host reads every step: the behaviour
+  before the deferred check). No eigenvalue floor is applied to Newton–Schulz roots (in exact arithmetic the damping
+  already bounds the spectrum below). A root with residual r is about r / 2 from the exact root, relative, so each
+  step's update stays within about root_tol (default 1e-3) of the exact form; tests/optim/test_matrix_roots.py checks
+  3 root_tol against float64 eigendecompositions over several steps. Where the gradients are small (tr L << m) the
+  factors move little per step and the roots stay "kept": a step then costs the products above, the polar step and
+  the probes (3 products of d x d by d x 64 per factor), and the warm updates' 2 + 3 NEWTON_STEADY_UPDATES d x d
+  products only when a probe residual passes root_tol / PROBE_MARGIN^2. (Warm updates every step would cost about
+  5x the rest of the step in d^3 products at GPT-2-small's 3072 x 768 matrices: hence the probe-kept mode.)
 - `root_method="eigh"` (exact): one symmetric eigendecomposition per factor (linalg.eigh_with_retry: float32,
   float64 retry; `root_dtype="float64"` solves in float64). Eigenvalues are clamped at the floor
   (1 - gamma) d m / tr P~_t that damping d = mu tr(P_{t-1})/m guarantees (proof of Lemma D.2, Eq. 28), which only
@@ -53,14 +66,28 @@ FISMO is not invariant to the gradient scale (derived here from Algorithm 1 line
 P_t = (1 - a) P_{t-1} + a (m / tr L_t) L_t with a = (1 - gamma) tr L_t / (gamma m + (1 - gamma) tr L_t), so
 small gradients (tr L_t << m) leave P, Q near I (FISMO ~ Muon) and large ones make them anisotropic.
 
+- `matmul_precision` ("float32" default, the paper's exact products; "tf32"; "bfloat16"; structbench.optim.precision):
+  the precision of the large non-root products: G Q^{-1/2} and its Gram product (L), P^{-1/2} G and its Gram
+  product (R), the whitening's remaining product and the two of P^{-1/2} O Q^{-1/2} (and, with
+  `whiten_momentum=False`, those of P^{-1/2} M Q^{-1/2}). Each product's entrywise error is at most
+  c |A| |B|, c = precision.product_error_bound (about 2 u + k 2^-24, u = 2^-11 for tf32, 2^-8 for bfloat16);
+  tests/optim/test_fismo_gpu_path.py carries it through one step's whitening, polar factor and unwhitening against
+  float64. The roots (and their checks) stay float32; the Newton–Schulz polar step keeps its own `ns_dtype`. The
+  default stays float32: the issue asks for the default to be chosen by GPU measurement and none was available to
+  this change (the counts alone do not decide it: they show the float32 FLOPs, not the accuracy a run needs).
+
 State per factored matrix, float32 whatever the parameter dtype: `P`, `Q`, `P_inv_root`, `Q_inv_root`,
 `momentum` (m x n), plus CPU int64 scalars `step`, `solver_failures` (consecutive) and, with
-`root_method="newton"`, `root_fallbacks` (cumulative). Same-shape matrices of
-a group are stacked: eigendecompositions, Newton–Schulz and SVD run batched. A failed eigendecomposition
-(or non-finite root) keeps that factor's previous value and roots; a failed SVD polar falls back to
-Newton–Schulz for the step. Each failure adds one to `solver_failures`; the third consecutive step with a
-failure for one parameter raises SolverError. Under torch.compile the step runs eagerly
-(`torch.compiler.disable`): the failure handling is data-dependent Python control flow.
+`root_method="newton"`, `root_fallbacks` (cumulative) and the CPU int8 pair `root_modes` (the next refresh's mode,
+P side and Q side). Same-shape matrices of a group on one device are kept in one stack per state entry (made once,
+and again only when the stack's members or their state tensors change, e.g. after `load_state_dict`); each
+parameter's state holds views of its row, so a saved state dict writes each stack once. Eigendecompositions,
+Newton–Schulz, SVD and the products run batched over a stack. With `root_method="eigh"` a failed eigendecomposition
+(or non-finite root) keeps that factor's previous value and root; with "newton" a non-finite factor does (found on
+the device, counted a step later) and a root whose repair fails keeps its checked iterate; a failed SVD polar falls
+back to Newton–Schulz for the step. Each failure adds one to `solver_failures`; the third consecutive step with a
+failure for one parameter raises SolverError. Under torch.compile the step runs eagerly (`torch.compiler.disable`):
+the failure handling is data-dependent Python control flow.
 """
 
 from __future__ import annotations
@@ -806,12 +833,14 @@ _NOTES = (
     "(identity factors) | 'adamw' (routed to the fallback). Routing: hidden matrices and conv filters "
     "(out, in*kh*kw) to FISMO; 1-D params, embeddings and the head to torch AdamW with Muon's aux-Adam settings. "
     "State float32 for any parameter dtype: P, Q, P^{-1/2}, Q^{-1/2}, M (4 (2 m^2 + 2 n^2 + m n) bytes) and two "
-    "int64 counters, plus root_fallbacks with the default roots. Roots: root_method 'newton' (default; matrix "
-    "products only: Newton–Schulz warm-started from the previous root, a probe and residual check, a cold coupled "
-    "start, then eigh; eigh fallbacks counted in root_fallbacks and the run's root_fallbacks column) or 'eigh' "
-    "(exact). Newton roots have residual RMS(Z X Z - I) within root_tol (1e-3); each step's update stays within "
-    "3 root_tol of the float64 eigh form where the factors' condition numbers stay below about 250 "
-    "(tests/optim/test_matrix_roots.py)."
+    "int64 counters, plus root_fallbacks and two int8 root_modes with the default roots. Roots: root_method "
+    "'newton' (default; matrix products only: the previous root kept on a probe check, or fixed warm Newton–Schulz "
+    "updates, their checks read a step later (root_check 'deferred': no host sync; a root that failed its check is "
+    "used for that step and repaired at the next by the host-checked warm, cold, then eigh path) or at once "
+    "(root_check 'immediate'); eigh fallbacks counted in root_fallbacks and the run's root_fallbacks column) or "
+    "'eigh' (exact). matmul_precision float32 (default) | tf32 | bfloat16 for the large non-root products. Newton "
+    "roots have residual RMS(Z X Z - I) within root_tol (1e-3); each step's update stays within 3 root_tol of the "
+    "float64 eigh form where the roots it used passed their check (tests/optim/test_matrix_roots.py)."
 )
 
 FISMO = register(

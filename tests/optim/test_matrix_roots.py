@@ -265,14 +265,17 @@ def test_fismo_newton_on_near_singular_factors_is_no_farther_from_float64_than_f
 
 
 def test_a_run_records_root_method_and_the_fallbacks(cli, tmp_path) -> None:
-    """Through the CLI: the run's hparams carry root_method, and its root_fallbacks column counts the fallbacks
-    (root_tol 1e-12 is out of float32's reach: both factors of the quadratic's matrix fall back at each of 5 steps)."""
+    """Through the CLI: the run's hparams carry root_method, root_check and matmul_precision, and its root_fallbacks
+    column counts the fallbacks (root_tol 1e-12 is out of float32's reach: both factors of the quadratic's matrix fall
+    back at each of 5 steps; the host-checked refresh needed a cold start, so every refresh is "checked", at once)."""
     settings = ("--set", "hparams.fismo.root_method=newton", "--set", "hparams.fismo.root_tol=1e-12")
     quick = ("--suite", "quadratic", "--steps", "5", "--seed", "0", "--quiet", "--optim", "fismo")
     result = cli("run", *quick, *settings, "--out", tmp_path)
     assert result.exit_code == 0, result.output
     (run,) = read_runs(tmp_path).itertuples()
-    assert json.loads(run.hparams)["root_method"] == "newton"
+    hparams = json.loads(run.hparams)
+    assert hparams["root_method"] == "newton"
+    assert (hparams["root_check"], hparams["matmul_precision"]) == ("deferred", "float32")
     assert run.status == "ok" and run.root_fallbacks == 2 * 5
 
 
