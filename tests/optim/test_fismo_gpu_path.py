@@ -115,6 +115,35 @@ def test_a_checkpoint_with_a_failed_root_pending_resumes_bit_identically() -> No
     assert optimizer.root_fallbacks == reloaded.root_fallbacks
 
 
+def _worst_residual(optimizer: Fismo) -> float:
+    """max ||Z X Z - I||_F / sqrt(d) over the stored roots and factors (float64), less the float32 residual's
+    rounding gamma_2d || |Z| |X| |Z| ||_F / sqrt(d): at most root_tol for roots that passed the solver's check."""
+    worst = 0.0
+    for state in optimizer.state.values():
+        for factor, root in (("P", "P_inv_root"), ("Q", "Q_inv_root")):
+            x, z = state[factor].to(F64), state[root].to(F64)
+            d = x.size(0)
+            residual = float(torch.linalg.matrix_norm(z @ x @ z - torch.eye(d, dtype=F64))) / d**0.5
+            magnitude = float(torch.linalg.matrix_norm(z.abs() @ x.abs() @ z.abs())) / d**0.5
+            worst = max(worst, residual - 2 * d * U32 / (1 - 2 * d * U32) * magnitude)
+    return worst
+
+
+def test_a_root_that_failed_its_deferred_check_is_used_once_then_repaired() -> None:
+    """Kept roots, then a step of large gradients: the step leaves (and used) roots far above root_tol; the repair
+    the next step would make first (made here by state_dict) brings every stored root back within root_tol."""
+    params = _params(SHAPES)
+    optimizer = Fismo(params, gamma=0.9)
+    gen = torch.Generator().manual_seed(3)
+    for scale in (1e-3, 1e-3, 1e-3, 30.0):
+        _grads(params, scale, gen)
+        optimizer.step()
+    tol = optimizer.param_groups[0]["root_tol"]
+    assert _worst_residual(optimizer) > 10 * tol
+    optimizer.state_dict()
+    assert _worst_residual(optimizer) <= tol
+
+
 def test_every_large_product_takes_the_group_precision(monkeypatch: pytest.MonkeyPatch) -> None:
     """One refresh step (Gauss–Seidel, whitened momentum, roots kept so that G Q^{-1/2} is reused): G Q^{-1/2} and its
     Gram product, P^{-1/2} G and its Gram product, the whitening's remaining product, and the two products of
