@@ -17,7 +17,7 @@ from structbench.execution import job as job_module
 from tests.support.store import read_curves, read_runs
 from tests.support.tasks import interrupt_at
 
-QUICK = ("--suite", "quadratic", "--steps", "30", "--quiet")
+QUICK = ("--suite", "quadratic", "--steps", "30", "--quiet", "--device", "cpu")
 
 
 def test_run_writes_every_contract_column_with_its_type(cli, tmp_path):

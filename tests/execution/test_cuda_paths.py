@@ -42,7 +42,7 @@ def test_a_cuda_error_is_the_runs_status_and_a_poisoned_device_stops_the_inline_
     monkeypatch.setattr(QuadraticTask, "train_loss", faulting)
     monkeypatch.setattr(measure, "device_usable", lambda device: not poisoned["yes"])
     args = ["run", "--suite", "quadratic", "--optim", "sgd", "--seed", "0", "--seed", "1", "--seed", "2",
-            "--steps", "30", "--out", tmp_path, "--quiet"]  # fmt: skip
+            "--steps", "30", "--out", tmp_path, "--quiet", "--device", "cpu"]  # fmt: skip
     result = cli(*args)
     assert result.exit_code == 1
     lines = result.stderr.strip().splitlines()
@@ -62,7 +62,8 @@ def test_a_cuda_error_is_the_runs_status_and_a_poisoned_device_stops_the_inline_
 
 def test_a_device_that_fails_after_a_finished_run_turns_ok_into_error(cli, tmp_path, monkeypatch):
     monkeypatch.setattr(measure, "device_usable", lambda device: False)
-    result = cli("run", "--suite", "quadratic", "--optim", "sgd", "--seed", "0", "--steps", "30", "--out", tmp_path)
+    args = ("--suite", "quadratic", "--optim", "sgd", "--seed", "0", "--steps", "30", "--device", "cpu")
+    result = cli("run", *args, "--out", tmp_path)
     assert result.exit_code == 1
     runs = read_runs(tmp_path)
     assert runs.status.tolist() == ["error"]
