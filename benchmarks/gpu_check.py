@@ -11,12 +11,15 @@ In order:
    sync per step;
 3. the run-order check: the same run twice in one process; the first run's first step within 2x the second's plus
    5 ms, and the one-off setup (`setup_s`) only in the first;
-4. the conformance kit on CUDA (tensors created on the GPU by default) for a handful of optimizers;
+4. the conformance kit on CUDA (`conformance.run_checks(..., device=cuda)`: the model and every batch on the GPU,
+   drawn from its generator; torch's default device left as it is) for the seed optimizers;
 5. recompilation: `shakespeare-llama` with `task_args.compile="on"` under `TORCH_LOGS=recompiles`: no recompilation
    after the first compiled step;
-6. an injected device-side error (a label out of range in the digits task's first batch of seed 0): the run is
-   stored `error` with CUDA's message, the command stops with one line, and the next command in a new process runs
-   the rest cleanly.
+6. an injected device-side error (a label out of range in the digits task's first batch of seed 0, by a
+   `sitecustomize` put first on `PYTHONPATH`, the checkout and the caller's path after it): the injection proves it
+   fired (a marker file), the run is stored `error` with CUDA's message, structbench's own error output is one line
+   (`error: ...`; CUDA's assertion lines are not structbench's and are not counted), and the next command in a new
+   process runs the rest cleanly.
 Without CUDA it prints one line and exits 2.
 """
 
@@ -39,7 +42,9 @@ import torch
 
 ROOT = Path(__file__).resolve().parent.parent
 ALLOWED_SYNC_FILES = ("structbench/execution/runner.py", "structbench/execution/loop.py", "structbench/measure.py")
-CONFORMANCE_OPTIMIZERS = ("adamw", "muon", "shampoo-4bit", "soap", "asgo", "alice", "fismo")
+CONFORMANCE_OPTIMIZERS = (
+    "adamw", "muon", "shampoo-4bit", "soap", "asgo", "alice", "fismo", "sumo", "apollo-mini", "fira", "racs",
+)  # fmt: skip
 
 
 def structbench(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
@@ -115,12 +120,10 @@ def conformance_on_cuda() -> tuple[bool, str]:
     from structbench.optim import conformance
 
     failed = []
-    torch.set_default_device("cuda")
-    try:
-        for name in CONFORMANCE_OPTIMIZERS:
-            failed += [f"{name}/{r.check}: {r.message}" for r in conformance.run_checks(name) if not r.passed]
-    finally:
-        torch.set_default_device("cpu")
+    device = torch.device("cuda")
+    for name in CONFORMANCE_OPTIMIZERS:
+        results = conformance.run_checks(name, device=device)
+        failed += [f"{name}/{r.check}: {r.message}" for r in results if not r.passed]
     return not failed, "; ".join(failed) or f"{len(CONFORMANCE_OPTIMIZERS)} optimizers, every check passed"
 
 
@@ -140,6 +143,9 @@ INJECT_BAD_LABEL = textwrap.dedent(
     """
     from structbench.tasks.vision import task
 
+    import os
+    from pathlib import Path
+
     draw = task.ImageClassificationTask.next_batch
     fired = []
 
@@ -147,6 +153,7 @@ INJECT_BAD_LABEL = textwrap.dedent(
         inputs, labels = draw(self)
         if not fired:
             fired.append(1)
+            Path(os.environ["STRUCTBENCH_GPU_CHECK_MARKER"]).write_text("fired")
             labels = labels.clone()
             labels[0] = 10_000  # out of range: cross entropy's device-side assert
         return inputs, labels
@@ -162,16 +169,21 @@ def device_side_error() -> tuple[bool, str]:
     out = tempfile.mkdtemp()
     args = ("run", "--suite", "digits", "--optim", "adamw", "--seed", "0", "--seed", "1", "--steps", "20", "--out", out,
             "--quiet")  # fmt: skip
-    faulty = structbench(*args, env={**os.environ, "PYTHONPATH": str(site)})
-    lines = faulty.stderr.strip().splitlines()
+    marker = site / "fired"
+    path = os.pathsep.join(p for p in (str(site), str(ROOT), os.environ.get("PYTHONPATH", "")) if p)
+    faulty = structbench(*args, env={**os.environ, "PYTHONPATH": path, "STRUCTBENCH_GPU_CHECK_MARKER": str(marker)})
+    if not marker.exists():
+        return False, f"the injected fault never fired (exit {faulty.returncode}): the check did not test anything"
+    ours = [line for line in faulty.stderr.strip().splitlines() if line.startswith("error: ")]
     runs = pd.read_parquet(Path(out) / "runs") if (Path(out) / "runs").is_dir() else pd.DataFrame()
     stored = len(runs) == 1 and runs.status.iloc[0] == "error" and "CUDA" in runs.error.iloc[0]
-    one_line = faulty.returncode == 1 and len(lines) == 1 and "unusable in this process" in lines[0]
+    one_line = faulty.returncode == 1 and len(ours) == 1 and "unusable in this process" in ours[0]
     clean = structbench(*args)
     final = pd.read_parquet(Path(out) / "runs")
     rest_ok = clean.returncode == 0 and sorted(final.query("status == 'ok'").seed) == [0, 1]
     return stored and one_line and rest_ok, (
-        f"stored as error with CUDA's message: {stored}; one line, exit 1: {one_line}; next command ok: {rest_ok}"
+        f"fault fired; stored as error with CUDA's message: {stored}; structbench's error lines {len(ours)} "
+        f"(exit {faulty.returncode}): {one_line}; next command ok: {rest_ok}"
     )
 
 

@@ -254,3 +254,13 @@ def test_a_solver_failure_keeps_no_frame_of_the_failed_attempt_alive():
         _solve_with_retry(failing, torch.eye(3), "eigh")
     assert isinstance(caught.value.__cause__, torch.linalg.LinAlgError)
     assert caught.value.__cause__.__traceback__ is None
+
+
+def test_gpu_checks_injected_fault_fires_and_is_judged_by_structbenchs_own_line() -> None:
+    """The device-side-error check's injection (a sitecustomize first on PYTHONPATH) must import structbench and
+    fire, here as on a GPU: on a CPU the out-of-range label raises an ordinary IndexError, so the check fails, but
+    for that reason (the run's error is not CUDA's), having proved that the fault fired."""
+    from benchmarks import gpu_check
+
+    passed, detail = gpu_check.device_side_error()
+    assert not passed and detail.startswith("fault fired; stored as error with CUDA's message: False"), detail
