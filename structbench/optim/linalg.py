@@ -64,13 +64,15 @@ def _solve_with_retry(
     """Run `solve` on x in float32 (float64 input: in float64); retry in float64 if it raises or returns
     non-finite values.
 
-    Out-of-memory errors propagate unchanged (the runner records them as `oom`).
+    Out-of-memory errors propagate unchanged (the runner records them as `oom`), and so do device errors
+    (`torch.AcceleratorError`: a device-side assert, an illegal memory access), which poison the device's context and
+    are never a solver's failure (the runner records the run `error` and the device unusable).
     """
     cause: RuntimeError | None = None
     for dtype in dict.fromkeys((_compute_dtype(x.dtype), torch.float64)):
         try:
             out = solve(x.to(dtype))
-        except torch.OutOfMemoryError:
+        except (torch.OutOfMemoryError, torch.AcceleratorError):
             raise
         except RuntimeError as err:  # torch.linalg.LinAlgError is a RuntimeError
             cause = err.with_traceback(None)  # its frames (and their tensors) are not kept alive by the chain
