@@ -56,6 +56,13 @@ def _compute_dtype(dtype: torch.dtype) -> torch.dtype:
     return torch.promote_types(dtype, torch.float32)
 
 
+def _is_device_error(err: RuntimeError) -> bool:
+    """Whether `err` is the device's failure (torch.AcceleratorError; a RuntimeError "CUDA error: ..." in torch before
+    2.8), not the solver's."""
+    accelerator_error = getattr(torch, "AcceleratorError", None)
+    return (accelerator_error is not None and isinstance(err, accelerator_error)) or str(err).startswith("CUDA error")
+
+
 def _solve_with_retry(
     solve: Callable[[Tensor], tuple[Tensor, ...]],
     x: Tensor,
@@ -65,16 +72,19 @@ def _solve_with_retry(
     non-finite values.
 
     Out-of-memory errors propagate unchanged (the runner records them as `oom`), and so do device errors
-    (`torch.AcceleratorError`: a device-side assert, an illegal memory access), which poison the device's context and
+    (`torch.AcceleratorError` from torch 2.8, "CUDA error: ..." before: a device-side assert, an illegal memory
+    access), which poison the device's context and
     are never a solver's failure (the runner records the run `error` and the device unusable).
     """
     cause: RuntimeError | None = None
     for dtype in dict.fromkeys((_compute_dtype(x.dtype), torch.float64)):
         try:
             out = solve(x.to(dtype))
-        except (torch.OutOfMemoryError, torch.AcceleratorError):
+        except torch.OutOfMemoryError:
             raise
         except RuntimeError as err:  # torch.linalg.LinAlgError is a RuntimeError
+            if _is_device_error(err):
+                raise
             cause = err.with_traceback(None)  # its frames (and their tensors) are not kept alive by the chain
             continue
         if all(bool(torch.isfinite(t).all()) for t in out):
