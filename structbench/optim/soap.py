@@ -37,10 +37,11 @@ Both are one class, `SOAP`; `EigenAdam` only changes its defaults. Switches:
   Deviation from the reference: Q is QR's Q with diag(R) > 0, so a column may have the opposite sign to
   LAPACK's (the update is unchanged: a column's sign cancels in Q (m' / (sqrt(v) + eps)) Q^T, and v holds squares);
   otherwise it agrees to rounding while the product with unit columns has condition < about u^{-1/2} (4096 in
-  float32); a matrix whose Cholesky fails or whose Q is further from orthonormal than the CholeskyQR2 bound is
-  recomputed by Householder QR and counted in its `qr_fallbacks` (the optimizer's `root_fallbacks`, recorded with
-  the run). Eigen-Adam's default refresh stays "eigh": Algorithm 7 prescribes the full EVD, which one power
-  iteration does not compute; its `refresh="qr"` takes this switch too.
+  float32); a matrix whose Cholesky fails or whose Q is further from orthonormal than Householder QR's level
+  (||Q^T Q - I||_F > 8 n sqrt(n) u, `linalg.cholesky_qr2_tolerance`: 1.0e-2 at n = 768 in float32) is recomputed
+  by Householder QR and counted in its `qr_fallbacks` (the optimizer's `root_fallbacks`, recorded with the run).
+  Eigen-Adam's default refresh stays "eigh": Algorithm 7 prescribes the full EVD, which one power iteration does not
+  compute; its `refresh="qr"` takes this switch too.
 - `matmul_precision` ("float32" default, "tf32", "bfloat16"; `structbench.optim.precision`): the precision of the
   step's rotations Q_L^T G Q_R, Q_L^T m Q_R and Q_L N Q_R^T (operands rounded, float32 accumulation). Each
   product deviates from float32 by <= `precision.product_error_bound` |A| |B| entrywise; the statistics, their

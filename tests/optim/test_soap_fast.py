@@ -1,5 +1,6 @@
 """SOAP's GPU-fast switches (structbench.optim.soap): the Cholesky-QR2 refresh's fallback count, the rotations'
-matmul precision, and the staggered refresh schedule, checked by exact counts and schedules."""
+matmul precision, and the staggered refresh schedule, checked by exact counts and schedules; and a 20-step trajectory of
+the default against the reference's Householder QR within an a posteriori bound."""
 
 from __future__ import annotations
 
@@ -141,3 +142,88 @@ def test_staggered_with_frequency_one_is_bit_identical_to_the_reference_schedule
         feed(SOAP(params, precondition_frequency=1, staggered_refresh=staggered), params, grads)
         runs.append(params)
     assert all(torch.equal(a, b) for a, b in zip(*runs, strict=True))
+
+
+U32 = 2.0**-24
+
+
+def _gamma(k: int) -> float:
+    return k * U32 / (1 - k * U32)
+
+
+def _sign_aligned_distance(a: torch.Tensor, b: torch.Tensor) -> float:
+    """min over column signs S of ||A - B S||_F (float64): the update is the same for either sign of a column."""
+    signs = torch.where((a * b).sum(dim=0) < 0, -1.0, 1.0).to(torch.float64)
+    return float(torch.linalg.matrix_norm(a - b * signs))
+
+
+def _adam_snapshots(monkeypatch: pytest.MonkeyPatch) -> dict[int, list[dict[str, torch.Tensor | float]]]:
+    """Per optimizer (by id), after each matrix's Adam step: its bases, moments (as the step used them, before the
+    refresh that may follow), bias-corrected step size and new parameter, in float64."""
+    log: dict[int, list[dict[str, torch.Tensor | float]]] = {}
+    real = SOAP._adam_step
+
+    def spy(self: SOAP, group: dict[str, Any], params: list[torch.Tensor], states: list[dict[str, Any]], grads):
+        real(self, group, params, states, grads)
+        for p, state in zip(params, states, strict=True):
+            t, beta1, beta2 = state["step"], group["beta1"], group["beta2"]
+            snapshot = {key: state[key].double() for key in ("q_left", "q_right", "exp_avg", "exp_avg_sq")}
+            snapshot["step_size"] = group["lr"] * (1 - beta2**t) ** 0.5 / (1 - beta1**t)
+            snapshot["param"] = p.detach().double()
+            log.setdefault(id(self), []).append(snapshot)
+
+    monkeypatch.setattr(SOAP, "_adam_step", spy)
+    return log
+
+
+def _step_difference_bound(a: dict[str, Any], b: dict[str, Any], eps: float) -> float:
+    """A bound on ||W_A - W_B||_F added by one step, given both runs' states as the step used them (module of the
+    (the derivation is in the docstring of the trajectory test below)."""
+    q_left, q_right, m = b["q_left"], b["q_right"], b["exp_avg"]
+    assert torch.equal(a["exp_avg"], m)  # the same gradients, the same operations: the first moments agree bitwise
+    delta = _sign_aligned_distance(a["q_left"], q_left) + _sign_aligned_distance(a["q_right"], q_right)
+    assert delta <= 1e-3  # the same basis: a column of another sign or order would give sqrt(2) or more
+    d_a, d_b = a["exp_avg_sq"].sqrt() + eps, b["exp_avg_sq"].sqrt() + eps
+    rotated_m = q_left.T @ m @ q_right
+    n = rotated_m / d_b
+    inverse_d = float((1 / torch.minimum(d_a, d_b)).max())
+    k = max(m.shape)
+    m_norm, n_norm = float(torch.linalg.matrix_norm(m)), float(torch.linalg.matrix_norm(n))
+    basis_term = 2 * delta * n_norm + 2 * delta * m_norm * inverse_d
+    v_term = float(torch.linalg.matrix_norm(rotated_m.abs() * (d_a - d_b).abs() / (d_a * d_b)))
+    rounding = 2 * (2 * _gamma(k) * k * n_norm + 2 * _gamma(k) * k * m_norm * inverse_d + 3 * U32 * n_norm)
+    parameters = U32 * float(torch.linalg.matrix_norm(a["param"]) + torch.linalg.matrix_norm(b["param"]))
+    return b["step_size"] * (basis_term + v_term + rounding) + parameters
+
+
+def test_a_20_step_trajectory_stays_within_the_a_posteriori_bound_of_the_householder_run(monkeypatch):
+    """SOAP's default (cholesky-qr2, float32) against the reference's Householder QR, 20 steps after the initialising
+    one, refreshes every 3 steps, a fixed gradient stream (so the statistics and first moments agree bitwise and only
+    the bases, and through them exp_avg_sq, differ), weight decay 0, both sides rotated.
+
+    Bound, per step and matrix, on the update's difference (u = Q_L N Q_R^T, N = m' / d, m' = Q_L^T m Q_R,
+    d = sqrt(v) + eps): with delta = the two bases' distance modulo column signs (summed over the sides, measured),
+    ||Delta m'||_F <= 2 delta ||m||_F and the two outer rotations add 2 delta ||N||_F (first order in delta, about
+    1e-6 here), exp_avg_sq's difference enters exactly as m' (d_B - d_A) / (d_A d_B) (measured d's); each run's own
+    float32 rounding of its update adds 2 gamma_k k (||N||_F + ||m||_F / min d) for the four rotations of inner
+    dimension <= k (|Q_L| |X| |Q_R| <= k ||X||_F in the Frobenius norm) and 3 u ||N||_F for the sqrt, + eps and
+    division; times the step size, plus u ||W||_F per run for W - s u's rounding. Summed over the steps it bounds
+    ||W_A - W_B||_F. Measured (a posteriori, from both runs' states): the bases' distance and exp_avg_sq; derived:
+    how they reach the parameters. A wrong basis (a column of another sign or order, no refresh) fails the check
+    delta <= 1e-3 before the sum."""
+    shapes = [(6, 8), (8, 5)]
+    grads = random_grads(shapes, 21, seed=7)
+    log = _adam_snapshots(monkeypatch)
+    runs = {}
+    for method in ("cholesky-qr2", "householder"):
+        params = _params(shapes, seed=8)
+        opt = SOAP(params, lr=1e-2, precondition_frequency=3, weight_decay=0.0, orthonormalize=method)
+        feed(opt, params, grads)
+        runs[method] = (params, log[id(opt)])
+    (ours, our_log), (reference, reference_log) = runs["cholesky-qr2"], runs["householder"]
+    assert len(our_log) == len(reference_log) == 20 * len(shapes)
+    eps = 1e-8
+    for index, (p, q) in enumerate(zip(ours, reference, strict=True)):
+        steps = zip(our_log[index :: len(shapes)], reference_log[index :: len(shapes)], strict=True)
+        bound = sum(_step_difference_bound(a, b, eps) for a, b in steps)
+        assert float(torch.linalg.matrix_norm(p.detach().double() - q.detach().double())) <= bound
