@@ -211,7 +211,7 @@ class Apollo(GaLore):
                 projected_shape = (shape[0], rank) if projects_right(shape, group["proj_type"]) else (rank, shape[1])
                 self._start_moments(state, projected_shape, grad.device)
             seed = projection_seed(group["proj_seed"], index[id(param)], state["step"] + 1)
-            state["seed"] = torch.tensor(seed, dtype=torch.int32)
+            state["seed"] = torch.tensor(seed, dtype=torch.int32, device="cpu")
 
 
 def apollo_state_bytes(

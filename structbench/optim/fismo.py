@@ -351,9 +351,9 @@ class Fismo(EagerStructuredOptimizer):
         state["momentum"] = torch.zeros(rows, cols, **options)
         newton = uses_newton(shape, group)
         for key in _COUNTERS + ((ROOT_FALLBACKS,) if newton else ()):
-            state[key] = torch.zeros((), dtype=torch.int64)
+            state[key] = torch.zeros((), dtype=torch.int64, device="cpu")
         if newton:
-            state[ROOT_MODES] = torch.full((len(SIDES),), CHECKED, dtype=torch.int8)
+            state[ROOT_MODES] = torch.full((len(SIDES),), CHECKED, dtype=torch.int8, device="cpu")
 
     def _stack(self, group: Mapping[str, Any], shape: tuple[int, int], device: torch.device) -> _Stack:
         """The stack of the group's matrices of `shape` on `device` that have state, stacked anew (after the old

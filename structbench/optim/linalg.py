@@ -129,10 +129,11 @@ def cholesky_qr2_tolerance(m: int, n: int, dtype: torch.dtype) -> float:
     approach to probabilistic rounding error analysis", SIAM J. Sci. Comput. 41(5), 2019: rounding errors independent
     and of mean zero) k such errors add up to lambda sqrt(k) u instead of k u, with probability at least
     1 - 2 k exp(-lambda^2 (1 - u)^2 / 2); then 2 sqrt(n) m n u becomes 2 lambda sqrt(n) sqrt(m n) u =
-    2 lambda n sqrt(m) u. lambda = 4 is a stated margin, not that guarantee (which needs lambda about 6 at k = 1e4). The same replacement turns the CholeskyQR2 bound 6 (m n u + n (n + 1) u) of Yamamoto,
-    Nakatsukasa, Yanagisawa & Fukaya (2015) into about 12 lambda n sqrt(m) u: its constant 6 is a worst case of its
-    own, and in our tests both Householder's and Cholesky-QR2's Q are within 0.5 n sqrt(m) u (float32, 8 <= n <=
-    768, unit-column inputs of condition 1 to 1e3), a factor 16 below tau. This is a model, not a proof: a
+    2 lambda n sqrt(m) u. lambda = 4 is a stated margin, not that guarantee (which needs lambda about 6 at
+    k = 1e4). The same replacement turns the CholeskyQR2 bound 6 (m n u + n (n + 1) u) of Yamamoto, Nakatsukasa,
+    Yanagisawa & Fukaya (2015) into about 12 lambda n sqrt(m) u: its constant 6 is a worst case of its own, and
+    in our tests both Householder's and Cholesky-QR2's Q are within 0.5 n sqrt(m) u (float32, 8 <= n <= 768,
+    unit-column inputs of condition 1 to 1e3), a factor 16 below tau. This is a model, not a proof: a
     Cholesky-QR2 result beyond tau is further from orthonormal than Householder QR's usually is, and is recomputed
     by it (counted), so no basis worse than that level reaches the caller. One Cholesky-QR pass over unit columns
     of condition kappa leaves about kappa^2 u (6e-2 at kappa = 1e3 in float32), far beyond tau: the second pass is
@@ -584,7 +585,7 @@ def _where(mask: Tensor, chosen: Tensor, other: Tensor) -> Tensor:
 def _probe_residual(x: Tensor, z: Tensor, probes: int) -> Tensor:
     """||(Z X Z - I) V||_F / ||V||_F per matrix of a (k, d, d) stack, V (d, probes) Gaussian with seed 0."""
     generator = torch.Generator().manual_seed(0)
-    v = torch.randn(x.size(-1), probes, generator=generator, dtype=x.dtype).to(x.device)
+    v = torch.randn(x.size(-1), probes, generator=generator, dtype=x.dtype, device="cpu").to(x.device)
     return torch.linalg.matrix_norm(z @ (x @ (z @ v)) - v) / torch.linalg.matrix_norm(v)
 
 
@@ -836,7 +837,7 @@ def gaussian_probes(dim: int, count: int, *, dtype: torch.dtype, device: torch.d
     `device` once by the caller that keeps it (`inverse_sqrt_probe_residual` takes it, so that a step draws nothing
     and copies nothing to the device)."""
     generator = torch.Generator().manual_seed(0)
-    return torch.randn(dim, count, generator=generator, dtype=dtype).to(device)
+    return torch.randn(dim, count, generator=generator, dtype=dtype, device="cpu").to(device)
 
 
 def inverse_sqrt_probe_residual(a: Tensor, z: Tensor, probes: Tensor) -> Tensor:

@@ -135,7 +135,8 @@ def codebook(name: str, bits: int, device: torch.device | str | None = None) -> 
     of the exact values of Eq. (3) (Linear-2) or Appendix C (DT). Raises ValueError for an unknown name
     or an unsupported bit width.
     """
-    return torch.tensor(_codebook_floats(name, bits), dtype=torch.float64).to(device=device, dtype=torch.float32)
+    exact = torch.tensor(_codebook_floats(name, bits), dtype=torch.float64, device="cpu")
+    return exact.to(device=device or "cpu", dtype=torch.float32)
 
 
 def linear_square_codebook(bits: int) -> Tensor:
@@ -338,9 +339,9 @@ def _byte_values(name: str, bits: int, device: torch.device) -> Tensor:
     values = codebook(name, bits)
     if bits == 8:
         return values.unsqueeze(1).to(device)
-    nibble_values = torch.full((16,), math.nan)
+    nibble_values = torch.full((16,), math.nan, device="cpu")
     nibble_values[: values.numel()] = values
-    byte = torch.arange(256)
+    byte = torch.arange(256, device="cpu")
     return torch.stack((nibble_values[byte & 0x0F], nibble_values[byte >> 4]), dim=1).to(device)
 
 

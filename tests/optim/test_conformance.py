@@ -26,6 +26,24 @@ def test_conformance(name: str, check: conformance.Check) -> None:
         pytest.skip(str(skipped))
 
 
+@pytest.fixture
+def default_device_meta():
+    """torch's default device set to `meta`, as a user's `torch.set_default_device("cuda")` sets it to a device the
+    parameters are not on: a tensor made without `device=` lands there, and every use of it with the parameters
+    fails, on a CPU, as it would on a GPU machine."""
+    torch.set_default_device("meta")
+    yield
+    torch.set_default_device(None)
+
+
+@pytest.mark.parametrize("name", optim.names())
+def test_the_kit_and_the_optimizers_follow_the_parameters_device_not_the_default(name, default_device_meta) -> None:
+    """Training (both dtypes) and a state_dict round trip on the CPU while the default device is elsewhere: every
+    batch, generator, state tensor and constant must be made on the parameters' device."""
+    results = conformance.run_checks(name, ["shapes-dtypes", "roundtrip-fp32"], torch.device("cpu"))
+    assert [(r.check, r.outcome) for r in results if r.outcome == "fail"] == [], [r.message for r in results]
+
+
 @dataclass
 class Row:
     optim: str
