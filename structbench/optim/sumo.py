@@ -57,12 +57,22 @@ Choices where the paper is ambiguous or silent (each is a hyperparameter, declar
   "spectral" as the lemma's proof).
 - The randomized SVD (Halko, Martinsson & Tropp 2011, Alg. 4.4 + 5.1; oversampling and power iterations
   unstated in the paper) draws its Gaussian sketch from a generator seeded by (`svd_seed`, t), so runs and
-  resumed runs are bit-identical without any RNG state.
+  resumed runs are bit-identical without any RNG state. One draw serves a whole refresh stack (below): its i-th
+  matrix gets the draw's i-th slice, so a matrix's randomized basis depends on its place in the stack (a matrix
+  refreshed alone gets the first slice); the exact method's does not.
 
 Numerics: basis, moment and the limiter's previous norm are float32 whatever the parameter dtype (float64 for
 float64 parameters); bfloat16 parameters receive the float32 update rounded once. The step counter and the
-consecutive-failure and fallback counters are int64 tensors kept on the CPU. Same-shape matrices are grouped: one
-batched truncated SVD per refresh, and the moments of one shape (across parameter shapes) are stacked for one
+consecutive-failure and fallback counters are int64 tensors kept on the CPU. Batching: at a refresh, the matrices
+due whose oriented gradients G_o have one shape (across parameter shapes: a 3072 x 768 and a 768 x 3072 weight
+both give 3072 x 768 under proj_side "paper") and, for the randomized SVD, one step count t form one stack, in the
+group's parameter order: one batched truncated SVD, the rotation (Q_t^T Q_{t-1}) M as two batched products, and
+the new bases and moments written into each matrix's own state tensors by `torch._foreach_copy_` (a first basis
+into new tensors, its moment zeroed by `torch._foreach_zero_`), so the refresh's launches do not grow with the
+stack's size. Each matrix gets the basis it would get refreshed alone (bit for bit for the exact SVD: one LAPACK
+call per matrix either way; the randomized sketch as stated above) and its rotated moment within the products'
+rounding, gamma_{k+r} |Q_t^T| |Q_{t-1}| |M| entrywise (k the projected side), of the alone one's (the batched and
+the single product may round differently). The moments of one shape (across parameter shapes) are stacked for one
 polar iteration (or SVD, or Newton-Schulz) per step. A failed
 refresh keeps the previous basis (and moment) and is retried at the next step; a matrix whose first refresh
 fails takes no step. A failed orthogonalization gives that matrix a zero update for the step (the moment is
@@ -235,15 +245,21 @@ class Sumo(EagerStructuredOptimizer):
         live = [p for p in group["params"] if p.grad is not None]
         if any(p.grad.is_sparse for p in live):
             raise RuntimeError("SUMO does not support sparse gradients")
-        buckets: dict[tuple[tuple[int, int], torch.device, torch.dtype], list[Tensor]] = defaultdict(list)
         for p in live:
             if not self.state[p]:
                 self._init_state(p)
-            buckets[(matrix_shape(p.shape), p.device, compute_dtype(p.dtype))].append(p)
+        oriented = [self._oriented_gradient(p, group) for p in live]
+        due = [i for i, p in enumerate(live) if self._refresh_due(self.state[p], group)]
+        if due:
+            self._refresh(group, [live[i] for i in due], [oriented[i] for i in due])
+        ready = [i for i, p in enumerate(live) if "basis" in self.state[p]]
+        if not ready:
+            return
+        self._advance_moments(group, [live[i] for i in ready], [oriented[i] for i in ready])
         stacks: dict[tuple[torch.Size, torch.device, torch.dtype], list[Tensor]] = defaultdict(list)
-        for (shape, device, dtype), params in buckets.items():
-            for p in self._advance_moments(group, params, shape, dtype):
-                stacks[(self.state[p]["moment"].shape, device, dtype)].append(p)
+        for i in ready:
+            moment = self.state[live[i]]["moment"]
+            stacks[(moment.shape, moment.device, moment.dtype)].append(live[i])
         for params in stacks.values():
             self._update(group, params)
 
@@ -253,28 +269,22 @@ class Sumo(EagerStructuredOptimizer):
             state[key] = torch.zeros((), dtype=torch.int64, device="cpu")
         state["prev_norm"] = torch.zeros((), dtype=compute_dtype(param.dtype), device=param.device)
 
-    def _advance_moments(
-        self, group: dict[str, Any], params: list[Tensor], shape: tuple[int, int], dtype: torch.dtype
-    ) -> list[Tensor]:
-        """Blocks 1, 1.1 and the moment of Block 2 for same-shape matrices; returns those that have a basis."""
-        left = projects_left(shape, group["proj_side"])
-        grads = [matrix_view(p.grad).to(dtype) for p in params]
-        oriented = grads if left else [g.mT for g in grads]
-        due = [i for i, p in enumerate(params) if self._refresh_due(self.state[p], group)]
-        if due:
-            self._refresh(group, [params[i] for i in due], [oriented[i] for i in due], shape)
-        ready = [i for i, p in enumerate(params) if "basis" in self.state[p]]
-        states = [self.state[params[i]] for i in ready]
-        projected = [st["basis"].mT @ oriented[i] for i, st in zip(ready, states, strict=True)]
+    @staticmethod
+    def _oriented_gradient(param: Tensor, group: Mapping[str, Any]) -> Tensor:
+        """G_o: the gradient's matrix view in the compute dtype, transposed when Q spans its row space."""
+        grad = matrix_view(param.grad).to(compute_dtype(param.dtype))
+        return grad if projects_left(matrix_shape(param.shape), group["proj_side"]) else grad.mT
+
+    def _advance_moments(self, group: Mapping[str, Any], params: list[Tensor], oriented: list[Tensor]) -> None:
+        """The moment of Block 2, M <- mu M + Q^T G_o (or the EMA), for matrices that have a basis."""
+        states = [self.state[p] for p in params]
+        projected = [st["basis"].mT @ g for st, g in zip(states, oriented, strict=True)]
         moments = [st["moment"] for st in states]
-        if not moments:
-            return []
         if group["momentum_form"] == "sum":
             torch._foreach_mul_(moments, group["momentum"])
             torch._foreach_add_(moments, projected)
         else:
             torch._foreach_lerp_(moments, projected, 1.0 - group["momentum"])
-        return [params[i] for i in ready]
 
     def _update(self, group: dict[str, Any], owned: list[Tensor]) -> None:
         """Blocks 2-4 for matrices whose moments have one shape: one stacked orthogonalization, the limiter, W."""
@@ -311,37 +321,47 @@ class Sumo(EagerStructuredOptimizer):
             return True
         return int(state["step"]) % group["update_freq"] == 0
 
-    def _refresh(
-        self, group: dict[str, Any], params: list[Tensor], oriented: list[Tensor], shape: tuple[int, int]
-    ) -> None:
-        """Block 1 + 1.1: new bases from the current gradients, one batched truncated SVD per step count."""
-        rank = effective_rank(group["rank"], shape)
-        by_step: dict[int, list[int]] = defaultdict(list)
-        for i, p in enumerate(params):
-            by_step[int(self.state[p]["step"])].append(i)
-        for t, members in by_step.items():
-            stacked = torch.stack([oriented[i] for i in members])
-            bases = self._bases_with_fallback(stacked, rank, group, t)
-            for i, basis in zip(members, bases, strict=True):
-                self._install(params[i], basis, oriented[i].size(-1), group)
+    def _refresh(self, group: dict[str, Any], params: list[Tensor], oriented: list[Tensor]) -> None:
+        """Blocks 1 + 1.1 for the matrices due, one stack per oriented shape (and step count, which seeds the
+        randomized sketch): one batched truncated SVD, then `_install`. A matrix whose SVD failed keeps its basis and
+        moment and is counted (the third failure in a row raises SolverError)."""
+        stacks: dict[tuple[torch.Size, torch.device, torch.dtype, int], list[int]] = defaultdict(list)
+        for i, (p, grad) in enumerate(zip(params, oriented, strict=True)):
+            t = int(self.state[p]["step"]) if group["subspace"] == "randomized" else 0
+            stacks[(grad.shape, grad.device, grad.dtype, t)].append(i)
+        for (shape, *_, t), members in stacks.items():
+            rank = effective_rank(group["rank"], (shape[0], shape[1]))
+            bases, failed = self._bases_with_fallback(torch.stack([oriented[i] for i in members]), rank, group, t)
+            if bases is not None:
+                self._install(group, [params[i] for j, i in enumerate(members) if j not in failed], bases, shape[1])
+            for j in failed:
+                self._refresh_failed(params[members[j]])
 
-    def _bases_with_fallback(self, stacked: Tensor, rank: int, group: Mapping[str, Any], t: int) -> list[Tensor | None]:
-        """Bases for a batch; on SolverError, retried matrix by matrix to find which failed."""
+    def _refresh_failed(self, param: Tensor) -> None:
+        describe = partial(_failure, "truncated SVD of the gradient", param)
+        self.solver_failed(self.state[param], "refresh_failures", describe)
+
+    def _bases_with_fallback(
+        self, stacked: Tensor, rank: int, group: Mapping[str, Any], t: int
+    ) -> tuple[Tensor | None, list[int]]:
+        """New bases (b', k, r) for a stack of b oriented gradients, and the indices of the b - b' whose SVD failed
+        (left out of the bases; None when all failed): on SolverError the batch is retried matrix by matrix."""
         try:
-            return self._bases(stacked, rank, group, t)
+            return self._bases(stacked, rank, group, t), []
         except SolverError:
             if stacked.size(0) == 1:
-                return [None]
-        found: list[Tensor | None] = []
-        for grad in stacked:
+                return None, [0]
+        found: list[Tensor] = []
+        failed: list[int] = []
+        for index, grad in enumerate(stacked):
             try:
-                found.append(self._bases(grad.unsqueeze(0), rank, group, t)[0])
+                found.append(self._bases(grad.unsqueeze(0), rank, group, t))
             except SolverError:
-                found.append(None)
-        return found
+                failed.append(index)
+        return (torch.cat(found) if found else None), failed
 
     @staticmethod
-    def _bases(stacked: Tensor, rank: int, group: Mapping[str, Any], t: int) -> list[Tensor]:
+    def _bases(stacked: Tensor, rank: int, group: Mapping[str, Any], t: int) -> Tensor:
         generator = None
         if group["subspace"] == "randomized":
             generator = torch.Generator(device=stacked.device)
@@ -354,22 +374,41 @@ class Sumo(EagerStructuredOptimizer):
             power_iters=group["rsvd_power_iters"],
             generator=generator,
         )
-        return [b.clone(memory_format=torch.contiguous_format) for b in u.to(stacked.dtype)]
+        return u.to(stacked.dtype)
 
-    def _install(self, param: Tensor, basis: Tensor | None, other: int, group: Mapping[str, Any]) -> None:
-        state = self.state[param]
-        if basis is None:
-            self.solver_failed(state, "refresh_failures", partial(_failure, "truncated SVD of the gradient", param))
-            return
-        old = state.get("basis")
-        if old is None:
-            state["moment"] = torch.zeros(basis.size(-1), other, dtype=basis.dtype, device=basis.device)
-        elif group["moment_transform"] == "rotate":
-            state["moment"] = (basis.mT @ old) @ state["moment"]
+    def _install(self, group: Mapping[str, Any], params: list[Tensor], bases: Tensor, other: int) -> None:
+        """Block 1.1 for a stack of new bases Q_t (b, k, r), written into each matrix's own state tensors: a first
+        basis into new tensors with a zero moment; otherwise the moment rotated, M <- (Q_t^T Q_{t-1}) M, by two
+        batched products (or reset, or kept) and the old basis overwritten."""
+        states = [self.state[p] for p in params]
+        first = [j for j, st in enumerate(states) if "basis" not in st]
+        later = [j for j, st in enumerate(states) if "basis" in st]
+        if first:
+            self._install_first([states[j] for j in first], _rows(bases, first), other)
+        if later:
+            self._install_later(group, [states[j] for j in later], _rows(bases, later))
+        for state in states:
+            if int(state["refresh_failures"]):
+                self.solver_ok(state, "refresh_failures")
+
+    @staticmethod
+    def _install_first(states: list[dict[str, Any]], bases: Tensor, other: int) -> None:
+        _, k, r = bases.shape
+        for state in states:
+            state["basis"] = torch.empty(k, r, dtype=bases.dtype, device=bases.device)
+            state["moment"] = torch.empty(r, other, dtype=bases.dtype, device=bases.device)
+        torch._foreach_copy_([st["basis"] for st in states], list(bases.unbind(0)))
+        torch._foreach_zero_([st["moment"] for st in states])
+
+    @staticmethod
+    def _install_later(group: Mapping[str, Any], states: list[dict[str, Any]], bases: Tensor) -> None:
+        moments = [st["moment"] for st in states]
+        if group["moment_transform"] == "rotate":
+            rotation = bases.mT @ torch.stack([st["basis"] for st in states])
+            torch._foreach_copy_(moments, list((rotation @ torch.stack(moments)).unbind(0)))
         elif group["moment_transform"] == "reset":
-            state["moment"].zero_()
-        state["basis"] = basis
-        self.solver_ok(state, "refresh_failures")
+            torch._foreach_zero_(moments)
+        torch._foreach_copy_([st["basis"] for st in states], list(bases.unbind(0)))
 
     def _orthogonalize(
         self, stacked: Tensor, owned: list[Tensor], group: Mapping[str, Any]
@@ -450,6 +489,11 @@ class Sumo(EagerStructuredOptimizer):
             if i not in failed:
                 self.solver_ok(self.state[p], "orth_failures")
         return ortho, failed
+
+
+def _rows(stacked: Tensor, indices: list[int]) -> Tensor:
+    """`stacked[indices]`, without the gather when the indices are all of it in order."""
+    return stacked if indices == list(range(stacked.size(0))) else stacked[indices]
 
 
 def _failure(what: str, param: Tensor, streak: int) -> str:
