@@ -61,25 +61,26 @@ Choices where the paper is ambiguous or silent (each is a hyperparameter, declar
   matrix gets the draw's i-th slice, so a matrix's randomized basis depends on its place in the stack (a matrix
   refreshed alone gets the first slice); the exact method's does not.
 
-Numerics: basis, moment and the limiter's previous norm are float32 whatever the parameter dtype (float64 for
-float64 parameters); bfloat16 parameters receive the float32 update rounded once. The step counter and the
-consecutive-failure and fallback counters are int64 tensors kept on the CPU. Batching: at a refresh, the matrices
-due whose oriented gradients G_o have one shape (across parameter shapes: a 3072 x 768 and a 768 x 3072 weight
-both give 3072 x 768 under proj_side "paper") and, for the randomized SVD, one step count t form one stack, in the
-group's parameter order: one batched truncated SVD, the rotation (Q_t^T Q_{t-1}) M as two batched products, and
-the new bases and moments written into each matrix's own state tensors by `torch._foreach_copy_` (a first basis
-into new tensors, its moment zeroed by `torch._foreach_zero_`), so the refresh's launches do not grow with the
-stack's size. Each matrix gets the basis it would get refreshed alone (bit for bit for the exact SVD: one LAPACK
-call per matrix either way; the randomized sketch as stated above) and its rotated moment within the products'
-rounding, gamma_{k+r} |Q_t^T| |Q_{t-1}| |M| entrywise (k the projected side), of the alone one's (the batched and
-the single product may round differently). The moments of one shape (across parameter shapes) are stacked for one
-polar iteration (or SVD, or Newton-Schulz) per step. A failed
-refresh keeps the previous basis (and moment) and is retried at the next step; a matrix whose first refresh
-fails takes no step. A failed orthogonalization gives that matrix a zero update for the step (the moment is
-kept). Each failure is counted in `solver_failures`; the third consecutive failure of one kind for one matrix
-raises SolverError (a polar iteration that passed its check ends an SVD failure streak). Under torch.compile the
-step runs eagerly (`torch.compiler.disable`): its refresh schedule, batching by step count and solver fallbacks are
-data-dependent Python control flow.
+Numerics: basis, moment and the limiter's previous norm are float32 whatever the parameter dtype (float64 for float64
+parameters); bfloat16 parameters receive the float32 update rounded once. The step counter and the consecutive-failure
+and fallback counters are int64 tensors kept on the CPU. Batching: at a refresh, the matrices due whose oriented
+gradients G_o have one shape (across parameter shapes: a 3072 x 768 and a 768 x 3072 weight both give 3072 x 768 under
+proj_side "paper") and, for the randomized SVD, one step count t form one stack, in the group's parameter order: one
+batched truncated SVD, the rotation (Q_t^T Q_{t-1}) M as two batched products, and the new bases and moments written
+into each matrix's own state tensors by `torch._foreach_copy_` (a first basis into new tensors, its moment zeroed by
+`torch._foreach_zero_`), so the refresh's launches do not grow with the stack's size. Each matrix gets the basis it
+would get refreshed alone (bit for bit for the exact SVD on a CPU: one LAPACK call per matrix either way; on CUDA the
+batched and the single SVD may be different cuSOLVER routines, agreeing to the SVD's accuracy; the randomized sketch as
+stated above, and a stack whose SVD failed is retried matrix by matrix, each drawing as alone) and its rotated moment
+within the products' rounding of the alone one's, 2 gamma_{k+r} |Q_t^T| |Q_{t-1}| |M| entrywise (k the projected side;
+the batched and the single product may round differently, each within half of that of the exact product). The moments of
+one shape (across parameter shapes) are stacked for one polar iteration (or SVD, or Newton-Schulz) per step. A failed
+refresh keeps the previous basis (and moment) and is retried at the next step; a matrix whose first refresh fails takes
+no step. A failed orthogonalization gives that matrix a zero update for the step (the moment is kept). Each failure is
+counted in `solver_failures`; the third consecutive failure of one kind for one matrix raises SolverError (a polar
+iteration that passed its check ends an SVD failure streak). Under torch.compile the step runs eagerly
+(`torch.compiler.disable`): its refresh schedule, batching by step count and solver fallbacks are data-dependent Python
+control flow.
 """
 
 from __future__ import annotations
