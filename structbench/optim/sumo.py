@@ -339,6 +339,7 @@ class Sumo(EagerStructuredOptimizer):
                 self._refresh_failed(params[members[j]])
 
     def _refresh_failed(self, param: Tensor) -> None:
+        """Count a failed truncated SVD in the matrix's streak (the third in a row raises SolverError)."""
         describe = partial(_failure, "truncated SVD of the gradient", param)
         self.solver_failed(self.state[param], "refresh_failures", describe)
 
@@ -394,6 +395,7 @@ class Sumo(EagerStructuredOptimizer):
 
     @staticmethod
     def _install_first(states: list[dict[str, Any]], bases: Tensor, other: int) -> None:
+        """A first basis per matrix, copied into a new tensor, and a new zero moment (r x `other`)."""
         _, k, r = bases.shape
         for state in states:
             state["basis"] = torch.empty(k, r, dtype=bases.dtype, device=bases.device)
@@ -403,6 +405,7 @@ class Sumo(EagerStructuredOptimizer):
 
     @staticmethod
     def _install_later(group: Mapping[str, Any], states: list[dict[str, Any]], bases: Tensor) -> None:
+        """Block 1.1 (`moment_transform`) by batched products, then the new bases over the old ones."""
         moments = [st["moment"] for st in states]
         if group["moment_transform"] == "rotate":
             rotation = bases.mT @ torch.stack([st["basis"] for st in states])
