@@ -33,7 +33,8 @@ from structbench.optim.cost_profile import Profile, StepCost
 
 COLUMNS = (
     "optimizer", "interval", "launches steady/refresh/amortised", "per matrix", "host reads steady",
-    "counter reads", "decompositions steady | per refresh", "GFLOP amortised by dtype", "MB new amortised",
+    "counter reads", "deferred reads", "decompositions steady | per refresh", "GFLOP amortised by dtype",
+    "MB new amortised",
 )  # fmt: skip
 
 
@@ -76,6 +77,7 @@ def row(profile: Profile) -> list[str]:
         f"{amortised / profile.matrices:.1f}",
         listed(profile.steady.host_reads),
         str(profile.steady.counter_reads),
+        str(profile.steady.deferred_reads),
         f"{listed(profile.steady.decompositions)} | {listed(refresh_only)}",
         ", ".join(f"{dtype} {value / 1e9:.3g}" for dtype, value in sorted(flops.items())) or "0",
         f"{profile.amortised(lambda cost: cost.bytes_allocated) / 1e6:.1f}",

@@ -90,8 +90,7 @@ def test_the_amortised_cost_spreads_each_refresh_over_the_default_interval():
     assert sum(profile.steady.decompositions.values()) == 0
 
 
-KNOWN_OVER = {
-}
+KNOWN_OVER: dict[str, dict[str, str]] = {}
 """The optimizers whose GPU-fast form is still to come, and what each is over: the budget's named exceptions."""
 
 

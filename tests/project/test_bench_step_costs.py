@@ -30,4 +30,7 @@ def test_each_row_shows_the_profiles_launches_and_host_reads(capsys):
     assert [row[0] for row in rows] == ["sgd", "asgo"]
     asgo = cost_profile.profile("asgo", step_costs.shapes(1, 8))
     launches = f"{asgo.steady.launches}/{asgo.refresh.launches}/{asgo.amortised(lambda cost: cost.launches):.0f}"
-    assert rows[1][2] == launches and rows[1][4] == f"{asgo.steady.host_reads['bool']}x bool"
+    assert rows[1][2] == launches
+    # ASGO's four matrices share one preconditioner size (96): one stack, one deferred root check read per step,
+    # and no host read
+    assert (rows[1][4], rows[1][6]) == ("none", "1")
