@@ -1,5 +1,6 @@
-"""ASGO's inverse root is Algorithm 2 line 13, (V + eps I)^{-1/2} (An et al., arXiv 2503.20762), by default; the
-float32-resolution floor is a switch. References are float64 eigendecompositions written here."""
+"""ASGO's eigh root is Algorithm 2 line 13, (V + eps I)^{-1/2} (An et al., arXiv 2503.20762), without a floor by
+default; the float32-resolution floor is a switch (the default Newton–Schulz root: test_asgo_newton_schulz.py).
+References are float64 eigendecompositions written here."""
 
 from __future__ import annotations
 
@@ -33,7 +34,7 @@ def _relative(a: torch.Tensor, b: torch.Tensor) -> float:
     return float(torch.linalg.matrix_norm(a.to(F64) - b) / torch.linalg.matrix_norm(b))
 
 
-def test_default_root_is_algorithm2_line13_on_a_rank_deficient_ill_conditioned_statistic() -> None:
+def test_the_eigh_root_is_algorithm2_line13_on_a_rank_deficient_ill_conditioned_statistic() -> None:
     """k = 64, rank 32, nonzero spectrum 0.1 ... 1e-4 (cond 1e3 on the range, infinite overall), Table 4's eps 1e-6.
 
     The float32 resolution 64 * fp32-eps * 0.1 = 7.6e-7 is near eps, so flooring there moves the 32 null-space
@@ -45,8 +46,8 @@ def test_default_root_is_algorithm2_line13_on_a_rank_deficient_ill_conditioned_s
     optimizer = ASGO([nn.Parameter(torch.zeros(64, 128))], eps=eps)
     group = optimizer.param_groups[0]
     assert group["eigenvalue_floor"] == "none"
-    default = ASGO._inverse_roots(v.unsqueeze(0), group)[0]
-    assert _relative(default, exact) < 5e-3
+    unfloored = ASGO._inverse_roots(v.unsqueeze(0), group)[0]
+    assert _relative(unfloored, exact) < 5e-3
     floored = ASGO._inverse_roots(v.unsqueeze(0), {**group, "eigenvalue_floor": "resolution"})[0]
     assert _relative(floored, exact) > 0.2
 
