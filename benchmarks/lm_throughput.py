@@ -14,7 +14,12 @@ Three parts, each selected by its flag (none given: all three):
   with the device's name. For `--suite llama-60m --optim adamw` it is printed beside the paper's figure.
 - `--memory`: one short harness run (`--memory-steps`) per optimizer of `--optims` (default: the suite's list):
   peak memory and its source (CUDA: max allocated; CPU: the process's peak RSS, indicative only), optimizer state
-  bytes as held (measured) and from the registry's formula (analytic), median step time, tokens/s, status.
+  bytes as held (measured) and from the registry's formula (analytic), median step time, tokens/s and its ratio to
+  AdamW's run in the same table (same device, same process), status.
+
+`--throughput` also prints model FLOPs per token (PaLM's 6N + 12LdT, `training_flops_per_token`), the achieved
+FLOP/s and, for bf16-autocast runs on a device in `PEAK_BF16_DENSE_FLOPS`, the model FLOPs utilisation: a figure
+that compares across GPUs, where raw tokens/s against another paper's hardware does not.
 
 The reference figure: Adam's LLaMA-60M throughput, 97,748 tokens/s on A100 GPUs, from the RACS/Alice paper
 (arXiv 2502.07752; Gong, Scetbon, Ma, Meeds, "Towards Efficient Optimizer Design for
@@ -64,6 +69,7 @@ from structbench.execution.runner import execute
 from structbench.plan import spec
 from structbench.plan.spec import SuiteSpec
 from structbench.tasks.base import to_device
+from structbench.tasks.language.configs import ModelConfig, training_flops_per_token
 
 PAPER_TOKENS_PER_S = 97_748
 PAPER_SUITE, PAPER_OPTIM = "llama-60m", "adamw"
@@ -72,6 +78,36 @@ PAPER_SETUP = (
     "BF16 weights and states, NVIDIA A100 (count not stated)"
 )
 MIB = 2**20
+PEAK_BF16_DENSE_FLOPS = (
+    ("H200", 989.5e12),
+    ("H100 PCIe", 756e12),
+    ("H100", 989.5e12),
+    ("A100", 312e12),
+)
+"""Dense BF16 tensor-core peaks by device name (first match wins), from NVIDIA's datasheets, which print the
+sparse figure (H200 and H100 SXM 1,979 TFLOPS, H100 PCIe 1,513, A100 624): half of it."""
+
+
+def peak_bf16_flops(device_name: str) -> float | None:
+    """The device's dense BF16 peak, None for a device not in `PEAK_BF16_DENSE_FLOPS`."""
+    return next((peak for name, peak in PEAK_BF16_DENSE_FLOPS if name in device_name), None)
+
+
+def utilisation(tokens_per_s: float, resolved: dict[str, Any], device_name: str) -> str:
+    """Model FLOPs utilisation of a run whose resolved task arguments are `resolved` (its spec's
+    `task_args_resolved`: model configuration, vocabulary, context, autocast), as text: model FLOPs per token
+    (`training_flops_per_token`) x tokens/s over the device's BF16 peak, for runs under bf16 autocast on a device
+    whose peak is known; else why not."""
+    config = ModelConfig(**resolved["model_config"])
+    per_token = training_flops_per_token(config, resolved["vocab_size"], resolved["seq_len"])
+    achieved = per_token * tokens_per_s
+    head = f"model FLOPs {per_token / 1e6:.1f}M per token (PaLM's 6N + 12LdT), {achieved / 1e12:.2f} TFLOP/s"
+    peak = peak_bf16_flops(device_name)
+    if resolved["autocast"] != "bf16":
+        return f"{head}; no MFU: autocast {resolved['autocast']}, the BF16 peak does not apply"
+    if peak is None:
+        return f"{head}; no MFU: {device_name}'s BF16 peak is not in the table"
+    return f"{head}, MFU {achieved / peak:.1%} of {device_name}'s dense BF16 peak {peak / 1e12:.0f} TFLOP/s"
 
 
 def bare_rate(suite: SuiteSpec, optim_name: str, seed: int, device: torch.device, data_root: Path) -> float:
@@ -139,17 +175,23 @@ def report_throughput(rows: list[dict[str, Any]], suite: SuiteSpec, optim_name: 
     tokens_per_step = suite.budget["batch_size"] * suite.task_args["seq_len"]
     clocked = [row["throughput_per_s"] for row in rows]
     wall = [(row["steps"] - 1) * tokens_per_step / row["train_s"] for row in rows]
-    autocast = json.loads(rows[0]["spec"])["task_args_resolved"]["autocast"]
+    resolved = json.loads(rows[0]["spec"])["task_args_resolved"]
+    autocast = resolved["autocast"]
     print(f"throughput on {device_name} ({suite.name}, {optim_name}, autocast {autocast}), median of {len(rows)}:")
     print(
         f"  {statistics.median(clocked):,.0f} tokens/s (row throughput_per_s: clocked steps; runs "
         f"{', '.join(f'{v:,.0f}' for v in clocked)})"
     )
     print(f"  {statistics.median(wall):,.0f} tokens/s over train_s (wall, with the per-step bookkeeping)")
+    print(f"  {utilisation(statistics.median(clocked), resolved, device_name)}")
     if suite.name == PAPER_SUITE and optim_name == PAPER_OPTIM:
         ratio = statistics.median(clocked) / PAPER_TOKENS_PER_S
         versus = f"measured / paper {ratio:.3f}" if device.type == "cuda" else "no ratio: not a GPU"
-        print(f"  paper: {PAPER_TOKENS_PER_S:,} tokens/s ({PAPER_SETUP}); {versus}")
+        print(f"  paper, as context only: {PAPER_TOKENS_PER_S:,} tokens/s ({PAPER_SETUP}); {versus}")
+        print(
+            "  the two differ in GPU model and count, weight and state precision, data and tokenizer: the ratio "
+            "says nothing about structbench; MFU and the ratio to AdamW on this device (memory table) do"
+        )
 
 
 def memory_table(
@@ -159,9 +201,10 @@ def memory_table(
     `deadline` (named as left out)."""
     print(
         f"{'optimizer':<13} {'status':<12} {'peak MiB':>10} {'source':<6} {'state MiB':>10} {'analytic MiB':>12} "
-        f"{'step ms':>9} {'tokens/s':>10}"
+        f"{'step ms':>9} {'tokens/s':>10} {'/ AdamW':>8}"
     )
     rows = []
+    adamw_tokens = None
     for index, optim_name in enumerate(suite.optims):
         if deadline.passed():
             print(cut_note(list(suite.optims[index:])), flush=True)
@@ -170,10 +213,13 @@ def memory_table(
         rows.append(row)
         step_ms = row["step_time_median_s"] * 1e3
         tokens = row["throughput_per_s"]
+        if optim_name == "adamw":
+            adamw_tokens = tokens
+        versus = "-" if tokens is None or not adamw_tokens else f"{tokens / adamw_tokens:.3f}"
         print(
             f"{optim_name:<13} {row['status']:<12} {_mib(row['peak_mem_bytes'], 1):>10} {row['peak_mem_source']:<6} "
             f"{_mib(row['state_bytes'], 3):>10} {_mib(row['analytic_state_bytes'], 3):>12} {step_ms:>9.1f} "
-            f"{'-' if tokens is None else f'{tokens:,.0f}':>10}"
+            f"{'-' if tokens is None else f'{tokens:,.0f}':>10} {versus:>8}"
         )
         release(device)
     for row in rows:

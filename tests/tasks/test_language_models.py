@@ -26,6 +26,7 @@ from torch import nn
 
 from structbench.errors import UsageError
 from structbench.optim.partition import parameter_kinds
+from structbench.tasks.language import configs
 from structbench.tasks.language.configs import ModelConfig
 from structbench.tasks.language.gpt import CausalSelfAttention
 from structbench.tasks.language.llama import Attention, RMSNorm, apply_rope, rope_angles
@@ -425,3 +426,17 @@ def test_overrides_and_sequence_length() -> None:
         model(torch.zeros(1, 17, dtype=torch.long))
     gpt = build_model("gpt-tiny", vocab_size=100, seq_len=16, max_seq_len=64)
     assert gpt.transformer.wpe.weight.shape == (64, 128)
+
+
+def test_training_flops_per_token_is_palms_6n_plus_12ldt_written_out() -> None:
+    """llama-60m at context 256 with a 32,000 vocabulary, by hand: per layer q/k/v/o 4 x 512^2 = 1,048,576 and the
+    SwiGLU's three 512 x 1376 matrices 2,113,536, times 8 layers = 25,296,896, plus the head 32,000 x 512 =
+    16,384,000 (tied or not, it multiplies): N = 41,680,896, 6N = 250,085,376; attention 12 x 8 x 512 x 256 =
+    12,582,912. A GPT (two MLP matrices, d_ff = 4d) at d 64, 2 layers, vocabulary 100, context 32:
+    6 (2 (4 x 64^2 + 2 x 64 x 256) + 100 x 64) + 12 x 2 x 64 x 32."""
+    llama = configs.resolve_config("llama-60m", seq_len=256)
+    assert configs.training_flops_per_token(llama, 32_000, 256) == 250_085_376 + 12_582_912
+    gpt = configs.ModelConfig(family="gpt", n_layer=2, n_head=2, d_model=64, max_seq_len=32)
+    assert configs.training_flops_per_token(gpt, 100, 32) == 6 * (2 * (4 * 64**2 + 2 * 64 * 256) + 100 * 64) + (
+        12 * 2 * 64 * 32
+    )

@@ -208,3 +208,18 @@ def count_params(config: ModelConfig, vocab_size: int) -> int:
     attention = 4 * d * d + b * 4 * d
     mlp = 3 * d * f + b * (2 * f + d)
     return vocab_size * d + n_layer * (2 * d + attention + mlp) + d + head
+
+
+def training_flops_per_token(config: ModelConfig, vocab_size: int, seq_len: int) -> int:
+    """Model FLOPs of one training token (forward and backward) by the formula of Chowdhery et al. (PaLM, arXiv
+    2204.02311, App. B): 6 N + 12 L H Q T, N the weights that multiply activations (per block the attention's four
+    d x d projections and the MLP's matrices, and the LM head V x d, which multiplies even when tied to the
+    embedding; not the embedding lookup, norms or biases), L layers, H Q = d_model, T = `seq_len` (attention's
+    scores and values over the whole context; a causal model computes half of it, which the formula, like PaLM's
+    MFU, does not credit)."""
+    require_positive_int("vocab_size", vocab_size)
+    require_positive_int("seq_len", seq_len)
+    d, f = config.d_model, config.ffn_dim
+    mlp = (2 if config.family == "gpt" else 3) * d * f
+    matmul_weights = config.n_layer * (4 * d * d + mlp) + vocab_size * d
+    return 6 * matmul_weights + 12 * config.n_layer * d * seq_len
