@@ -28,6 +28,7 @@ import torch
 from torch import Tensor
 
 from structbench.errors import SolverError
+from structbench.optim.precision import exact_float32
 
 NS_QUINTIC: tuple[float, float, float] = (3.4445, -4.7750, 2.0315)
 """Muon's tuned quintic coefficients (Jordan et al. 2024): singular values land near [0.7, 1.2], not at 1."""
@@ -153,6 +154,7 @@ def _cholesky_qr(x: Tensor, eye: Tensor) -> tuple[Tensor, Tensor]:
     return torch.linalg.solve_triangular(lower.mT, x, upper=True, left=False), ok
 
 
+@exact_float32
 def cholesky_qr2(x: Tensor, tol: float | None = None) -> Orthonormalized:
     """Q of X = Q R (diag(R) > 0) for a stack (..., m, n), m >= n, by Cholesky-QR2 with a Householder fallback.
 
@@ -409,6 +411,7 @@ PROBE_MARGIN = 2.0
 """A warm start is accepted on probes alone only when their residual estimate is below tol / PROBE_MARGIN."""
 
 
+@exact_float32
 def inverse_sqrt_newton_schulz(
     a: Tensor,
     init: Tensor | None = None,
@@ -477,6 +480,7 @@ def inverse_sqrt_newton_schulz(
     return InverseSqrt(z, residual, residual <= tol, found.iterations)
 
 
+@exact_float32
 def inverse_sqrt_warm_updates(
     a: Tensor, init: Tensor, *, updates: int = 1, tol: float = 1e-4, symmetric: bool = False
 ) -> InverseSqrt:
@@ -528,6 +532,7 @@ def coupled_newton_schulz_updates(condition: float, tol: float) -> int:
     return updates
 
 
+@exact_float32
 def inverse_sqrt_cold_updates(a: Tensor, *, updates: int, tol: float = 1e-2, symmetric: bool = False) -> InverseSqrt:
     """A^{-1/2} of symmetric positive definite A by exactly `updates` coupled Newton–Schulz updates from a cold start,
     with no host read: for a GPU's steady state where no warm start is close enough (`inverse_sqrt_warm_updates`).
@@ -840,6 +845,7 @@ def gaussian_probes(dim: int, count: int, *, dtype: torch.dtype, device: torch.d
     return torch.randn(dim, count, generator=generator, dtype=dtype, device="cpu").to(device)
 
 
+@exact_float32
 def inverse_sqrt_probe_residual(a: Tensor, z: Tensor, probes: Tensor) -> Tensor:
     """||(Z A Z - I) V||_F / ||V||_F per matrix of (..., d, d) stacks A, Z for a (d, s) probe matrix V: an estimate of
     the residual ||Z A Z - I||_F / sqrt(d) of a candidate inverse square root Z at O(d^2 s) cost and no host read

@@ -11,15 +11,23 @@ Error bound of one product C = A B of inner dimension k whose operands are round
 accumulated in float32 (u32 = 2^-24): |C_hat - C| <= ((1 + u)^2 - 1 + gamma_k(u32)) |A| |B| entrywise, about
 (2u + k u32) |A| |B|, and for bfloat16, whose result is rounded once more, (1 + u)^3 - 1 + gamma_k(u32):
 `product_error_bound` gives the factor.
+
+`exact_float32` guards the other way: the iterations whose residual checks assume float32 products (linalg's inverse
+roots and Cholesky-QR2) run with CUDA's TF32 off even where a user switched it on globally.
 """
 
 from __future__ import annotations
 
+import functools
+from collections.abc import Callable
 from contextlib import AbstractContextManager
+from typing import ParamSpec, TypeVar
 
 import torch
 from torch import Tensor
 
+P = ParamSpec("P")
+R = TypeVar("R")
 MATMUL_PRECISIONS = ("float32", "tf32", "bfloat16")
 _UNIT_ROUNDOFF = {"float32": 2.0**-24, "tf32": 2.0**-11, "bfloat16": 2.0**-8}
 _TF32_DROPPED_BITS = 13
@@ -56,16 +64,36 @@ def round_to_tf32(x: Tensor) -> Tensor:
     return torch.where(finite, rounded.view(torch.float32), x)
 
 
+class _CudaTf32(AbstractContextManager[None]):
+    """torch's CUDA TF32 matmul flag set to `allowed` for the block, restored after."""
+
+    def __init__(self, allowed: bool) -> None:
+        self.allowed = allowed
+
+    def __enter__(self) -> None:
+        self.saved = torch.backends.cuda.matmul.allow_tf32
+        torch.backends.cuda.matmul.allow_tf32 = self.allowed
+
+    def __exit__(self, *exc: object) -> None:
+        torch.backends.cuda.matmul.allow_tf32 = self.saved
+
+
 def _tf32_on_cuda() -> AbstractContextManager[None]:
-    class Tf32(AbstractContextManager[None]):
-        def __enter__(self) -> None:
-            self.saved = torch.backends.cuda.matmul.allow_tf32
-            torch.backends.cuda.matmul.allow_tf32 = True
+    return _CudaTf32(True)
 
-        def __exit__(self, *exc: object) -> None:
-            torch.backends.cuda.matmul.allow_tf32 = self.saved
 
-    return Tf32()
+def exact_float32(function: Callable[P, R]) -> Callable[P, R]:
+    """Run `function` with CUDA's TF32 matmul mode off, whatever the user set globally
+    (`torch.backends.cuda.matmul.allow_tf32`, `torch.set_float32_matmul_precision("high")`): for the iterations whose
+    residual checks and error bounds assume float32 products (inverse roots, Cholesky-QR2), which TF32's 2^-11
+    rounding would fail or loosen. The flag is restored on return; it has no effect off CUDA."""
+
+    @functools.wraps(function)
+    def exact(*args: P.args, **kwargs: P.kwargs) -> R:
+        with _CudaTf32(False):
+            return function(*args, **kwargs)
+
+    return exact
 
 
 def matmul(a: Tensor, b: Tensor, precision: str) -> Tensor:

@@ -6,8 +6,9 @@ from __future__ import annotations
 
 import pytest
 import torch
+from torch.overrides import TorchFunctionMode
 
-from structbench.optim import precision
+from structbench.optim import linalg, precision
 
 
 def test_tf32_rounding_keeps_ten_mantissa_bits_to_nearest() -> None:
@@ -45,3 +46,35 @@ def test_each_precision_is_within_its_bound_and_uses_its_rounding(name: str) -> 
 def test_an_unknown_precision_is_refused_with_the_known_ones() -> None:
     with pytest.raises(ValueError, match="float32, tf32, bfloat16"):
         precision.matmul(torch.ones(2, 2), torch.ones(2, 2), "float16")
+
+
+class _Tf32Flags(TorchFunctionMode):
+    """Records CUDA's TF32 matmul flag at every matrix product."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.seen: list[bool] = []
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        if getattr(func, "__name__", "") in ("matmul", "__matmul__", "mm", "bmm", "baddbmm", "addmm"):
+            self.seen.append(torch.backends.cuda.matmul.allow_tf32)
+        return func(*args, **(kwargs or {}))
+
+
+def test_the_float32_iterations_run_with_tf32_off_whatever_the_global_setting(monkeypatch) -> None:
+    """With TF32 switched on globally, every product of linalg's inverse-root iterations and Cholesky-QR2 sees it off,
+    and the global setting is back after each call."""
+    monkeypatch.setattr(torch.backends.cuda.matmul, "allow_tf32", True)
+    a = torch.eye(8).expand(2, 8, 8) * 2.0
+    calls = (
+        lambda: linalg.inverse_sqrt_cold_updates(a, updates=3),
+        lambda: linalg.inverse_sqrt_warm_updates(a, torch.eye(8).expand(2, 8, 8), updates=2),
+        lambda: linalg.inverse_sqrt_newton_schulz(a),
+        lambda: linalg.cholesky_qr2(torch.randn(2, 8, 8, generator=torch.Generator().manual_seed(0))),
+    )
+    for call in calls:
+        flags = _Tf32Flags()
+        with flags:
+            call()
+        assert flags.seen and not any(flags.seen)
+        assert torch.backends.cuda.matmul.allow_tf32
