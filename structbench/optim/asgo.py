@@ -55,7 +55,9 @@ as the warm iteration diverges between eigenvalues more than 34 apart. Each root
 r = ||Z (V + eps I) Z - I||_F / sqrt(k) is checked on the device against `root_tol` (default 3e-2) and read a step
 later (structbench.optim.deferred): a matrix that failed is given the eigh root of its current V at the start of
 its next step, counted in its `root_fallbacks` (CPU state counter) and the optimizer's `root_fallbacks` (the run's
-`root_fallbacks` column). The price: a root that failed its check is used for the step it was made in. A root with
+`root_fallbacks` column). The price: a root that failed its check is used for the step it was made in. A check
+still pending when the state is saved is read into the state (`ROOT_DUE`), so that a resumed run repairs the same
+matrices at the same step. A root with
 residual r is within about (r sqrt(k) / 2) ||(V + eps I)^{-1/2}||_2 of the exact one in Frobenius norm (first
 order; linalg.inverse_sqrt_warm_updates); root_tol 3e-2 lies below the 1 / sqrt(k) residual that a single
 unconverged eigenvalue leaves (k up to 1100; GPT-2's k is 768) and above the float32 rounding level of converged
@@ -113,6 +115,9 @@ the statistics measured on a tiny language model; Table 4's eps 1e-6 reaches it 
 NEWTON_SCHULZ_UPDATES = coupled_newton_schulz_updates(NEWTON_SCHULZ_CONDITION, 1e-4)
 """Coupled Newton–Schulz updates per root (21): the smallest eigenvalue at that condition within 1e-4 of converged."""
 ROOT_FALLBACKS = "root_fallbacks"
+ROOT_DUE = "root_due"
+"""State flag (a Python bool, present only when set) of a matrix whose root failed a check that `state_dict` read
+before its repair: the resumed run repairs it at the same step as the run that saved it."""
 _FLOAT32_EPS = torch.finfo(torch.float32).eps
 PAPER = "An et al. (arXiv 2503.20762)"
 RELEASED_CODE = "infinity-stars/ASGO optimizers/asgo.py, dasgo.py"
@@ -323,22 +328,38 @@ class ASGO(EagerStructuredOptimizer):
         else:
             precond.addmm_(x, x.mT)
 
+    def state_dict(self) -> dict[str, Any]:
+        """The state, with every pending root check read into its failed matrices' state (`ROOT_DUE`), so that a
+        resumed run repairs them at the same step as this one."""
+        for key, (check, owners) in list(self._root_checks.items()):
+            for i in check.take():
+                self.state[owners[i]][ROOT_DUE] = True
+            del self._root_checks[key]
+        return super().state_dict()
+
     def _repair_failed_roots(self, group: Mapping[str, Any]) -> set[int]:
         """The eigh root of the current V for each matrix of this group whose last Newton–Schulz root failed its
-        residual check (read a step late: `structbench.optim.deferred`), each counted in `root_fallbacks`. Returns
-        the ids of the parameters repaired (ids: a tensor's `in` would compare values under torch.compile)."""
+        residual check (read a step late: `structbench.optim.deferred`; or settled into `ROOT_DUE` by
+        `state_dict`), each counted in `root_fallbacks`. Returns the ids of the parameters repaired (ids: a tensor's
+        `in` would compare values under torch.compile)."""
         members = {id(p) for p in group["params"]}
-        repaired: set[int] = set()
+        failed: dict[tuple[int, torch.device], list[Tensor]] = defaultdict(list)
         for key, (check, owners) in list(self._root_checks.items()):
             if not owners or id(owners[0]) not in members:
                 continue
-            failed = [owners[i] for i in check.take()]
+            failed[key] += [owners[i] for i in check.take()]
             del self._root_checks[key]
-            if failed:
-                self._refresh_inverse_roots(failed, {**group, "root": "eigh"}, key)
-                for p in failed:
-                    self.state[p][ROOT_FALLBACKS] += 1
-                repaired.update(id(p) for p in failed)
+        for p in group["params"]:
+            if p in self.state and self.state[p].pop(ROOT_DUE, False):
+                failed[(self.state[p]["precond"].size(-1), p.device)].append(p)
+        repaired: set[int] = set()
+        for key, owned in failed.items():
+            if not owned:
+                continue
+            self._refresh_inverse_roots(owned, {**group, "root": "eigh"}, key)
+            for p in owned:
+                self.state[p][ROOT_FALLBACKS] += 1
+            repaired.update(id(p) for p in owned)
         return repaired
 
     def _refresh_inverse_roots(

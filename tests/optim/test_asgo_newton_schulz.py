@@ -10,6 +10,7 @@ eigh run; the steady state reads nothing on the host and decomposes nothing."""
 
 from __future__ import annotations
 
+import copy
 import math
 
 import pytest
@@ -194,3 +195,26 @@ def test_eps_zero_and_the_resolution_floor_take_eigh_roots() -> None:
             optimizer.step()
             exact.step()
         assert torch.equal(w.detach(), twin.detach()) and optimizer.root_fallbacks == 0
+
+
+def test_a_checkpoint_with_a_failed_root_pending_resumes_bit_identically() -> None:
+    """The failing setup above: after step 1 a failed root's check is pending. A state_dict taken then, loaded into a
+    new optimizer, continues exactly as the original: the repair at step 2, its fallback count and the parameters,
+    bit for bit, through step 4."""
+    shape = (32, 64)
+    grads = _stream(shape, 4, noise=0.0)
+    w = nn.Parameter(torch.zeros(shape))
+    optimizer = ASGO([w], eps=1e-12, beta2=0.0)
+    w.grad = grads[0]
+    optimizer.step()
+    saved = copy.deepcopy(optimizer.state_dict())
+    resumed_w = nn.Parameter(w.detach().clone())
+    resumed = ASGO([resumed_w], eps=1e-12, beta2=0.0)
+    resumed.load_state_dict(saved)
+    for grad in grads[1:]:
+        w.grad, resumed_w.grad = grad, grad.clone()
+        optimizer.step()
+        resumed.step()
+        assert torch.equal(w, resumed_w)
+        assert optimizer.root_fallbacks == resumed.root_fallbacks
+    assert optimizer.root_fallbacks == 2  # repaired at steps 2 and 4
