@@ -9,8 +9,8 @@ In order:
    Python line that made it, and only the runner's own log-point and evaluation code (structbench/execution/runner.py,
    structbench/execution/loop.py, structbench/measure.py) may appear — a sync in a task or an optimizer is a host
    sync per step;
-3. the run-order check: the same run twice in one process; the first run's first step within 2x the second's plus
-   5 ms, and the one-off setup (`setup_s`) only in the first;
+3. the run-order check: the same run twice in a fresh process (this one has run other checks); the first run's first
+   step within 2x the second's plus 5 ms, and the one-off setup (`setup_s`) only in the first;
 4. the conformance kit on CUDA (`conformance.run_checks(..., device=cuda)`: the model and every batch on the GPU,
    drawn from its generator; torch's default device left as it is) for the seed optimizers;
 5. recompilation: `shakespeare-llama` with `task_args.compile="on"` under `TORCH_LOGS=recompiles`: no recompilation
@@ -26,6 +26,7 @@ Without CUDA it prints one line and exits 2.
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import subprocess
 import sys
@@ -95,23 +96,37 @@ def sync_audit(steps: int) -> tuple[bool, str]:
     return not per_step, detail
 
 
-def run_order() -> tuple[bool, str]:
+def run_order_rows(device: str) -> list[dict[str, float]]:
+    """The same 50-step quadratic AdamW run twice in this process: each run's first step, wall and one-off setup."""
     from structbench.execution.job import Job, run_job
     from structbench.plan import grid, spec
     from structbench.store import write as store
 
     suites, _ = spec.load_suites("quadratic", ["budget.steps=50"], ["adamw"], [0])
-    cell = grid.build_grid(suites, "cuda")[0]
+    cell = grid.build_grid(suites, device)[0]
     rows = []
     for _ in range(2):
         out = Path(tempfile.mkdtemp())
         store.prepare(out)
-        rows.append(run_job(Job(cell=cell, device="cuda", data_root=str(out), out=str(out), executor="inline",
-                                parallel_runs=1, threads=None)))  # fmt: skip
-    first, second = rows
+        row = run_job(Job(cell=cell, device=device, data_root=str(out), out=str(out), executor="inline",
+                          parallel_runs=1, threads=None))  # fmt: skip
+        rows.append({key: float(row[key]) for key in ("compile_s", "wall_s", "setup_s")})
+    return rows
+
+
+def run_order(device: str = "cuda") -> tuple[bool, str]:
+    """`run_order_rows` in a fresh process (this one has run other checks: its first run would not be a first)."""
+    done = subprocess.run(
+        [sys.executable, str(Path(__file__).resolve()), "--run-order-child", device],
+        capture_output=True, text=True, cwd=ROOT, check=False,
+    )  # fmt: skip
+    if done.returncode != 0:
+        last = (done.stderr.strip().splitlines() or [""])[-1]
+        return False, f"the fresh process failed (exit {done.returncode}): {last}"
+    first, second = json.loads(done.stdout.strip().splitlines()[-1])
     ok = first["compile_s"] <= 2 * second["compile_s"] + 5e-3 and second["setup_s"] == 0
     return ok, (
-        f"first step {first['compile_s'] * 1e3:.2f} ms vs {second['compile_s'] * 1e3:.2f} ms, wall "
+        f"in a fresh process: first step {first['compile_s'] * 1e3:.2f} ms vs {second['compile_s'] * 1e3:.2f} ms, wall "
         f"{first['wall_s'] * 1e3:.1f} vs {second['wall_s'] * 1e3:.1f} ms, setup {first['setup_s'] * 1e3:.1f} ms once"
     )
 
@@ -200,7 +215,11 @@ CHECKS: list[tuple[str, Callable[..., tuple[bool, str]]]] = [
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--steps", type=int, default=20, help="steps of the sync audit's runs (default 20)")
+    parser.add_argument("--run-order-child", metavar="DEVICE", help=argparse.SUPPRESS)
     args = parser.parse_args()
+    if args.run_order_child:
+        print(json.dumps(run_order_rows(args.run_order_child)))
+        return 0
     if args.steps < 2:
         print(f"error: --steps must be at least 2, got {args.steps}.", file=sys.stderr)
         return 2

@@ -7,6 +7,7 @@ What only a GPU can show (no host sync per step, recompilation, device-side asse
 from __future__ import annotations
 
 import gc
+import re
 import subprocess
 import sys
 import textwrap
@@ -264,3 +265,17 @@ def test_gpu_checks_injected_fault_fires_and_is_judged_by_structbenchs_own_line(
 
     passed, detail = gpu_check.device_side_error()
     assert not passed and detail.startswith("fault fired; stored as error with CUDA's message: False"), detail
+
+
+def test_gpu_checks_run_order_measures_two_runs_in_a_fresh_process() -> None:
+    """The run-order check's two runs happen in a new process (the checks before it have warmed the checker's own),
+    whose rows come back to the checker: on a CPU the plumbing is the same as on a GPU."""
+    from benchmarks import gpu_check
+
+    _, detail = gpu_check.run_order("cpu")
+    number = r"[\d.]+"
+    expected = (
+        rf"in a fresh process: first step {number} ms vs {number} ms, wall {number} vs {number} ms, "
+        rf"setup {number} ms once"
+    )
+    assert re.fullmatch(expected, detail), detail
