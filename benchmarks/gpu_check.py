@@ -4,11 +4,13 @@
 
 In order:
 1. the CUDA-only tests (`pytest -k cuda`);
-2. a sync audit: `torch.cuda.set_sync_debug_mode("warn")` over `--steps` steps of `shakespeare-llama` and `digits`
-   (AdamW, one log point at the end, no evaluation inside the loop); every synchronising call is attributed to the
-   Python line that made it, and only the runner's own log-point and evaluation code (structbench/execution/runner.py,
-   structbench/execution/loop.py, structbench/measure.py) may appear — a sync in a task or an optimizer is a host
-   sync per step;
+2. a sync audit of the steady-state training step (task and optimizer): `torch.cuda.set_sync_debug_mode("warn")`
+   over runs of `--steps` and 2 x `--steps` steps of `shakespeare-llama` (AdamW) and of `digits` with each of
+   `AUDITED_OPTIMIZERS` (refresh intervals set past the run, log points only at the ends, no evaluation inside);
+   every synchronising call is attributed to the Python line that made it, and what the longer run's extra steps
+   add must come only from the runner's own log-point code (structbench/execution/runner.py,
+   structbench/execution/loop.py, structbench/measure.py): a sync in a task or an optimizer step is a host sync per
+   step;
 3. the run-order check: the same run twice in a fresh process (this one has run other checks); the first run's first
    step within 2x the second's plus 5 ms, and the one-off setup (`setup_s`) only in the first;
 4. the conformance kit on CUDA (`conformance.run_checks(..., device=cuda)`: the model and every batch on the GPU,
@@ -61,39 +63,78 @@ def cuda_tests() -> tuple[bool, str]:
     return done.returncode == 0, (done.stdout.strip().splitlines() or ["no output"])[-1]
 
 
-def sync_audit(steps: int) -> tuple[bool, str]:
+AUDITED_OPTIMIZERS = ("adamw", "muon", "soap", "asgo", "sumo", "fismo", "apollo-mini", "shampoo-4bit")
+"""The optimizers whose steady-state training step the sync audit runs on CUDA (on `digits`)."""
+
+
+def audit_overrides(optim_name: str, steps: int) -> list[str]:
+    """A sync-audit run's settings: `steps` steps, one log point at the end, no evaluation, and the optimizer's refresh
+    interval (if it has one) past the run."""
+    from structbench import optim
+
+    overrides = [f"budget.steps={steps}", "budget.epochs=0", "budget.eval_every=0", f"budget.log_every={steps}"]
+    interval = optim.get(optim_name).refresh_interval
+    if interval is not None:
+        overrides.append(f"hparams.{optim_name}.{interval}={10 * steps}")
+    return overrides
+
+
+def _sync_sites(suite: str, optim_name: str, steps: int) -> Counter[str] | str:
+    """Synchronising calls of one `steps`-step CUDA run, by the structbench line that made them (CUDA's sync debug
+    mode); a run that did not end ok gives its error instead. An optimizer with a refresh interval runs with it past
+    the run (so that only its steady state follows its first step)."""
     from structbench.data.root import resolve_data_root
     from structbench.execution.job import Job, run_job
     from structbench.plan import grid, spec
     from structbench.store import write as store
 
-    sites: Counter[str] = Counter()
-    for suite in ("shakespeare-llama", "digits"):
-        overrides = [f"budget.steps={steps}", "budget.epochs=0", "budget.eval_every=0", f"budget.log_every={steps}"]
-        suites, _ = spec.load_suites(suite, overrides, ["adamw"], [0])
-        cell = grid.build_grid(suites, "cuda")[0]
-        out = Path(tempfile.mkdtemp())
-        store.prepare(out)
-        job = Job(cell=cell, device="cuda", data_root=str(resolve_data_root(None)), out=str(out), executor="inline",
-                  parallel_runs=1, threads=None)  # fmt: skip
-        with warnings.catch_warnings(record=True) as caught:
-            warnings.simplefilter("always")
-            torch.cuda.set_sync_debug_mode("warn")
-            try:
-                row = run_job(job)
-            finally:
-                torch.cuda.set_sync_debug_mode(0)
-        if row["status"] != "ok":
-            return False, f"{suite}: the run ended {row['status']}: {(row['error'] or '').splitlines()[-1:]}"
-        for warning in caught:
-            if "synchroniz" in str(warning.message).lower():
-                sites[f"{Path(warning.filename).as_posix().split('structbench/', 1)[-1]}:{warning.lineno}"] += 1
-    per_step = {site: n for site, n in sites.items() if not any(f in f"structbench/{site}" for f in ALLOWED_SYNC_FILES)}
-    detail = (
-        ", ".join(f"{site} x{n}" for site, n in sorted(per_step.items()))
-        or f"{sum(sites.values())} syncs, all in the runner"
+    suites, _ = spec.load_suites(suite, audit_overrides(optim_name, steps), [optim_name], [0])
+    cell = grid.build_grid(suites, "cuda")[0]
+    out = Path(tempfile.mkdtemp())
+    store.prepare(out)
+    job = Job(cell=cell, device="cuda", data_root=str(resolve_data_root(None)), out=str(out), executor="inline",
+              parallel_runs=1, threads=None)  # fmt: skip
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        torch.cuda.set_sync_debug_mode("warn")
+        try:
+            row = run_job(job)
+        finally:
+            torch.cuda.set_sync_debug_mode(0)
+    if row["status"] != "ok":
+        return f"{suite} {optim_name}: the run ended {row['status']}: {(row['error'] or '').splitlines()[-1:]}"
+    return Counter(
+        f"{Path(w.filename).as_posix().split('structbench/', 1)[-1]}:{w.lineno}"
+        for w in caught
+        if "synchroniz" in str(w.message).lower()
     )
-    return not per_step, detail
+
+
+def steady_state_syncs(short: Counter[str], long: Counter[str]) -> dict[str, int]:
+    """The syncs the longer run's extra steps made, per site, outside the runner's own files (its log points and
+    evaluations may synchronise): long - short, sites with no extra left out. What happens once (setup, the first
+    step, the first refresh) is in both runs and cancels."""
+    extra = long - short
+    return {site: n for site, n in extra.items() if not any(f in f"structbench/{site}" for f in ALLOWED_SYNC_FILES)}
+
+
+def sync_audit(steps: int) -> tuple[bool, str]:
+    """Each audited (suite, optimizer) run for `steps` and for 2 x `steps` steps: the extra steps must make no
+    synchronising call outside the runner (a task's or an optimizer's steady-state step has none)."""
+    found: dict[str, dict[str, int]] = {}
+    audited = [("shakespeare-llama", "adamw"), *(("digits", name) for name in AUDITED_OPTIMIZERS)]
+    for suite, optim_name in audited:
+        short, long = _sync_sites(suite, optim_name, steps), _sync_sites(suite, optim_name, 2 * steps)
+        if isinstance(short, str) or isinstance(long, str):
+            return False, short if isinstance(short, str) else str(long)
+        extra = steady_state_syncs(short, long)
+        if extra:
+            found[f"{suite} {optim_name}"] = extra
+    detail = "; ".join(
+        f"{run}: " + ", ".join(f"{site} x{n} per {steps} steps" for site, n in sorted(sites.items()))
+        for run, sites in found.items()
+    )
+    return not found, detail or f"{len(audited)} runs: no synchronisation in a steady-state step outside the runner"
 
 
 def run_order_rows(device: str) -> list[dict[str, float]]:

@@ -13,6 +13,7 @@ import sys
 import textwrap
 import threading
 import weakref
+from collections import Counter
 
 import pytest
 import torch
@@ -279,3 +280,27 @@ def test_gpu_checks_run_order_measures_two_runs_in_a_fresh_process() -> None:
         rf"setup {number} ms once"
     )
     assert re.fullmatch(expected, detail), detail
+
+
+def test_the_sync_audit_keeps_what_the_extra_steps_add_outside_the_runner() -> None:
+    """A sync per step in an optimizer doubles with the steps and is kept (20 of them); the runner's extra log point
+    is allowed; a one-off sync in a task is in both runs and cancels."""
+    from benchmarks import gpu_check
+
+    short = Counter({"optim/fismo.py:10": 20, "execution/loop.py:5": 1, "tasks/x.py:3": 1})
+    long = Counter({"optim/fismo.py:10": 40, "execution/loop.py:5": 2, "tasks/x.py:3": 1})
+    assert gpu_check.steady_state_syncs(short, long) == {"optim/fismo.py:10": 20}
+
+
+@pytest.mark.parametrize("name", ["adamw", "soap", "sumo", "apollo-mini", "shampoo-4bit"])
+def test_the_sync_audits_settings_are_valid_for_its_suites(name: str) -> None:
+    """The audit's overrides (its refresh interval past the run included) load for `digits` as the audit runs it."""
+    from benchmarks import gpu_check
+    from structbench import optim
+    from structbench.plan import spec
+
+    (suite,), _ = spec.load_suites("digits", gpu_check.audit_overrides(name, 20), [name], [0])
+    assert suite.budget["steps"] == 20 and suite.budget["log_every"] == 20
+    interval = optim.get(name).refresh_interval
+    if interval is not None:
+        assert suite.hparams[name][interval] == 200
