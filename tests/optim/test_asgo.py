@@ -32,6 +32,7 @@ from structbench import measure
 from structbench.errors import SolverError
 from structbench.optim import registry
 from structbench.optim.asgo import ASGO, DASGO
+from tests.support.newton_schulz import gamma
 
 F64 = torch.float64
 
@@ -88,7 +89,7 @@ def _polar_bound(a: Tensor, perturbation: float) -> float:
     s = torch.linalg.svdvals(a.to(F64))
     r, d = min(a.shape), max(a.shape)
     backward = 3 * C * math.sqrt(r) * d * U32 * float(s[0])
-    return 2 * (perturbation + backward) / float(s[-1]) + 2 * math.sqrt(r) * C * d * U32 + r * _gamma(r)
+    return 2 * (perturbation + backward) / float(s[-1]) + 2 * math.sqrt(r) * C * d * U32 + r * gamma(r)
 
 
 def _grads(shape: tuple[int, ...], count: int, seed: int = 0, dtype: torch.dtype = F64) -> list[Tensor]:
@@ -104,10 +105,6 @@ def _grads(shape: tuple[int, ...], count: int, seed: int = 0, dtype: torch.dtype
 # (the largest divided difference, Daleckii–Krein) over the perturbed spectrum.
 U32, U64 = 2.0**-24, 2.0**-53
 C = 4
-
-
-def _gamma(k: int, u: float = U32) -> float:
-    return k * u / (1 - k * u)
 
 
 def _root_slope(lam: Tensor, error: float, eps: float, placement: str) -> tuple[float, float]:
@@ -171,14 +168,14 @@ def _asgo_bounds(
         carry = b2 if accumulation == "ema" else 1.0
         v = carry * v + weight * x @ x.T
         v_norm = float(torch.linalg.matrix_norm(v, ord=2))
-        ev = carry * ev + weight * _gamma(x.shape[1] + 2) * float(torch.linalg.matrix_norm(x)) ** 2 + _gamma(3) * v_norm
+        ev = carry * ev + weight * gamma(x.shape[1] + 2) * float(torch.linalg.matrix_norm(x)) ** 2 + gamma(3) * v_norm
         if t % tau == 0:
             error = ev + (C * k * U32 * v_norm if k > 1 else 0.0)
             slope, r_max = _root_slope(torch.linalg.eigvalsh(v), error, eps, placement)
-            forming = 3 * U32 + (2 * C * k * U32 + k * _gamma(k + 1) if k > 1 else U32)
+            forming = 3 * U32 + (2 * C * k * U32 + k * gamma(k + 1) if k > 1 else U32)
             dr = slope * error + forming * r_max + (k * 1e-6 / 2 * r_max if newton else 0.0)
         m_norm = float(torch.linalg.matrix_norm(m))
-        update = dr * m_norm + r_max * (dm + U32 * m_norm + _gamma(k) * math.sqrt(k) * m_norm)
+        update = dr * m_norm + r_max * (dm + U32 * m_norm + gamma(k) * math.sqrt(k) * m_norm)
         w_norm += lr * r_max * m_norm * math.sqrt(k)
         bound += lr * update + u_param * w_norm
         out.append(bound)
@@ -415,7 +412,7 @@ def test_algorithm1_trajectory_satisfies_the_adagrad_inequality_of_theorem_1():
         step_error = (bound - previous_bound + 2 * U64 * float(torch.linalg.matrix_norm(w))) / lr
         slack += float(torch.linalg.matrix_norm(g)) * step_error
         previous_bound = bound
-    slack += 2 * _trace_power_error(sum(g @ g.T for g in grads), 0.5, 5 * _gamma(8 + 12, U64))
+    slack += 2 * _trace_power_error(sum(g @ g.T for g in grads), 0.5, 5 * gamma(8 + 12, U64))
     assert 0.5 * rhs < lhs <= rhs + slack  # tight enough that a wrong preconditioner would show
 
 
@@ -430,7 +427,7 @@ def _trace_power_error(a: Tensor, power: float, relative_input: float = 0.0) -> 
     delta = (C * n * U64 + relative_input) * float(values.abs().max())
     upper = (values + delta).clamp_min(0.0).pow(power)
     lower = (values - delta).clamp_min(0.0).pow(power)
-    return float((upper - lower).sum()) + (2 * C * n * U64 + _gamma(n + 2, U64)) * float(upper.sum())
+    return float((upper - lower).sum()) + (2 * C * n * U64 + gamma(n + 2, U64)) * float(upper.sum())
 
 
 def _psd(seed: int, size: int, rank: int) -> Tensor:
@@ -448,7 +445,7 @@ def test_lemma3_and_lemma4(seed, size, rank):
     errors = sum(_trace_power_error(a, 0.5) for a in (x, y)) + _trace_power_error(x + y, 0.5, U64)
     assert tr_sqrt(x + y) <= tr_sqrt(x) + tr_sqrt(y) + errors  # Lemma 3
     diagonal = float(torch.diagonal(x).sqrt().sum())
-    assert tr_sqrt(x) <= diagonal * (1 + U64 + _gamma(size, U64)) + _trace_power_error(x, 0.5)  # Lemma 4
+    assert tr_sqrt(x) <= diagonal * (1 + U64 + gamma(size, U64)) + _trace_power_error(x, 0.5)  # Lemma 4
 
 
 @settings(max_examples=25, deadline=None)
@@ -460,7 +457,7 @@ def test_asgo_quantity_is_below_shampoos(seed, rows, cols, count):
     tr_pow = lambda a, q: float(torch.trace(_psd_power(a, q)))  # noqa: E731
     # Each trace within `_trace_power_error` (the sums of products round by gamma_{rows+cols+count} relative), the
     # product of two by u: computed lhs - its error <= (computed factors + their errors) products.
-    sums = _gamma(rows + cols + count, U64)
+    sums = gamma(rows + cols + count, U64)
     factors = (tr_pow(left, 0.25) + _trace_power_error(left, 0.25, sums)) * (
         tr_pow(right, 0.25) + _trace_power_error(right, 0.25, sums)
     )
@@ -482,7 +479,7 @@ def test_update_rms_and_weight_decay_switches():
     # entry. Both runs share U bit for bit (the same statistics), so the directions differ by that rescale's 3 u
     # and the read-back. A norm without sqrt(mn) (RMS 0.2 / 6) misses by 6x.
     read_back = U64 * float((w0.abs() + rms.abs() + plain.abs()).max()) / lr
-    scaling = _gamma(36) / 2 + 3 * U32
+    scaling = gamma(36) / 2 + 3 * U32
     norm = float(torch.linalg.matrix_norm(step))
     assert math.isclose(norm, 0.2 * math.sqrt(36), rel_tol=scaling + 6 * read_back / norm)
     plain_step = (w0 - plain) / lr
@@ -571,7 +568,7 @@ def test_dasgo_step_is_the_hand_derived_column_scaling():
         # (gamma_3, earlier error carried by b2); + eps (u), rsqrt (2 u) halve it: the scale errs by dv / (2 (v +
         # eps)) + 3 u relative, the float32 momentum and the product add 2 u; W (float64) adds lr |update| times that.
         squares = torch.tensor([float(g[:, j] @ g[:, j]) for j in range(shape[1])], dtype=F64)
-        dv = b2 * dv + (1 - b2) * _gamma(7) * squares + _gamma(3) * (b2 * v + (1 - b2) * squares)
+        dv = b2 * dv + (1 - b2) * gamma(7) * squares + gamma(3) * (b2 * v + (1 - b2) * squares)
         v = b2 * v + (1 - b2) * squares
         inside = torch.stack([m[:, j] / math.sqrt(v[j] + eps) for j in range(shape[1])], dim=1)
         outside = torch.stack([m[:, j] / (math.sqrt(v[j]) + eps) for j in range(shape[1])], dim=1)
@@ -586,7 +583,7 @@ def test_dasgo_left_side_scales_rows():
     (w1,), _ = _run(DASGO, torch.zeros(3, 8, dtype=F64), [g], lr=1.0, beta1=0.0, beta2=0.0, eps=0.0, side="left")
     # float32: the cast (u), the 8-term sum of squares (gamma_9, halved by the rsqrt, which adds 2 u), the product (u)
     # and the momentum's cast (u); lerp with weight 1 and W = 0 - U are exact. Column norms instead of rows: O(1).
-    torch.testing.assert_close(-w1, g / g.norm(dim=1, keepdim=True), rtol=_gamma(9) / 2 + 5 * U32, atol=0)
+    torch.testing.assert_close(-w1, g / g.norm(dim=1, keepdim=True), rtol=gamma(9) / 2 + 5 * U32, atol=0)
 
 
 def test_dasgo_rejects_vectors():

@@ -20,14 +20,11 @@ from torch import nn
 from structbench.optim import linalg
 from structbench.optim.asgo import ASGO, NEWTON_SCHULZ_UPDATES
 from structbench.optim.cost_profile import count
+from tests.support.newton_schulz import gamma
 
 F64 = torch.float64
 U32 = 2.0**-24
 """float32 unit roundoff."""
-
-
-def _gamma(n: int, u: float = U32) -> float:
-    return n * u / (1 - n * u)
 
 
 def _statistic(k: int, rank: int, top: float, cond: float, seed: int = 0) -> torch.Tensor:
@@ -95,7 +92,7 @@ def test_the_root_is_as_close_to_the_float64_root_as_its_residual_allows(
     deviation = _fro(found.root.to(F64) - exact)
     assert deviation <= _deviation_bound(found.root, a)
     z = found.root.to(F64)
-    rounding = _gamma(2 * 64) * _fro(z.abs() @ a.abs().to(F64) @ z.abs()) / 8
+    rounding = gamma(2 * 64) * _fro(z.abs() @ a.abs().to(F64) @ z.abs()) / 8
     rho_max = float(torch.linalg.eigvalsh(exact)[-1])
     assert deviation <= 1.01 * (tol + rounding) * 8 / 2 * rho_max
     early = linalg.inverse_sqrt_cold_updates(a, updates=5, tol=tol, symmetric=True)
@@ -137,7 +134,7 @@ def test_a_twenty_step_run_stays_within_its_roots_bounds_of_a_float64_eigh_run()
         a = state["precond"] + group["eps"] * torch.eye(48)
         root, momentum = state["inv_root"], state["momentum"].to(F64)
         reference -= lr * _exact_root(a) @ momentum
-        product_rounding = _gamma(48) * _fro(root.abs().to(F64) @ momentum.abs())
+        product_rounding = gamma(48) * _fro(root.abs().to(F64) @ momentum.abs())
         assert _fro(root.to(F64) - _exact_root(a)) <= _deviation_bound(root, a)
         deviation = _fro((root.to(F64) - _exact_root(a)) @ momentum)
         allowed += lr * (deviation + product_rounding) + U32 * _fro(w.detach())

@@ -29,6 +29,7 @@ from structbench.errors import SolverError
 from structbench.optim import linalg, registry
 from structbench.optim.fismo import Fismo
 from structbench.optim.muon import Muon
+from tests.support.newton_schulz import gamma as rounding_gamma
 from tests.support.newton_schulz import ns_bound
 from tests.support.paths import ROOT
 
@@ -122,12 +123,6 @@ U = 2.0**-24
 """Unit roundoff of float32, FISMO's state and arithmetic dtype (the float64 references add ~2^-53, ignored)."""
 
 
-def _gamma(k: int) -> float:
-    """gamma_k = k u / (1 - k u): relative error bound of a float32 sum or dot product of k terms (Higham, Lemma 3.1);
-    a matrix product with inner size k errs by at most gamma_k |A| |B| entrywise, gamma_k ||A||_F ||B||_F in norm."""
-    return k * U / (1 - k * U)
-
-
 def _trajectory_bound(steps: int, dim: int, conds: list[tuple[float, float, float]]) -> float:
     """Relative (2-norm) error of a float32 FISMO run with eigh roots and the SVD polar factor after `steps` steps,
     first order, from the conditions (cond P_t, cond Q_t, cond M_t) of each step (M_t: the polar step's input) and
@@ -138,7 +133,7 @@ def _trajectory_bound(steps: int, dim: int, conds: list[tuple[float, float, floa
     gamma_dim each. The exact recursion moves D_t by at most 8 t times a relative perturbation made at every step
     (float64 reference, P, Q and M perturbed by 1e-9 at each of t steps: at most 7.1 at t = 1, 19.8 at t = 4 in these
     tests): 8 t eta."""
-    eta = max((cond_p + cond_q + 2 * cond_m) * dim * U for cond_p, cond_q, cond_m in conds) + 8 * _gamma(dim)
+    eta = max((cond_p + cond_q + 2 * cond_m) * dim * U for cond_p, cond_q, cond_m in conds) + 8 * rounding_gamma(dim)
     return 8 * steps * eta
 
 
@@ -165,7 +160,7 @@ def _polar_bound(moment: Tensor, perturbation: float) -> float:
     s = torch.linalg.svdvals(moment.to(F64))
     r, d = min(moment.shape), max(moment.shape)
     backward = 3 * math.sqrt(r) * d * U * float(s[0])
-    return 2 * (perturbation + backward) / float(s[-1]) + 2 * math.sqrt(r) * d * U + r * _gamma(r)
+    return 2 * (perturbation + backward) / float(s[-1]) + 2 * math.sqrt(r) * d * U + r * rounding_gamma(r)
 
 
 def test_one_step_by_hand_for_a_diagonal_gradient() -> None:
@@ -190,7 +185,7 @@ def test_one_step_by_hand_for_a_diagonal_gradient() -> None:
     # rounding of the constants gamma, mu, beta. eigh and the SVD of these diagonal matrices are backward stable
     # (||E|| <= 2 u ||X||) and may turn their axes by 2 u ||X|| / gap <= 5 u each here (gap >= 0.43 ||X||): the update's
     # off-diagonal entries stay below 15 u max|D|, inside gamma_40 max|D|. A wrong gamma, mu or exponent moves >= 1e-2.
-    tolerance = _gamma(40)
+    tolerance = rounding_gamma(40)
     for got, want in (
         (state["P"], p),
         (state["Q"], q),
@@ -252,7 +247,7 @@ def test_gamma_one_with_exact_polar_gives_an_exactly_orthogonal_update() -> None
     # d u each (d = 12) and the r-term product (r = 8) off by <= r gamma_r in norm: |sigma_i - 1| <= 2 d u + r gamma_r
     # (5e-6). A lost orthogonality (Newton–Schulz, gamma < 1) spreads the singular values by > 0.1 (checked below).
     rows, cols = shape
-    tolerance = 2 * rows * U + cols * _gamma(cols)
+    tolerance = 2 * rows * U + cols * rounding_gamma(cols)
     for (update,) in updates:
         singular = torch.linalg.svdvals(update)
         assert (singular - 1).abs().max() <= tolerance
@@ -350,7 +345,7 @@ def test_gauss_seidel_order_uses_the_new_left_factor() -> None:
     # scale and symmetrisation add gamma_{m+3} |P_1|.
     trace_p = float(torch.trace(gamma * eye_m + (1 - gamma) * (g @ g.T / n + mu * eye_m)))
     terms = gamma * eye_m + (1 - gamma) * (g.abs() @ g.abs().T / n + mu * eye_m)
-    p_bound = m / trace_p * _gamma(n + 4) * terms + _gamma(m + 3) * p1.abs()
+    p_bound = m / trace_p * rounding_gamma(n + 4) * terms + rounding_gamma(m + 3) * p1.abs()
     p_drift = float(torch.linalg.matrix_norm(torch.linalg.inv(p1), ord=2) * torch.linalg.matrix_norm(p_bound))
     for order, expected in (("gauss_seidel", q_gauss_seidel), ("jacobi", q_jacobi)):
         param = nn.Parameter(torch.zeros(6, 4))
@@ -368,11 +363,12 @@ def test_gauss_seidel_order_uses_the_new_left_factor() -> None:
         root, factor = (state["P_inv_root"].to(F64), state["P"].to(F64)) if gauss_seidel else (eye_m, eye_m)
         residual = float(torch.linalg.matrix_norm(root @ factor @ root - eye_m, ord=2))
         stat = (trace_p / m) * (n / (1 - gamma)) * (residual + (p_drift if gauss_seidel else 0.0))
-        stat += _gamma(2 * m + 4) * float((root.abs() @ g.abs()).square().sum())
+        stat += rounding_gamma(2 * m + 4) * float((root.abs() @ g.abs()).square().sum())
         inverse = torch.linalg.inv(p1) if gauss_seidel else eye_m
         trace_q = float(torch.trace(gamma * eye_n + (1 - gamma) * (g.T @ inverse @ g / m + mu * eye_n)))
         q_norm = float(torch.linalg.matrix_norm(expected, ord=2))
-        tolerance = math.sqrt(n) * (n / trace_q * (1 + q_norm) * (1 - gamma) / m * stat + _gamma(n + 3) * q_norm)
+        statistic = n / trace_q * (1 + q_norm) * (1 - gamma) / m * stat
+        tolerance = math.sqrt(n) * (statistic + rounding_gamma(n + 3) * q_norm)
         error = float(torch.linalg.matrix_norm(state["Q"].to(F64) - expected))
         assert error <= tolerance < gap / 100, (order, error, tolerance, gap)
 
@@ -393,7 +389,7 @@ def test_trace_normalisation_symmetry_and_positive_definiteness() -> None:
                 # P = (dim / tr^ P~) (P~ + P~^T) / 2 with tr^ a float32 sum of dim positive terms (relative error
                 # gamma_{dim-1}); the quotient and each entry's product add u each: |tr P - dim| <= gamma_{dim+1} dim.
                 # A skipped or stale normalisation misses dim by the factor's drift, >= 1e-2 here.
-                assert float(torch.trace(factor.to(F64))) == pytest.approx(dim, rel=_gamma(dim + 1), abs=0)
+                assert float(torch.trace(factor.to(F64))) == pytest.approx(dim, rel=rounding_gamma(dim + 1), abs=0)
                 assert torch.equal(factor, factor.T)  # exact: fl(a + b) = fl(b + a), one scale for both entries
                 assert float(torch.linalg.eigvalsh(factor.to(F64))[0]) > 0
                 product = state[root].to(F64) @ factor.to(F64) @ state[root].to(F64)
@@ -441,13 +437,13 @@ def test_step_four_is_an_ema_with_the_rewritten_rate() -> None:
     # rounding, and P = m P~ / tr P~ scales an error by (m / tr P~)(1 + ||P||), adding gamma_{m+3} ||P||. gamma 0.91
     # instead of 0.9 moves P by 2e-2, Q^{-1} replaced by I by 0.28.
     kappa = float(torch.linalg.cond(q_old))
-    tau = kappa * 5 * U + 2 * math.sqrt(kappa) * (5 * U + math.sqrt(5) * _gamma(5))
+    tau = kappa * 5 * U + 2 * math.sqrt(kappa) * (5 * U + math.sqrt(5) * rounding_gamma(5))
     blended = gamma * p_old + (1 - gamma) * stat
     error_blended = (1 - gamma) / 5 * float(torch.linalg.matrix_norm(g @ torch.linalg.inv(q_old) @ g.T, ord=2)) * tau
-    error_blended += (1 - gamma) / 5 * _gamma(14) * float((g.abs() @ root.abs()).square().sum())
-    error_blended += _gamma(4) * float(torch.linalg.matrix_norm(blended.abs()))
+    error_blended += (1 - gamma) / 5 * rounding_gamma(14) * float((g.abs() @ root.abs()).square().sum())
+    error_blended += rounding_gamma(4) * float(torch.linalg.matrix_norm(blended.abs()))
     p_norm = float(torch.linalg.matrix_norm(expected, ord=2))
-    atol = 6 / float(torch.trace(blended)) * (1 + p_norm) * error_blended + _gamma(9) * p_norm
+    atol = 6 / float(torch.trace(blended)) * (1 + p_norm) * error_blended + rounding_gamma(9) * p_norm
     torch.testing.assert_close(state["P"].to(F64), expected, rtol=0, atol=atol)
 
 
@@ -478,7 +474,7 @@ def test_fismo_is_not_invariant_to_gradient_scale_while_muon_is() -> None:
     # A float32 polar_svd factor has singular values within eps = 2 d u + r gamma_r of 1 (U, V orthonormal to d u each,
     # the r-term product; d = 64, r = 32), so its condition number is <= (1 + eps) / (1 - eps), ~1 + 1.4e-4. FISMO at
     # c = 0.01 adds its near-identity factors' 4e-6 (measured; far below the 1e-4 allowed), and at c = 1 their 4.7e-3.
-    eps = 2 * m * U + n * _gamma(n)
+    eps = 2 * m * U + n * rounding_gamma(n)
     orthogonal = (1 + eps) / (1 - eps)
     assert conds[0.01] < orthogonal + 1e-4 < conds[1.0] < 1.1 < 10 < conds[100.0], conds
     assert norms[100.0] > 1.5 * norms[1.0], norms
@@ -561,7 +557,7 @@ def test_oversize_muon_is_paper_form_muon() -> None:
         gap = _momentum_gap([g for (g,) in grads[: t + 1]], 0.9)
         singular = [float(x) for x in torch.linalg.svdvals(moment / norm)]
         rounding = ns_bound(singular, 20, 12, linalg.NS_QUINTIC, 5, 0.0)
-        input_error = 2 * gap / norm + 2 * (_gamma(240) / 2 + 2 * U)
+        input_error = 2 * gap / norm + 2 * (rounding_gamma(240) / 2 + 2 * U)
         atol = ns_bound(singular, 20, 12, linalg.NS_QUINTIC, 5, input_error) + rounding
         torch.testing.assert_close(a, b, rtol=0, atol=atol)
 

@@ -39,6 +39,7 @@ from tests.support.lowrank_helpers import (
     svd_through_tall_orientation,
     top_basis,
 )
+from tests.support.newton_schulz import gamma
 
 TRUNCATED_SVD = linalg.truncated_svd
 
@@ -70,10 +71,6 @@ U = 2.0**-24
 C = 4
 
 
-def _gamma(k: int) -> float:
-    return k * U / (1 - k * U)
-
-
 def basis_error(g: Tensor, r: int) -> Tensor:
     """(r,) bounds on how far each of the float32 SVD's top-r singular vectors of the float32 matrix g is from the exact
     one (2-norm, up to sign): sin(theta_i) <= c d u ||G|| / gap_i, plus c d u for its distance from orthonormal."""
@@ -101,14 +98,14 @@ def hand_adam_bound(
     for t, g in enumerate(grads, start=1):
         g = g.to(F64).reshape(w.shape)
         if right:
-            sigma, dsigma = g @ basis, g.abs() @ dp + _gamma(g.size(1)) * g.abs() @ p
+            sigma, dsigma = g @ basis, g.abs() @ dp + gamma(g.size(1)) * g.abs() @ p
         else:
-            sigma, dsigma = basis.T @ g, dp.T @ g.abs() + _gamma(g.size(0)) * p.T @ g.abs()
+            sigma, dsigma = basis.T @ g, dp.T @ g.abs() + gamma(g.size(0)) * p.T @ g.abs()
         if m is None:
             m, v, dm, dv = (torch.zeros_like(sigma) for _ in range(4))
-        dm = b1 * dm + (1 - b1) * dsigma + _gamma(4) * (b1 * m.abs() + (1 - b1) * sigma.abs())
+        dm = b1 * dm + (1 - b1) * dsigma + gamma(4) * (b1 * m.abs() + (1 - b1) * sigma.abs())
         m = b1 * m + (1 - b1) * sigma
-        dv = b2 * dv + (1 - b2) * (2 * sigma.abs() * dsigma + dsigma**2) + _gamma(5) * (b2 * v + (1 - b2) * sigma**2)
+        dv = b2 * dv + (1 - b2) * (2 * sigma.abs() * dsigma + dsigma**2) + gamma(5) * (b2 * v + (1 - b2) * sigma**2)
         v = b2 * v + (1 - b2) * sigma**2
         den = v.sqrt() + hp["eps"]
         n = m / den
@@ -118,9 +115,9 @@ def hand_adam_bound(
             back, size, dback = n @ basis.T, n.abs() @ p.T, dn @ p.T + n.abs() @ dp.T
         else:
             back, size, dback = basis @ n, p @ n.abs(), p @ dn + dp @ n.abs()
-        dw = dw + a * dback + _gamma(r + 2) * (a * size + w.abs())
+        dw = dw + a * dback + gamma(r + 2) * (a * size + w.abs())
         w = w - a * back
-        dw = (1 - hp["lr"] * hp["weight_decay"]) * dw + _gamma(3) * w.abs()
+        dw = (1 - hp["lr"] * hp["weight_decay"]) * dw + gamma(3) * w.abs()
         w = w - hp["lr"] * hp["weight_decay"] * w
     return dw.reshape(w0.shape)
 
@@ -256,7 +253,7 @@ def test_projection_side_shapes_and_update_subspace(shape: tuple[int, int], proj
         defect = (p64 @ p64.T - torch.eye(3, dtype=F64)).abs()
         coefficients = w.abs() @ p64.abs().T
         carried = p64.abs() + torch.ones(3, 3, dtype=F64) @ p64.abs()
-        bound = coefficients @ defect @ p64.abs() + coefficients @ (_gamma(5) * carried + _gamma(cols + 3) * p64.abs())
+        bound = coefficients @ defect @ p64.abs() + coefficients @ (gamma(5) * carried + gamma(cols + 3) * p64.abs())
     else:
         assert p.shape == (rows, 3) and state["exp_avg"].shape == (3, cols)
         torch.testing.assert_close(p.T @ p, torch.eye(3), rtol=0, atol=defect_bound)
@@ -264,7 +261,7 @@ def test_projection_side_shapes_and_update_subspace(shape: tuple[int, int], proj
         defect = (p64.T @ p64 - torch.eye(3, dtype=F64)).abs()
         coefficients = p64.abs().T @ w.abs()
         carried = p64.abs() + p64.abs() @ torch.ones(3, 3, dtype=F64)
-        bound = p64.abs() @ defect @ coefficients + (_gamma(5) * carried + _gamma(rows + 3) * p64.abs()) @ coefficients
+        bound = p64.abs() @ defect @ coefficients + (gamma(5) * carried + gamma(rows + 3) * p64.abs()) @ coefficients
     assert state["exp_avg_sq"].shape == state["exp_avg"].shape
     assert float(param.detach().abs().max()) > 1e-4
     assert bool((residual.to(F64).abs() <= bound).all())
@@ -347,11 +344,11 @@ def test_moments_at_refresh_follow_the_formula(shape: tuple[int, int], reproject
     # moves the moments by O(|m|).
     k = max(shape)
     if right:
-        sigma, dsigma = g @ p_new.T, _gamma(k) * g.abs() @ p_new.abs().T
-        overlap, doverlap = p_old @ p_new.T, _gamma(k) * p_old.abs() @ p_new.abs().T
+        sigma, dsigma = g @ p_new.T, gamma(k) * g.abs() @ p_new.abs().T
+        overlap, doverlap = p_old @ p_new.T, gamma(k) * p_old.abs() @ p_new.abs().T
     else:
-        sigma, dsigma = p_new.T @ g, _gamma(k) * p_new.abs().T @ g.abs()
-        overlap, doverlap = p_new.T @ p_old, _gamma(k) * p_new.abs().T @ p_old.abs()
+        sigma, dsigma = p_new.T @ g, gamma(k) * p_new.abs().T @ g.abs()
+        overlap, doverlap = p_new.T @ p_old, gamma(k) * p_new.abs().T @ p_old.abs()
     square_error = 2 * overlap.abs() * doverlap + U * overlap**2
 
     def carried(x: Tensor, through: Tensor) -> Tensor:
@@ -359,13 +356,13 @@ def test_moments_at_refresh_follow_the_formula(shape: tuple[int, int], reproject
 
     if reproject:
         m_carried, v_carried = carried(m_old, overlap), carried(v_old, overlap**2)
-        dm = carried(m_old.abs(), doverlap) + _gamma(3) * carried(m_old.abs(), overlap.abs())
-        dv = carried(v_old, square_error) + _gamma(3) * carried(v_old, overlap**2)
+        dm = carried(m_old.abs(), doverlap) + gamma(3) * carried(m_old.abs(), overlap.abs())
+        dv = carried(v_old, square_error) + gamma(3) * carried(v_old, overlap**2)
     else:
         m_carried, v_carried, dm, dv = m_old, v_old, torch.zeros_like(m_old), torch.zeros_like(v_old)
-    m_bound = b1 * dm + (1 - b1) * dsigma + _gamma(4) * (b1 * m_carried.abs() + (1 - b1) * sigma.abs())
+    m_bound = b1 * dm + (1 - b1) * dsigma + gamma(4) * (b1 * m_carried.abs() + (1 - b1) * sigma.abs())
     v_terms = b2 * v_carried + (1 - b2) * sigma**2
-    v_bound = b2 * dv + (1 - b2) * (2 * sigma.abs() * dsigma + dsigma**2) + _gamma(5) * v_terms
+    v_bound = b2 * dv + (1 - b2) * (2 * sigma.abs() * dsigma + dsigma**2) + gamma(5) * v_terms
     assert bool(((second["exp_avg"].to(F64) - (b1 * m_carried + (1 - b1) * sigma)).abs() <= m_bound).all())
     assert bool(((second["exp_avg_sq"].to(F64) - v_terms).abs() <= v_bound).all())
 
@@ -395,7 +392,7 @@ def test_reprojection_is_exact_when_the_subspace_is_kept(shape: tuple[int, int])
     # orthonormal), so R = P_old P_new^T is the signed permutation up to 2 s (+ gamma_d for the float32 R) per entry.
     d = k = max(shape)
     tilt = (U * 9.2 + C * d * U * 8.0) / 2 + C * d * U  # ||G||_F = sqrt(84) < 9.2, ||G||_2 = 8
-    entry = 2 * tilt + _gamma(k)
+    entry = 2 * tilt + gamma(k)
     torch.testing.assert_close(overlap.abs(), permutation, rtol=0, atol=entry)
     sigma = g2.to(F64) @ p_new.T if right else p_new.T @ g2.to(F64)
     m_carried = (second["exp_avg"].to(F64) - (1 - b1) * sigma) / b1
@@ -411,17 +408,17 @@ def test_reprojection_is_exact_when_the_subspace_is_kept(shape: tuple[int, int])
     m_old_r, m_r, v_old_r, v_r, sigma_r = map(orient, (m_old, m_carried, v_old, v_carried, sigma))
     p_old_r, p_new_r = (p_old, p_new) if right else (p_old.T, p_new.T)
     rotation = p_old_r @ p_new_r.T
-    dsigma = _gamma(k) * orient(g2.to(F64)).abs() @ p_new_r.abs().T
+    dsigma = gamma(k) * orient(g2.to(F64)).abs() @ p_new_r.abs().T
     stored = m_old_r @ rotation
-    dm = m_old_r.abs() @ torch.full((3, 3), entry, dtype=F64) + _gamma(3) * m_old_r.abs() @ rotation.abs()
-    dm = dm + (_gamma(4) * (b1 * stored.abs() + (1 - b1) * sigma_r.abs()) + (1 - b1) * dsigma) / b1
+    dm = m_old_r.abs() @ torch.full((3, 3), entry, dtype=F64) + gamma(3) * m_old_r.abs() @ rotation.abs()
+    dm = dm + (gamma(4) * (b1 * stored.abs() + (1 - b1) * sigma_r.abs()) + (1 - b1) * dsigma) / b1
     away = m_old_r.abs().sum(-1, keepdim=True) * (2 * tilt + 2 * C * d * U)
     m_bound = away + dm @ p_new_r.abs()
     assert bool(((m_r @ p_new_r - m_old_r @ p_old_r).abs() <= m_bound).all())
     stored_v = v_old_r @ rotation**2
     squares = 2 * entry + entry**2
-    dv = v_old_r @ torch.full((3, 3), squares, dtype=F64) + _gamma(3) * stored_v
-    dv = dv + (_gamma(5) * (b2 * stored_v + (1 - b2) * sigma_r**2) + (1 - b2) * 2 * sigma_r.abs() * dsigma) / b2
+    dv = v_old_r @ torch.full((3, 3), squares, dtype=F64) + gamma(3) * stored_v
+    dv = dv + (gamma(5) * (b2 * stored_v + (1 - b2) * sigma_r**2) + (1 - b2) * 2 * sigma_r.abs() * dsigma) / b2
     assert bool(((v_r - v_old_r[:, [2, 1, 0]]).abs() <= dv).all())
 
 
@@ -599,7 +596,7 @@ def test_randomized_svd_is_deterministic_and_finds_an_exactly_low_rank_subspace(
     # sqrt(r w) ||G||, the SVD's backward error c d u ||B||) / sigma_3(B) (Wedin), and P P^T is a projector to
     # 2 c d u: ~2e-4. A basis of the sketch's noise directions, or of the other side, is off by O(1).
     m, r, w, d, sigma_3 = 30, 3, 8, 30, 1.0
-    tilt = (U * math.sqrt(35.0) + _gamma(m) * math.sqrt(r * w) * 5.0 + C * d * U * 5.0) / (sigma_3 / 2)
+    tilt = (U * math.sqrt(35.0) + gamma(m) * math.sqrt(r * w) * 5.0 + C * d * U * 5.0) / (sigma_3 / 2)
     atol = tilt + 2 * C * d * U
     torch.testing.assert_close(projections[0].to(F64) @ projections[0].T.to(F64), exact @ exact.T, rtol=0, atol=atol)
 

@@ -35,7 +35,7 @@ from structbench.optim.linalg import (
     symmetrize,
     truncated_svd,
 )
-from tests.support.newton_schulz import ns_bound
+from tests.support.newton_schulz import gamma, ns_bound
 
 FAST = settings(max_examples=15, deadline=None)
 F64 = torch.float64
@@ -100,10 +100,6 @@ U32, U64, UBF16 = 2.0**-24, 2.0**-53, 2.0**-8
 C = 4
 
 
-def _gamma(k: int, u: float = U32) -> float:
-    return k * u / (1 - k * u)
-
-
 def _factor_defect(k: int, d: int, u: float = U32) -> float:
     """Bound on ||X^T X - I||_F for an orthonormal factor with k columns (rows, if wide) of a decomposition of a matrix
     with largest side d: within c d u of orthonormal in the 2-norm, so X^T X - I <= 2 c d u + (c d u)^2 there, and the
@@ -116,7 +112,7 @@ def _polar_rounding(rows: int, cols: int, u: float = U32) -> float:
     (||E||_2 <= 3 c d u ||A||_2): U and V are within c d u of U', V' (2 sqrt(r) c d u) and the r-term product rounds by
     gamma_r |U| |V|^T, whose Frobenius norm is at most r gamma_r since the rows of U and V have norm <= 1."""
     d, r = max(rows, cols), min(rows, cols)
-    return 2 * math.sqrt(r) * C * d * u + r * _gamma(r, u)
+    return 2 * math.sqrt(r) * C * d * u + r * gamma(r, u)
 
 
 def _polar_bound(a: Tensor, input_error: float, u: float = U32) -> float:
@@ -215,7 +211,7 @@ def test_svd_retries_in_float64(monkeypatch: pytest.MonkeyPatch, solve: Callable
     if solve is polar_svd:
         atol = _polar_bound(a, 0.0) + U32
     else:
-        atol = (3 * C * 5 * U32 + 2 * _gamma(5) + 2 * U32) * float(torch.linalg.matrix_norm(a, ord=2))
+        atol = (3 * C * 5 * U32 + 2 * gamma(5) + 2 * U32) * float(torch.linalg.matrix_norm(a, ord=2))
     _close(solve(a), expected, atol=atol)
     assert calls == [torch.float32, F64]
 
@@ -237,7 +233,7 @@ def _normalized_input_error(shape: tuple[int, ...], u: float = U32) -> float:
     """||X0^ - X0||_F for X0 = A / ||A||_F from A cast to precision u (u ||A||_F, doubled by the normalisation), the
     norm's sum of squares (gamma_{mn} / 2 after the square root, and its root u) and the division (u): relative to
     ||X0||_F = 1."""
-    return 2 * u + _gamma(math.prod(shape[-2:]), u) / 2 + 2 * u
+    return 2 * u + gamma(math.prod(shape[-2:]), u) / 2 + 2 * u
 
 
 @pytest.mark.parametrize("shape", [(12, 5), (5, 12), (6, 6), (3, 2, 6, 4)])
@@ -469,7 +465,7 @@ def test_eigh_with_retry_matches_known_decomposition() -> None:
     _close(evals, lam.sort(dim=-1).values, atol=backward)
     assert bool((evals[..., 1:] >= evals[..., :-1]).all())
     assert float(_orthonormality_defect(evecs).max()) <= _factor_defect(n, n)
-    _close((evecs * evals.unsqueeze(-2)) @ evecs.mT, a, atol=backward + (2 * C * n * U32 + _gamma(n + 1)) * norm)
+    _close((evecs * evals.unsqueeze(-2)) @ evecs.mT, a, atol=backward + (2 * C * n * U32 + gamma(n + 1)) * norm)
 
 
 def _eigh_patched(fail: Callable[[Tensor], bool], calls: list[torch.dtype], nan: bool) -> Callable[..., Any]:
@@ -502,7 +498,7 @@ def test_eigh_retries_in_float64(monkeypatch: pytest.MonkeyPatch, nan: bool) -> 
     # returned without the retry, or a NaN one, fails.
     n, norm = 4, float(lam.abs().max())
     _close(evals, lam, atol=(math.sqrt(n) + 1) * U32 * norm)
-    _close((evecs * evals.unsqueeze(-2)) @ evecs.mT, a, atol=(3 * math.sqrt(n) * U32 + _gamma(n + 1) + U32) * norm)
+    _close((evecs * evals.unsqueeze(-2)) @ evecs.mT, a, atol=(3 * math.sqrt(n) * U32 + gamma(n + 1) + U32) * norm)
 
 
 @pytest.mark.parametrize("nan", [False, True], ids=["raises", "returns_nan"])
@@ -604,7 +600,7 @@ def _root_bounds(
     n = lam.size(-1)
     mu = lam.clamp_min(0.0) + ridge
     backward = (3 * math.sqrt(n) + C * n) * U32 * lam.abs().amax(-1, keepdim=True) + ridge_error
-    forming = 3 * U32 + 2 * C * n * U32 + n * _gamma(n + 1)
+    forming = 3 * U32 + 2 * C * n * U32 + n * gamma(n + 1)
     kappa = mu.amax(-1) / mu.amin(-1)
     newton = method is inverse_root_newton
     stop = n * 1e-6 if newton else 0.0
@@ -733,7 +729,7 @@ def test_power_iteration_finds_largest_eigenvalue() -> None:
     # <= 2 gamma_n sqrt(n) ||A||_2, and v's norm by gamma_n (twice, squared): ~5e-6 relative. A step short of
     # convergence or a norm instead of the quotient is off by >= 1e-2.
     n = 10
-    rtol = math.sqrt(n) * U32 + 2 * _gamma(n) * math.sqrt(n) + 2 * _gamma(n)
+    rtol = math.sqrt(n) * U32 + 2 * gamma(n) * math.sqrt(n) + 2 * gamma(n)
     _close(estimate, torch.full((2,), 10.0, dtype=F64), atol=0.0, rtol=rtol)
     assert torch.equal(estimate, power_iteration(a.to(torch.float32), iters=40, tol=0.0))
 
@@ -761,7 +757,7 @@ def test_bjorck_converges_quadratically(shape: tuple[int, ...]) -> None:
     for x, before, after in zip(iterates, defects, defects[1:], strict=False):
         singular = torch.linalg.svdvals(x).reshape(-1, min(m, n))
         step = max(ns_bound(values, m, n, NS_CUBIC, 1, 0.0, U64) for values in singular)
-        slack = 2 * float(singular.max()) * step + 2 * _gamma(max(m, n), U64) * float(singular.square().sum(-1).max())
+        slack = 2 * float(singular.max()) * step + 2 * gamma(max(m, n), U64) * float(singular.square().sum(-1).max())
         assert bool((after <= 0.8 * before**2 + slack).all())
     u, _, vh = torch.linalg.svd(v, full_matrices=False)
     # Five steps from a defect <= 2e-2 reach U V^T to (0.8 d)^32 / 0.8, nothing; float64 rounding carried along the
@@ -810,7 +806,7 @@ def test_subspace_iteration_converges_to_top_eigenspace() -> None:
     # (1/8)^15 tan(theta_0) of the start. ||Q Q^T - P||_F <= sqrt(2 k) sin(theta) + 2 sqrt(k) c n u (k = 3). ~6e-5,
     # while 4 steps leave >= 1e-4 (checked just above) and a basis of the bottom space is off by O(1).
     n, k, norm = 20, 3, 10.0
-    perturbation = (math.sqrt(n) * U32 + _gamma(n) * math.sqrt(n) + C * n * U32) * norm / (8.0 - 1.0) / (1 - 1 / 8)
+    perturbation = (math.sqrt(n) * U32 + gamma(n) * math.sqrt(n) + C * n * U32) * norm / (8.0 - 1.0) / (1 - 1 / 8)
     start = u[..., :, k:].mT @ q0.to(F64) @ torch.linalg.inv(u[..., :, :k].mT @ q0.to(F64))
     tangent = float(torch.linalg.matrix_norm(start, ord=2).max())
     bound = math.sqrt(2 * k) * (perturbation + (1 / 8) ** 15 * tangent) + 2 * math.sqrt(k) * C * n * U32
@@ -829,7 +825,7 @@ def test_subspace_iteration_sign_convention() -> None:
     # gamma_n sqrt(n) ||Y||_2; q R adds as much again (~1e-14). A sign flip of a column makes diag(R) negative, a
     # basis of another space leaves the lower part O(1).
     y = float(torch.linalg.matrix_norm(a @ q0, ord=2))
-    atol = (2 * C * 8 * U64 + _gamma(8, U64) * math.sqrt(8)) * y
+    atol = (2 * C * 8 * U64 + gamma(8, U64) * math.sqrt(8)) * y
     _close(torch.tril(r, diagonal=-1), torch.zeros(3, 3), atol=atol)
     assert bool((torch.diagonal(r) > 0).all())
     _close(q @ r, a @ q0, atol=2 * atol)
@@ -866,10 +862,10 @@ def _sketch_residual(g: Tensor, width: int, sketch: Tensor | None, cut_back: boo
     else:
         w_norm = float(torch.linalg.matrix_norm(sketch.to(F64), ord=2).max())
         overlap = float(torch.linalg.svdvals(right @ sketch.to(F64))[..., -1].min())
-    error = (U32 * math.sqrt(rank) + _gamma(n) * math.sqrt(rank * width) + C * m * U32) * w_norm / overlap
+    error = (U32 * math.sqrt(rank) + gamma(n) * math.sqrt(rank * width) + C * m * U32) * w_norm / overlap
     error += 2 * C * m * U32
     if cut_back:
-        error += 3 * C * n * U32 * float((s[..., 0] / s[..., rank - 1]).max()) + _gamma(width)
+        error += 3 * C * n * U32 * float((s[..., 0] / s[..., rank - 1]).max()) + gamma(width)
     return error
 
 
@@ -879,7 +875,7 @@ def test_range_finder_captures_exact_low_rank(oversample: int, power_iters: int)
     g32 = g.to(torch.float32)
     q = randomized_range_finder(g32, 5, oversample=oversample, power_iters=power_iters, generator=_gen(0))
     assert q.shape == (2, 40, 5) and q.dtype == torch.float32
-    assert float(_orthonormality_defect(q).max()) <= _factor_defect(5, 40) + 2 * _gamma(5)  # + the cut-back product
+    assert float(_orthonormality_defect(q).max()) <= _factor_defect(5, 40) + 2 * gamma(5)  # + the cut-back product
     q = q.to(F64)
     # `_sketch_residual`: without power steps the Gaussian sketch is the generator's first draw (the range finder is
     # deterministic given it), whose overlap with G's row space sets the bound; 1e-4 .. 1e-2. The residual has rank
@@ -955,7 +951,7 @@ def test_truncated_svd_randomized_recovers_exact_low_rank() -> None:
     # residual (I - Q Q^T) G and the small matrix's tail and E: (2 eps + 6 c n u) ||G||_2, rank <= 10 (sqrt(10) in
     # Frobenius). A wrong rank, or singular values of the sketch instead of Q^T G, are off by O(1).
     norm, eps = float(s.max()), _sketch_residual(g, 10, None, cut_back=False)
-    _close(sv, s, atol=(eps + C * 50 * U32 + _gamma(50) * math.sqrt(10) + C * 40 * U32) * norm)
+    _close(sv, s, atol=(eps + C * 50 * U32 + gamma(50) * math.sqrt(10) + C * 40 * U32) * norm)
     approx = (u.to(F64) * sv.to(F64).unsqueeze(-2)) @ vh.to(F64)
     residual = torch.linalg.matrix_norm(g - approx) / torch.linalg.matrix_norm(g, ord=2)
     assert float(residual.max()) <= math.sqrt(10) * (2 * eps + 6 * C * 40 * U32)
@@ -983,7 +979,7 @@ def test_symmetrize() -> None:
     assert torch.equal(s, s.mT)  # exact: fl(a + b) = fl(b + a), and halving is exact
     # (a+b)(1+d1)/2 + (a-b)(1+d2)/2 rounded once more: <= u max(|a|, |b|) + u |a| (1 + u) <= gamma_2 max|A|. A
     # transposed or unhalved sum is off by O(1).
-    _close(s + (a - a.mT) / 2, a, atol=_gamma(2) * float(a.abs().max()))
+    _close(s + (a - a.mT) / 2, a, atol=gamma(2) * float(a.abs().max()))
 
 
 def test_float64_input_is_solved_in_float64() -> None:
@@ -1008,8 +1004,8 @@ def test_polar_svd_of_a_rank_deficient_matrix_is_the_compact_factor() -> None:
     # U_2 V_2^T's, within 2 c d u (U, V within c d u of orthonormal, d = 9) and that product rounding of 1 or 0, and
     # svdvals' backward error adds c d u. A kept third direction puts a 1 where 0 is expected.
     d = 9
-    assert torch.allclose(p, u[:, :2] @ vh[:2], atol=_gamma(6, U64) + _gamma(2, U64), rtol=0)
-    atol = 3 * C * d * U64 + _gamma(6, U64) + _gamma(2, U64)
+    assert torch.allclose(p, u[:, :2] @ vh[:2], atol=gamma(6, U64) + gamma(2, U64), rtol=0)
+    atol = 3 * C * d * U64 + gamma(6, U64) + gamma(2, U64)
     expected = torch.tensor([1.0, 1, 0, 0, 0, 0], dtype=torch.float64)
     assert torch.allclose(torch.linalg.svdvals(p), expected, atol=atol, rtol=0)
     assert torch.equal(polar_svd(torch.zeros(3, 4)), torch.zeros(3, 4))
@@ -1028,9 +1024,9 @@ def test_from_eigenpairs_rebuilds_the_matrix_and_its_functions() -> None:
     # 2 (2 c n u + gamma_{n+1} + u) + gamma_n) ||A||. ~1e-13. A wrong order of V or f(L) is off by O(1).
     n, norm = 5, float(evals.max())
     kappa = float((evals[..., -1] / evals[..., 0]).max())
-    _close(from_eigenpairs(evals, evecs), a, atol=(3 * C * n * U64 + _gamma(n + 1, U64)) * norm)
-    inverse = kappa * (3 * C * n * U64 + _gamma(n + 1, U64) + U64 + _gamma(n, U64))
+    _close(from_eigenpairs(evals, evecs), a, atol=(3 * C * n * U64 + gamma(n + 1, U64)) * norm)
+    inverse = kappa * (3 * C * n * U64 + gamma(n + 1, U64) + U64 + gamma(n, U64))
     _close(from_eigenpairs(evals.reciprocal(), evecs) @ a, _eye(5).expand(3, 5, 5), atol=inverse)
     root = from_eigenpairs(evals.sqrt(), evecs)
-    _close(root @ root, a, atol=(7 * C * n * U64 + 2 * _gamma(n + 1, U64) + 2 * U64 + _gamma(n, U64)) * norm)
-    _close(from_eigenpairs(evals[0], evecs[0]), a[0], atol=(3 * C * n * U64 + _gamma(n + 1, U64)) * norm)
+    _close(root @ root, a, atol=(7 * C * n * U64 + 2 * gamma(n + 1, U64) + 2 * U64 + gamma(n, U64)) * norm)
+    _close(from_eigenpairs(evals[0], evecs[0]), a[0], atol=(3 * C * n * U64 + gamma(n + 1, U64)) * norm)

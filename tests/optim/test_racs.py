@@ -11,6 +11,7 @@ from torch import nn
 from structbench import measure
 from structbench.optim import memory, racs
 from structbench.optim.racs import RACS, fixed_point
+from tests.support.newton_schulz import gamma
 
 # Rounding-error bounds behind the tolerances (Higham, "Accuracy and Stability of Numerical Algorithms"): unit roundoff
 # u = 2^-53 (float64), 2^-24 (float32); a sum of k nonnegative terms errs by <= gamma_k = k u / (1 - k u) relative; an
@@ -23,14 +24,10 @@ U64, U32 = 2.0**-53, 2.0**-24
 C = 4
 
 
-def _gamma(k: int, u: float = U64) -> float:
-    return k * u / (1 - k * u)
-
-
 def _relative_bound(m: int, n: int, iterations: int, u: float = U64) -> float:
     """Entrywise relative error of fixed_point's s and q after `iterations` from q = 1 (exact): each half-step adds
     gamma_{max(m,n)+2} and carries the previous error with gain <= 3, so e_{h+1} <= 3 e_h + gamma."""
-    error, fresh = 0.0, _gamma(max(m, n) + 2, u)
+    error, fresh = 0.0, gamma(max(m, n) + 2, u)
     for _ in range(2 * iterations):
         error = 3 * error + fresh
     return error
@@ -57,7 +54,7 @@ def test_fixed_point_is_principal_singular_pair_of_expected_squared_gradient() -
         # vectors are within c d u s_1 / (s_1 - s_2). A wrong order (q before s) or an unnormalised step: O(1).
         sv = torch.linalg.svdvals(expected_sq)
         rho, d = float(sv[1] / sv[0]) ** 2, max(m, n)
-        delta = _gamma(d + 2)
+        delta = gamma(d + 2, U64)
         u_all = torch.linalg.svd(expected_sq)[0]
         start = torch.ones(m, dtype=torch.float64)
         tangent = float(torch.linalg.vector_norm(u_all[:, 1:].T @ start) / (u_all[:, 0] @ start).abs())
@@ -69,8 +66,8 @@ def test_fixed_point_is_principal_singular_pair_of_expected_squared_gradient() -
         # s came from the previous q, which differs from the final one by the last step's direction change (<= 2
         # `direction` of ||q||, i.e. that / min q_i entrywise) and one step's rounding (2 gamma_{d+2}): 3 times that
         # in s (the positive sum and the squared norm); the sample means round by gamma_{200+d} (positive terms).
-        drift = max(2 * direction * float(v.norm() / v.min()) + 2 * _gamma(d + 2) for v in (q, s))
-        rtol = 3 * drift + 2 * _gamma(200 + d)
+        drift = max(2 * direction * float(v.norm() / v.min()) + 2 * gamma(d + 2, U64) for v in (q, s))
+        rtol = 3 * drift + 2 * gamma(200 + d, U64)
         s_eq16 = torch.stack([torch.diagonal(g.T @ torch.diag(q) @ g) for g in samples]).mean(0) / q.square().sum()
         q_eq16 = torch.stack([torch.diagonal(g @ torch.diag(s) @ g.T) for g in samples]).mean(0) / s.square().sum()
         assert torch.allclose(s_eq16, s, rtol=rtol, atol=0)
@@ -90,7 +87,7 @@ def test_fixed_point_minimises_frobenius_distance_over_s_kron_q() -> None:
         other = torch.linalg.matrix_norm(torch.kron(torch.diag(ds), torch.diag(dq)) - fisher)
         # Each float64 Frobenius norm of 144 differences errs by <= (gamma_144 + 3 u) of itself (the differences, the
         # sum of squares, the root); the fixed point is converged (rho^300). A 5% move costs O(0.05^2) of ||F||.
-        assert other >= best - (_gamma(144) + 3 * U64) * (best + other)
+        assert other >= best - (gamma(144, U64) + 3 * U64) * (best + other)
 
 
 def _one_step(grad: torch.Tensor, **kwargs: object) -> torch.Tensor:
@@ -166,7 +163,7 @@ def test_limiter_caps_norm_growth_at_gamma() -> None:
         phi = opt.state[weight]["phi"].item()
         # W = 0 - lr G~ (lr = alpha = 1): exact; phi = eta ||G~|| and the test's ||W|| are two float64 Frobenius norms
         # of the same 24 numbers, each within gamma_24 / 2 + u of the exact one (eta = 1 exactly at t = 1).
-        assert math.isclose(phi, torch.linalg.matrix_norm(first).item(), rel_tol=_gamma(24) + 2 * U64)
+        assert math.isclose(phi, torch.linalg.matrix_norm(first).item(), rel_tol=gamma(24, U64) + 2 * U64)
         # a larger gradient alone would not grow G~ (scale invariance); one dominant row makes P far from
         # rank 1, which raises ||G~|| (7.5 -> 19.3 here), so the limiter must engage
         g2 = g.clone()
@@ -183,9 +180,9 @@ def test_limiter_caps_norm_growth_at_gamma() -> None:
         # is off by >= 1%.
         reread = 2 * U64 * float((first.abs() + weight.detach().abs()).max())
         if limiter:
-            rel = 5 * U64 + _gamma(24) + reread * math.sqrt(24) / second.norm().item()
+            rel = 5 * U64 + gamma(24, U64) + reread * math.sqrt(24) / second.norm().item()
             assert math.isclose(second.norm().item(), 1.01 * phi, rel_tol=rel)
-            assert math.isclose(opt.state[weight]["phi"].item(), 1.01 * phi, rel_tol=5 * U64 + _gamma(24))
+            assert math.isclose(opt.state[weight]["phi"].item(), 1.01 * phi, rel_tol=5 * U64 + gamma(24, U64))
         else:
             rtol = 2 * (_relative_bound(4, 6, 5) + 10 * U64)
             assert torch.allclose(-second, raw, rtol=rtol, atol=reread)

@@ -21,6 +21,7 @@ from structbench.errors import SolverError
 from structbench.optim import registry
 from structbench.optim.precision import MATMUL_PRECISIONS, product_error_bound
 from structbench.optim.soap import SOAP, EigenAdam
+from tests.support.newton_schulz import gamma
 from tests.support.steps import feed, random_grads
 
 B1 = B2 = B3 = 0.95
@@ -33,10 +34,6 @@ B1 = B2 = B3 = 0.95
 # add O(2^-53), left out.
 U = 2.0**-24
 C = 4
-
-
-def _gamma(k: int) -> float:
-    return k * U / (1 - k * U)
 
 
 def _orthogonal(n: int, gen: torch.Generator) -> torch.Tensor:
@@ -84,7 +81,7 @@ def test_first_step_only_initialises_factors_and_basis():
         # (1 - b3) G G^T from zero by one baddbmm: the product (inner size <= 7), the scaling and its rounded constant,
         # gamma_9 (1 - b3) |G| |G|^T entrywise. A missing (1 - b3) is off by 20x.
         error = (state[f"gg_{side}"].double() - (1 - B3) * gg).abs()
-        assert bool((error <= _gamma(9) * (1 - B3) * magnitudes).all())
+        assert bool((error <= gamma(9) * (1 - B3) * magnitudes).all())
         # Q from float32 eigh (d <= 7): within c d u of orthonormal, so Q^T Q - I <= 2 c d u + (c d u)^2; Q^T L Q is
         # diagonal up to the backward error and both factors' distance, 3 c d u ||L||, and its diagonal (the
         # eigenvalues, by Weyl) is descending up to twice that. Unsorted or non-orthogonal bases miss by O(||L||).
@@ -174,7 +171,7 @@ def test_step_is_adam_in_the_eigenbasis_then_refresh_sorts_and_permutes(momentum
         dm = (1 + c) * qla.T @ dm_raw @ qra + c * qla.T @ m.abs() @ qra
     v = B2 * known["exp_avg_sq"] + (1 - B2) * rotated_g**2
     dv = (1 - B2) * (2 * rotated_g.abs() * dr + dr**2)
-    dv += _gamma(3) * (B2 * known["exp_avg_sq"] + (1 - B2) * rotated_g**2)
+    dv += gamma(3) * (B2 * known["exp_avg_sq"] + (1 - B2) * rotated_g**2)
     den = v.sqrt() + eps
     dden = dv / (v.sqrt() + (v - dv).clamp_min(0).sqrt()) + 2 * U * den
     assert bool((dden < den).all()), "the bound needs the denominator's error below the denominator"
@@ -191,8 +188,8 @@ def test_step_is_adam_in_the_eigenbasis_then_refresh_sorts_and_permutes(momentum
     # baddbmm: the product (inner size <= 5), two scalings with rounded constants and a sum, gamma_9 of the terms.
     gg_left = B3 * known["gg_left"] + (1 - B3) * g @ g.T
     gg_right = B3 * known["gg_right"] + (1 - B3) * g.T @ g
-    dgg_left = _gamma(9) * (B3 * known["gg_left"].abs() + (1 - B3) * g.abs() @ g.abs().T)
-    dgg_right = _gamma(9) * (B3 * known["gg_right"].abs() + (1 - B3) * g.abs().T @ g.abs())
+    dgg_left = gamma(9) * (B3 * known["gg_left"].abs() + (1 - B3) * g.abs() @ g.abs().T)
+    dgg_right = gamma(9) * (B3 * known["gg_right"].abs() + (1 - B3) * g.abs().T @ g.abs())
     assert bool(((state["gg_left"].double() - gg_left).abs() <= dgg_left).all())
     assert bool(((state["gg_right"].double() - gg_right).abs() <= dgg_right).all())
     order_left = torch.argsort(torch.diagonal(ql.T @ gg_left @ ql), descending=True)
@@ -211,7 +208,7 @@ def test_step_is_adam_in_the_eigenbasis_then_refresh_sorts_and_permutes(momentum
     ):
         d = q.size(0)
         y = gg @ q[:, order]
-        dy = float(torch.linalg.matrix_norm(dgg)) + _gamma(d) * float(torch.linalg.matrix_norm(gg.abs() @ q.abs()))
+        dy = float(torch.linalg.matrix_norm(dgg)) + gamma(d) * float(torch.linalg.matrix_norm(gg.abs() @ q.abs()))
         dy += C * d * U * math.sqrt(d) * float(torch.linalg.matrix_norm(y, ord=2))
         inverse = float(torch.linalg.matrix_norm(torch.linalg.inv(y), ord=2))
         atol = math.sqrt(2) * inverse * dy + C * d * U * math.sqrt(d)
@@ -224,7 +221,7 @@ def test_step_is_adam_in_the_eigenbasis_then_refresh_sorts_and_permutes(momentum
         m_new = new_left_q.T @ (ql @ m_rot @ qr.T) @ new_right_q
         carry = new_left_q.abs().T @ qla
         carry_right = qra.T @ new_right_q.abs()
-        bound = carry @ (dm + _gamma(18) * m_rot.abs()) @ carry_right
+        bound = carry @ (dm + gamma(18) * m_rot.abs()) @ carry_right
         assert bool(((state["exp_avg"].double() - m_new).abs() <= bound).all())
     else:
         assert bool(((state["exp_avg"].double() - m).abs() <= 4 * U * (known["exp_avg"].abs() + g.abs())).all())
@@ -252,7 +249,7 @@ def test_no_rotation_above_max_precond_dim_is_hf_adam_with_the_first_step_skippe
         # correction moves W by >= 1e-3.
         dm = B1 * dm + 4 * U * (m.abs() + g64.abs())
         m = B1 * m + (1 - B1) * g64
-        dv = B2 * dv + _gamma(5) * (B2 * v + (1 - B2) * g64**2)
+        dv = B2 * dv + gamma(5) * (B2 * v + (1 - B2) * g64**2)
         v = B2 * v + (1 - B2) * g64**2
         den = v.sqrt() + eps
         normalized = m / den
@@ -398,14 +395,14 @@ def test_eigen_adam_first_step_updates_with_the_current_gradients_basis():
     gaps = torch.stack([(values[i] - torch.cat([values[:i], values[i + 1 :]])).abs().min() for i in range(3)])
     sines = 3 * C * 3 * U * values[0] / gaps
     r = u.T @ g.double()
-    dr = sines[:, None] * torch.linalg.vector_norm(g.double(), dim=0) + _gamma(3) * u.abs().T @ g.double().abs()
+    dr = sines[:, None] * torch.linalg.vector_norm(g.double(), dim=0) + gamma(3) * u.abs().T @ g.double().abs()
     assert bool((r.abs() > dr).all()), "an entry of U^T G within rounding of 0: its sign is not determined"
     scale = (1 - B1) / math.sqrt(1 - B2)
     normalized = scale * torch.sign(r)
     # N's distance from scale sign(r) itself (eps / sqrt(1 - b2) against |r|) is added to its rounding.
     dn = (1 - B1) * 1e-8 * dr / ((1 - B2) * (r.abs() - dr) ** 2) + scale * 1e-8 / (math.sqrt(1 - B2) * r.abs())
     step = u @ normalized
-    bound = 0.01 * (sines.sum() * normalized.abs().amax(0) + u.abs() @ dn + _gamma(3) * u.abs() @ normalized.abs())
+    bound = 0.01 * (sines.sum() * normalized.abs().amax(0) + u.abs() @ dn + gamma(3) * u.abs() @ normalized.abs())
     bound = bound + 4 * U * (w0.abs() + 0.01 * step.abs())
     assert bool(((p.detach().double() - expected).abs() <= bound).all())
 
@@ -457,9 +454,9 @@ def test_qr_failure_keeps_the_basis_and_leaves_exp_avg_sq_unpermuted(monkeypatch
     # Both rotations (the test's 2-D products, the optimizer's batched ones) are within gamma_8 |Q|^T |G| |Q| of
     # Q^T G Q; v = b2 0 + (1 - b2) r^2 adds (1 - b2) (2 |r| dr + dr^2) and gamma_3 for the product, the scaling and
     # the sum. A permuted v (the failed refresh's order applied anyway) is off by O(v).
-    dr = 2 * _gamma(8) * basis["q_left"].abs().T @ g.abs() @ basis["q_right"].abs()
+    dr = 2 * gamma(8) * basis["q_left"].abs().T @ g.abs() @ basis["q_right"].abs()
     expected = (1 - B2) * rotated**2
-    bound = (1 - B2) * (2 * rotated.abs() * dr + dr**2) + _gamma(3) * expected
+    bound = (1 - B2) * (2 * rotated.abs() * dr + dr**2) + gamma(3) * expected
     assert bool(((state["exp_avg_sq"] - expected).abs() <= bound).all())
 
 

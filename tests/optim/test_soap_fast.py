@@ -13,6 +13,7 @@ from torch import nn
 import structbench.optim.soap as soap
 from structbench.optim import registry
 from structbench.optim.soap import SOAP
+from tests.support.newton_schulz import gamma
 from tests.support.steps import feed, random_grads
 
 
@@ -147,10 +148,6 @@ def test_staggered_with_frequency_one_is_bit_identical_to_the_reference_schedule
 U32 = 2.0**-24
 
 
-def _gamma(k: int) -> float:
-    return k * U32 / (1 - k * U32)
-
-
 def _sign_aligned_distance(a: torch.Tensor, b: torch.Tensor) -> float:
     """min over column signs S of ||A - B S||_F (float64): the update is the same for either sign of a column."""
     signs = torch.where((a * b).sum(dim=0) < 0, -1.0, 1.0).to(torch.float64)
@@ -191,7 +188,7 @@ def _step_difference_bound(a: dict[str, Any], b: dict[str, Any], eps: float) -> 
     m_norm, n_norm = float(torch.linalg.matrix_norm(m)), float(torch.linalg.matrix_norm(n))
     basis_term = 2 * delta * n_norm + 2 * delta * m_norm * inverse_d
     v_term = float(torch.linalg.matrix_norm(rotated_m.abs() * (d_a - d_b).abs() / (d_a * d_b)))
-    rounding = 2 * (2 * _gamma(k) * k * n_norm + 2 * _gamma(k) * k * m_norm * inverse_d + 3 * U32 * n_norm)
+    rounding = 2 * (2 * gamma(k) * k * n_norm + 2 * gamma(k) * k * m_norm * inverse_d + 3 * U32 * n_norm)
     parameters = U32 * float(torch.linalg.matrix_norm(a["param"]) + torch.linalg.matrix_norm(b["param"]))
     return b["step_size"] * (basis_term + v_term + rounding) + parameters
 

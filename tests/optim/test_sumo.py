@@ -27,6 +27,7 @@ from structbench import measure
 from structbench.errors import SolverError
 from structbench.optim import registry
 from structbench.optim.sumo import Sumo
+from tests.support.newton_schulz import gamma
 
 F64 = torch.float64
 LR, ALPHA, MU = 0.05, 2.0, 0.9
@@ -103,10 +104,6 @@ U64, U32 = 2.0**-53, 2.0**-24
 C = 4
 
 
-def _gamma(k: int, u: float = U64) -> float:
-    return k * u / (1 - k * u)
-
-
 def _tilt(g: Tensor, r: int, u: float = U64, randomized: bool = False) -> float:
     """sin(theta) bound between the computed top-r left singular space of g (oriented, k x n) and the exact one, plus
     c d u for the basis's distance from orthonormal. Randomized (width r + 5, two power steps) on a rank-r g: the
@@ -119,7 +116,7 @@ def _tilt(g: Tensor, r: int, u: float = U64, randomized: bool = False) -> float:
     gap = float(s[r - 1] - (s[r] if r < len(s) else 0.0))
     tilt = C * d * u * float(s[0]) / gap
     if randomized:
-        residual = 2 * (_gamma(n, u) * math.sqrt(r * (r + 5)) + C * k * u) * float(s[0]) + 2 * C * k * u * float(s[0])
+        residual = 2 * (gamma(n, u) * math.sqrt(r * (r + 5)) + C * k * u) * float(s[0]) + 2 * C * k * u * float(s[0])
         tilt += residual / float(s[r - 1])
     return tilt + C * d * u
 
@@ -137,9 +134,9 @@ def _direction_bound(target: Tensor, tilt: float, terms: float, u: float = U64) 
     r = int((s > s[0] * 1e-12).sum())
     d = max(k, n)
     moment = float(torch.linalg.matrix_norm(target, ord=2))
-    perturbation = (C * d * u + _gamma(k, u) * math.sqrt(r) + 4 * u) * terms + 3 * C * n * u * math.sqrt(r) * moment
+    perturbation = (C * d * u + gamma(k, u) * math.sqrt(r) + 4 * u) * terms + 3 * C * n * u * math.sqrt(r) * moment
     bound = 2 * (tilt * terms + perturbation) / float(s[r - 1])
-    return bound + 2 * math.sqrt(r) * C * n * u + r * _gamma(r, u) + C * d * u * math.sqrt(r)
+    return bound + 2 * math.sqrt(r) * C * n * u + r * gamma(r, u) + C * d * u * math.sqrt(r)
 
 
 def _oriented(g: Tensor, shape: tuple[int, int], proj_side: str) -> Tensor:
@@ -156,7 +153,7 @@ def _projected(g: Tensor, source: Tensor, r: int) -> Tensor:
 def _step_tolerance(direction: float, scale: float, w0: float, r: int, u: float = U64, decay: bool = False) -> float:
     """Entrywise tolerance of W - step Q O (one addmm: gamma_{r+2} (|W| + |step| |Q| |O|), |Q| |O| <= 1 by C-S) given
     the direction's Frobenius bound; a decay W (1 - lr wd) before it adds 2 u |W|."""
-    return scale * direction + _gamma(r + 2, u) * (w0 + scale) + (2 * u * w0 if decay else 0.0)
+    return scale * direction + gamma(r + 2, u) * (w0 + scale) + (2 * u * w0 if decay else 0.0)
 
 
 # --------------------------------------------------------------------------------------------------
@@ -303,7 +300,7 @@ def test_rotation_keeps_the_moments_projection_on_the_new_subspace(shape: tuple[
         g_o = g if left else g.T
         size = MU * float(torch.linalg.matrix_norm(previous)) + float(torch.linalg.matrix_norm(g))
         d = max(shape)
-        atol = (_tilt(g_o, 3) + 2 * C * d * U64 + 4 * _gamma(d) * math.sqrt(3)) * size
+        atol = (_tilt(g_o, 3) + 2 * C * d * U64 + 4 * gamma(d, U64) * math.sqrt(3)) * size
         torch.testing.assert_close(optimizer.full_moment(param), expected, atol=atol, rtol=0)
 
 
@@ -335,7 +332,7 @@ def test_rotation_is_lossless_when_the_span_is_unchanged(subspace: str) -> None:
             # Each refresh's basis spans U's columns up to `_tilt` (rank 3, gap s_3(G_t)), which drops at most that
             # times the carried sum, and each step's rotation, sum and Q M round by 4 gamma_d sqrt(r) of it; older
             # errors are carried scaled by mu: ~1e-14 per step. Keeping M unrotated loses O(|M|) (checked below).
-            drift = MU * drift + (tilt(g) + 2 * C * 18 * U64 + 4 * _gamma(18) * math.sqrt(3)) * float(
+            drift = MU * drift + (tilt(g) + 2 * C * 18 * U64 + 4 * gamma(18, U64) * math.sqrt(3)) * float(
                 torch.linalg.matrix_norm(heavy_ball) + torch.linalg.matrix_norm(g)
             )
             bound = max(bound, drift)
@@ -354,7 +351,7 @@ def test_reset_transform_restarts_the_moment_at_each_refresh() -> None:
     # Reset at t = 2: Q M = Q Q^T G_2, within (`_tilt` + 2 c d u + 2 gamma_d sqrt(r)) ||G_2|| of P G_2 (~1e-14); a
     # moment carried over the refresh adds mu P (G_0 + mu G_1)... of O(|G|).
     size = float(torch.linalg.matrix_norm(grads[2]))
-    atol = (_tilt(grads[2], 3) + 2 * C * 14 * U64 + 2 * _gamma(14) * math.sqrt(3)) * size
+    atol = (_tilt(grads[2], 3) + 2 * C * 14 * U64 + 2 * gamma(14, U64) * math.sqrt(3)) * size
     torch.testing.assert_close(optimizer.full_moment(param), _top_left(grads[2], 3) @ grads[2], atol=atol, rtol=0)
 
 
@@ -408,8 +405,8 @@ def _norm_tolerance(deltas: list[Tensor]) -> float:
     in Frobenius. All relative to norms <= 2."""
     n, d, r = 12, 16, 4
     largest = float(torch.stack([w.abs() for w in itertools.accumulate(deltas)]).max()) / _scale((16, 12))
-    relative = 2 * C * n * U64 + r * _gamma(r) + C * d * U64 + 3 * U64
-    return 2 * relative + math.sqrt(16 * 12) * _gamma(r + 2) * (largest + 1)
+    relative = 2 * C * n * U64 + r * gamma(r, U64) + C * d * U64 + 3 * U64
+    return 2 * relative + math.sqrt(16 * 12) * gamma(r + 2, U64) * (largest + 1)
 
 
 def test_limiter_caps_growth_at_gamma_of_the_applied_previous_norm() -> None:
@@ -465,15 +462,15 @@ def _ns_difference_bound(g: Tensor, r: int, coefficients: tuple[float, float, fl
     lipschitz = float((a + 3 * b * grid**2 + 5 * c * grid**4).abs().max()) * 1.01  # |f''| < 110: < 1% off the grid
     s = torch.linalg.svdvals(g)
     norm = float(s[:r].norm())
-    e = (_tilt(g, r) + 2 * C * d * U64 + _gamma(k) * math.sqrt(r)) * float(s[0])
+    e = (_tilt(g, r) + 2 * C * d * U64 + gamma(k, U64) * math.sqrt(r)) * float(s[0])
     f = top * math.sqrt(r)
-    step_rounding = _gamma(n + r + 2) * f * (abs(a) + 3 * abs(b) * f**2 + 4 * abs(c) * f**4)
+    step_rounding = gamma(n + r + 2, U64) * f * (abs(a) + 3 * abs(b) * f**2 + 4 * abs(c) * f**4)
     start = 2 * e / norm + C * n * U64 + U64
     ns = lipschitz**5 * start + step_rounding * sum(lipschitz**i for i in range(5))
     prediction = lipschitz**5 * 2 * e / norm * math.sqrt(r)
     target = _projected(g, g, r)
     polar = _direction_bound(target, _tilt(g, r), float(torch.linalg.matrix_norm(g)))
-    return ns + prediction + polar + 2 * _gamma(r + 2) * math.sqrt(m * n)
+    return ns + prediction + polar + 2 * gamma(r + 2, U64) * math.sqrt(m * n)
 
 
 @pytest.mark.parametrize("cond", [1.0, 3.0, 30.0])
@@ -649,5 +646,5 @@ def test_non_contiguous_conv_filter_is_updated_in_place() -> None:
     # The same Q and O (the same float64 ops); the contiguous filter takes one addmm, the channels-last one a product
     # then an add: each within gamma_{r+2} |step| of the exact step (C-S: |Q| |O| <= 1). An update written to a copy
     # of the filter leaves it unchanged (checked below).
-    torch.testing.assert_close(deltas[1], deltas[0], atol=2 * _gamma(5) * _scale((6, 18)), rtol=0)
+    torch.testing.assert_close(deltas[1], deltas[0], atol=2 * gamma(5, U64) * _scale((6, 18)), rtol=0)
     assert float(deltas[1].abs().max()) > 0

@@ -23,15 +23,10 @@ import structbench.optim.sumo as sumo_module
 from structbench.errors import SolverError
 from structbench.optim import cost_profile
 from structbench.optim.sumo import Sumo
+from tests.support.newton_schulz import gamma
 
 F64 = torch.float64
-U32 = 2.0**-24
 MU = 0.9
-
-
-def _gamma(n: int, u: float = U32) -> float:
-    """Higham's gamma_n = n u / (1 - n u): the relative error of n successive roundings."""
-    return n * u / (1 - n * u)
 
 
 def _optimizer(params: list[nn.Parameter], **overrides: object) -> Sumo:
@@ -109,7 +104,7 @@ def test_a_stacked_refresh_of_mixed_shapes_matches_each_matrix_refreshed_alone()
         k, r = new_basis.shape
         magnitude = MU * new_basis.abs().mT @ old_basis.abs() @ old_moment.abs()
         magnitude += new_basis.abs().mT @ _oriented(grads[2][name]).abs()
-        bound = 2 * _gamma(k + r + 2) * magnitude
+        bound = 2 * gamma(k + r + 2) * magnitude
         difference = (together[2][name]["moment"].to(F64) - alone[2][name]["moment"].to(F64)).abs()
         assert bool((difference <= bound).all()), (name, float((difference - bound).max()))
     assert stacked.solver_failures == 0
