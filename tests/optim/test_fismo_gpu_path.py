@@ -28,6 +28,7 @@ from structbench.optim import linalg, precision
 from structbench.optim.cost_profile import count
 from structbench.optim.fismo import Fismo
 from structbench.optim.linalg import NS_QUINTIC
+from tests.support.newton_schulz import root_residual_less_rounding, worst_fismo_root_residual
 
 F64 = torch.float64
 U32 = 2.0**-24
@@ -86,17 +87,24 @@ def test_state_tensors_are_views_of_one_stack_and_a_saved_state_dict_is_written_
     assert len(shared.getvalue()) <= len(copies.getvalue())
 
 
-def test_a_checkpoint_with_a_failed_root_pending_resumes_bit_identically() -> None:
-    """Three steps of small gradients (1e-3) leave the roots "kept"; a step of large ones (scale 30) moves the factors
-    far beyond what a kept root fits, so its probe check fails and the repair waits for the next step. state_dict makes
-    that repair first (the next step would make the same one, and sets the root's mode to "checked"), so the resumed
-    and the continued runs match bit for bit, root_fallbacks included."""
+def _kept_roots_then_a_jump() -> tuple[list[nn.Parameter], Fismo, torch.Generator]:
+    """FISMO (gamma 0.9) after three steps of small gradients (1e-3: the roots are kept) and one of large ones (scale
+    30: its roots fail their deferred check, to be repaired at the next step); the generator, to draw on."""
     params = _params(SHAPES)
     optimizer = Fismo(params, gamma=0.9)
     gen = torch.Generator().manual_seed(3)
     for scale in (1e-3, 1e-3, 1e-3, 30.0):
         _grads(params, scale, gen)
         optimizer.step()
+    return params, optimizer, gen
+
+
+def test_a_checkpoint_with_a_failed_root_pending_resumes_bit_identically() -> None:
+    """Three steps of small gradients (1e-3) leave the roots "kept"; a step of large ones (scale 30) moves the factors
+    far beyond what a kept root fits, so its probe check fails and the repair waits for the next step. state_dict makes
+    that repair first (the next step would make the same one, and sets the root's mode to "checked"), so the resumed
+    and the continued runs match bit for bit, root_fallbacks included."""
+    params, optimizer, gen = _kept_roots_then_a_jump()
     stacks = list({id(s): s for s in optimizer._stacks.values()}.values())
     assert all(s.check.pending for s in stacks)
     buffer = io.BytesIO()
@@ -121,37 +129,14 @@ def test_a_checkpoint_with_a_failed_root_pending_resumes_bit_identically() -> No
     assert optimizer.root_fallbacks == reloaded.root_fallbacks
 
 
-def _worst_residual(optimizer: Fismo) -> float:
-    """max ||Z X Z - I||_F / sqrt(d) over the stored roots and factors (float64), less the float32 residual's
-    rounding gamma_2d || |Z| |X| |Z| ||_F / sqrt(d): at most root_tol for roots that passed the solver's check."""
-    return max(
-        _residual_less_rounding(state[factor].to(F64), state[root].to(F64))
-        for state in optimizer.state.values()
-        for factor, root in (("P", "P_inv_root"), ("Q", "Q_inv_root"))
-    )
-
-
-def _residual_less_rounding(x: Tensor, z: Tensor) -> float:
-    """||Z X Z - I||_F / sqrt(d) in float64 less gamma_2d || |Z| |X| |Z| ||_F / sqrt(d) (`_worst_residual`)."""
-    d = x.size(0)
-    residual = float(torch.linalg.matrix_norm(z @ x @ z - torch.eye(d, dtype=F64))) / d**0.5
-    magnitude = float(torch.linalg.matrix_norm(z.abs() @ x.abs() @ z.abs())) / d**0.5
-    return residual - 2 * d * U32 / (1 - 2 * d * U32) * magnitude
-
-
 def test_a_root_that_failed_its_deferred_check_is_used_once_then_repaired() -> None:
     """Kept roots, then a step of large gradients: the step leaves (and used) roots far above root_tol; the repair
     the next step would make first (made here by state_dict) brings every stored root back within root_tol."""
-    params = _params(SHAPES)
-    optimizer = Fismo(params, gamma=0.9)
-    gen = torch.Generator().manual_seed(3)
-    for scale in (1e-3, 1e-3, 1e-3, 30.0):
-        _grads(params, scale, gen)
-        optimizer.step()
+    _, optimizer, _ = _kept_roots_then_a_jump()
     tol = optimizer.param_groups[0]["root_tol"]
-    assert _worst_residual(optimizer) > 10 * tol
+    assert worst_fismo_root_residual(optimizer) > 10 * tol
     optimizer.state_dict()
-    assert _worst_residual(optimizer) <= tol
+    assert worst_fismo_root_residual(optimizer) <= tol
 
 
 def test_every_large_product_takes_the_group_precision(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -460,7 +445,7 @@ def test_20_steps_of_the_default_stay_within_the_carried_bound_of_the_float64_ei
     relative = _compare(ours, theirs, ("float32", "float32"))
     assert max(relative) < 1e-2, max(relative)
     snapshots = [snap for step in ours[1] for snap in step]
-    used = max(_residual_less_rounding(x, z) for s in snapshots for x, z in zip(s.factors, s.roots, strict=True))
+    used = max(root_residual_less_rounding(x, z) for s in snapshots for x, z in zip(s.factors, s.roots, strict=True))
     assert used <= ours[2]["root_tol"], used
     if scale < 1:
         assert {fismo_module.KEPT} in ours[3][:-1]

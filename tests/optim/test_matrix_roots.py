@@ -19,6 +19,7 @@ from structbench.optim import linalg, registry
 from structbench.optim.cost_profile import count
 from structbench.optim.deferred import DeferredCheck
 from structbench.optim.fismo import Fismo
+from tests.support.newton_schulz import worst_fismo_root_residual
 from tests.support.store import read_runs
 
 F64 = torch.float64
@@ -116,16 +117,8 @@ def test_probe_check_keeps_a_root_that_still_fits_and_iterates_one_that_does_not
 
 
 def _fismo_run(steps: int, scale: float, shapes: list[tuple[int, int]], **hparams: object) -> tuple[list, Fismo]:
-    gen = torch.Generator().manual_seed(0)
-    params = [nn.Parameter(torch.randn(*s, generator=gen) * 0.02) for s in shapes]
-    optimizer = Fismo(params, **hparams)
-    updates = []
-    for _ in range(steps):
-        before = [p.detach().clone() for p in params]
-        for p in params:
-            p.grad = torch.randn(p.shape, generator=gen) * scale
-        optimizer.step()
-        updates.append([p.detach() - b for p, b in zip(params, before, strict=True)])
+    """`_fismo_run_with_residuals` without the residuals."""
+    updates, _, optimizer = _fismo_run_with_residuals(steps, scale, shapes, **hparams)
     return updates, optimizer
 
 
@@ -162,22 +155,6 @@ def test_fismo_newton_state_bytes_include_the_fallback_counter() -> None:
     )
 
 
-def _residuals_used(optimizer: Fismo) -> float:
-    """The largest ||Z X Z - I||_F / sqrt(d) (float64) over the roots and factors in the state after a step (with the
-    default deferred check these are the roots the step used: a failed one is repaired at the next step's start),
-    less what the solver's float32 residual may miss, gamma_2d || |Z| |X| |Z| ||_F / sqrt(d) (as in
-    `_assert_root_within_its_residual`): at most root_tol where the solver's check passed."""
-    worst = 0.0
-    for state in optimizer.state.values():
-        for factor, root in (("P", "P_inv_root"), ("Q", "Q_inv_root")):
-            x, z = state[factor].to(F64), state[root].to(F64)
-            d = x.size(0)
-            residual = float(torch.linalg.matrix_norm(z @ x @ z - torch.eye(d, dtype=F64))) / d**0.5
-            magnitude = float(torch.linalg.matrix_norm(z.abs() @ x.abs() @ z.abs())) / d**0.5
-            worst = max(worst, residual - 2 * d * U32 / (1 - 2 * d * U32) * magnitude)
-    return worst
-
-
 def _fismo_run_with_residuals(
     steps: int, scale: float, shapes: list[tuple[int, int]], **hparams: object
 ) -> tuple[list, list[float], Fismo]:
@@ -191,7 +168,7 @@ def _fismo_run_with_residuals(
             p.grad = torch.randn(p.shape, generator=gen) * scale
         optimizer.step()
         updates.append([p.detach() - b for p, b in zip(params, before, strict=True)])
-        residuals.append(_residuals_used(optimizer))
+        residuals.append(worst_fismo_root_residual(optimizer))
     return updates, residuals, optimizer
 
 

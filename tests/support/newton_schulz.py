@@ -6,6 +6,8 @@ from __future__ import annotations
 import math
 from collections.abc import Iterable
 
+import torch
+
 U32 = 2.0**-24
 
 
@@ -61,3 +63,22 @@ def ns_bound(
         update = gamma(r + 2, u) * (abs(a) + poly) * math.sqrt(fro2)
         total += gain(trajectory[k + 1], steps - k - 1) * (gram + polynomial + update)
     return total
+
+
+def root_residual_less_rounding(x: torch.Tensor, z: torch.Tensor) -> float:
+    """||Z X Z - I||_F / sqrt(d) of a float64 factor X and root Z, less what a solver's float32 residual of the same
+    pair may miss, gamma_2d || |Z| |X| |Z| ||_F / sqrt(d): at most the solver's tol for a root that passed its check."""
+    d = x.size(0)
+    residual = float(torch.linalg.matrix_norm(z @ x @ z - torch.eye(d, dtype=torch.float64))) / d**0.5
+    magnitude = float(torch.linalg.matrix_norm(z.abs() @ x.abs() @ z.abs())) / d**0.5
+    return residual - gamma(2 * d) * magnitude
+
+
+def worst_fismo_root_residual(optimizer: torch.optim.Optimizer) -> float:
+    """The largest `root_residual_less_rounding` over a FISMO optimizer's stored factors and roots (P with its root,
+    Q with its): with the default deferred check, the roots its last step used."""
+    return max(
+        root_residual_less_rounding(state[factor].to(torch.float64), state[root].to(torch.float64))
+        for state in optimizer.state.values()
+        for factor, root in (("P", "P_inv_root"), ("Q", "Q_inv_root"))
+    )
