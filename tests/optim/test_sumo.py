@@ -28,6 +28,7 @@ from structbench.errors import SolverError
 from structbench.optim import registry
 from structbench.optim.sumo import Sumo
 from tests.support.newton_schulz import gamma
+from tests.support.steps import step_change
 
 F64 = torch.float64
 LR, ALPHA, MU = 0.05, 2.0, 0.9
@@ -79,14 +80,6 @@ def _optimizer(params: list[nn.Parameter], **overrides: object) -> Sumo:
     }
     settings.update(overrides)
     return Sumo(params, **settings)  # type: ignore[arg-type]
-
-
-def _step(optimizer: torch.optim.Optimizer, param: nn.Parameter, grad: Tensor) -> Tensor:
-    """One step with `grad`; returns the parameter change."""
-    before = param.detach().clone()
-    param.grad = grad.clone().to(param.dtype)
-    optimizer.step()
-    return param.detach() - before
 
 
 def _scale(shape: tuple[int, int]) -> float:
@@ -176,7 +169,7 @@ def test_first_step_is_polar_of_best_rank_r_approximation(shape: tuple[int, int]
     g_o = _oriented(g, shape, proj_side)
     direction = _direction_bound(_projected(g_o, g_o, 3), _tilt(g_o, 3), float(torch.linalg.matrix_norm(g)))
     atol = _step_tolerance(direction, _scale(shape), float(w0.abs().max()), 3, decay=True)
-    torch.testing.assert_close(_step(optimizer, param, g), expected, atol=atol, rtol=0)
+    torch.testing.assert_close(step_change(optimizer, param, g), expected, atol=atol, rtol=0)
 
 
 @pytest.mark.parametrize("momentum_form", ["sum", "ema"])
@@ -194,7 +187,7 @@ def test_second_step_orthogonalizes_the_projected_momentum(
     param = nn.Parameter(torch.zeros(*shape, dtype=F64))
     optimizer = _optimizer([param], proj_side=proj_side, momentum_form=momentum_form)
     g0, g1 = _gradient(*shape, seed=2), _gradient(*shape, seed=3)
-    _step(optimizer, param, g0)
+    step_change(optimizer, param, g0)
     moment = MU * g0 + g1
     projected = _top_left(g0, 3) @ moment if left else moment @ _top_right(g0, 3)
     expected = -_scale(shape) * _polar(projected)
@@ -205,14 +198,14 @@ def test_second_step_orthogonalizes_the_projected_momentum(
     direction = _direction_bound(_projected(m_o, g0_o, 3), _tilt(g0_o, 3), terms)
     w_max = float(param.detach().abs().max())
     torch.testing.assert_close(
-        _step(optimizer, param, g1), expected, atol=_step_tolerance(direction, _scale(shape), w_max, 3), rtol=0
+        step_change(optimizer, param, g1), expected, atol=_step_tolerance(direction, _scale(shape), w_max, 3), rtol=0
     )
 
 
 def test_conv_filter_steps_like_its_matrix_view() -> None:
     filt = nn.Parameter(torch.zeros(6, 2, 3, 3, dtype=F64))
     g = _gradient(6, 18, seed=4)
-    delta = _step(_optimizer([filt]), filt, g.reshape(6, 2, 3, 3))
+    delta = step_change(_optimizer([filt]), filt, g.reshape(6, 2, 3, 3))
     u, _, vh = torch.linalg.svd(g, full_matrices=False)
     expected = -_scale((6, 18)) * u[:, :3] @ vh[:3]
     # The first-step bound of the (6, 18) view (wide: projected from the right). A kh x kw view is off by O(1).
@@ -226,7 +219,7 @@ def test_shape_scale_none_is_algorithm_1_as_printed() -> None:
     shape = (20, 8)
     param = nn.Parameter(torch.zeros(*shape, dtype=F64))
     g = _gradient(*shape, seed=5)
-    delta = _step(_optimizer([param], shape_scale="none"), param, g)
+    delta = step_change(_optimizer([param], shape_scale="none"), param, g)
     u, _, vh = torch.linalg.svd(g, full_matrices=False)
     # The first-step bound with step alpha lr; the shape scale would multiply the update by sqrt(20).
     direction = _direction_bound(_projected(g, g, 3), _tilt(g, 3), float(torch.linalg.matrix_norm(g)))
@@ -242,7 +235,7 @@ def test_randomized_subspace_is_exact_for_a_low_rank_gradient() -> None:
     deltas = []
     for subspace in ("randomized", "exact"):
         param = nn.Parameter(torch.zeros(*shape, dtype=F64))
-        deltas.append(_step(_optimizer([param], subspace=subspace), param, g))
+        deltas.append(step_change(_optimizer([param], subspace=subspace), param, g))
     # Both bases span range(G) up to `_tilt` (rank 3 = r: the gap is s_3 = 1; randomized adds the sketch's residual),
     # so both steps are within the first-step bound of -step polar(G): ~1e-13. A sketch that misses part of range(G)
     # is off by O(step).
@@ -260,7 +253,7 @@ def test_rank_deficient_moment_moves_only_along_its_range() -> None:
     shape = (16, 12)
     g = _with_spectrum(*shape, [2.5], seed=7)
     param = nn.Parameter(torch.zeros(*shape))
-    delta = _step(_optimizer([param], polar_method="svd"), param, g.float())
+    delta = step_change(_optimizer([param], polar_method="svd"), param, g.float())
     # float32 this time, the exact polar method (the iteration's first step differs: test_sumo_polar.py): M = Q^T G
     # has rank 1, polar_masked drops its two rounding-level singular values (else the
     # update would take two arbitrary unit directions, O(step)), leaving the first-step bound for the rank-1 target
@@ -274,7 +267,7 @@ def test_rank_deficient_moment_moves_only_along_its_range() -> None:
 
 def test_zero_gradient_gives_no_update() -> None:
     param = nn.Parameter(torch.ones(10, 6))
-    assert torch.equal(_step(_optimizer([param]), param, torch.zeros(10, 6)), torch.zeros(10, 6))
+    assert torch.equal(step_change(_optimizer([param]), param, torch.zeros(10, 6)), torch.zeros(10, 6))
 
 
 # --------------------------------------------------------------------------------------------------
@@ -289,7 +282,7 @@ def test_rotation_keeps_the_moments_projection_on_the_new_subspace(shape: tuple[
     for t in range(4):
         previous = optimizer.full_moment(param)
         g = _gradient(*shape, seed=10 + t)
-        _step(optimizer, param, g)
+        step_change(optimizer, param, g)
         if previous is None:
             continue
         carried = MU * previous + g
@@ -324,7 +317,7 @@ def test_rotation_is_lossless_when_the_span_is_unchanged(subspace: str) -> None:
         heavy_ball = torch.zeros(shape, dtype=F64)
         worst, drift = 0.0, 0.0
         for g in grads:
-            _step(optimizer, param, g)
+            step_change(optimizer, param, g)
             heavy_ball = MU * heavy_ball + g
             moment = optimizer.full_moment(param)
             assert moment is not None
@@ -347,7 +340,7 @@ def test_reset_transform_restarts_the_moment_at_each_refresh() -> None:
     optimizer = _optimizer([param], update_freq=2, moment_transform="reset")
     grads = [_gradient(*shape, seed=30 + t) for t in range(3)]
     for g in grads:
-        _step(optimizer, param, g)
+        step_change(optimizer, param, g)
     # Reset at t = 2: Q M = Q Q^T G_2, within (`_tilt` + 2 c d u + 2 gamma_d sqrt(r)) ||G_2|| of P G_2 (~1e-14); a
     # moment carried over the refresh adds mu P (G_0 + mu G_1)... of O(|G|).
     size = float(torch.linalg.matrix_norm(grads[2]))
@@ -394,7 +387,7 @@ def _limiter_run(norm_limiter: bool, steps: int = 10) -> tuple[list[float], list
     param = nn.Parameter(torch.zeros(*shape, dtype=F64))
     optimizer = _optimizer([param], rank=4, update_freq=1, norm_limiter=norm_limiter)
     grads = [_with_spectrum(*shape, [2.0], seed=50)] + [_gradient(*shape, seed=51 + t) for t in range(steps - 1)]
-    deltas = [_step(optimizer, param, g) for g in grads]
+    deltas = [step_change(optimizer, param, g) for g in grads]
     return [float(torch.linalg.matrix_norm(d)) / _scale(shape) for d in deltas], deltas, grads
 
 
@@ -444,7 +437,7 @@ def _ns_scalar(x: float, steps: int, coefficients: tuple[float, float, float]) -
 
 def _first_step_update(shape: tuple[int, int], g: Tensor, **overrides: object) -> Tensor:
     param = nn.Parameter(torch.zeros(*shape, dtype=F64))
-    return _step(_optimizer([param], rank=4, **overrides), param, g) / _scale(shape)
+    return step_change(_optimizer([param], rank=4, **overrides), param, g) / _scale(shape)
 
 
 def _ns_difference_bound(g: Tensor, r: int, coefficients: tuple[float, float, float], top: float) -> float:
@@ -568,7 +561,7 @@ def test_bfloat16_parameters_keep_float32_state() -> None:
     param = nn.Parameter(torch.randn(12, 8).to(torch.bfloat16))
     optimizer = _optimizer([param], update_freq=1)
     for seed in range(2):
-        _step(optimizer, param, _gradient(12, 8, seed=80 + seed).to(torch.bfloat16))
+        step_change(optimizer, param, _gradient(12, 8, seed=80 + seed).to(torch.bfloat16))
     state = optimizer.state[param]
     assert param.dtype == torch.bfloat16
     assert {k: v.dtype for k, v in state.items()} == {
@@ -594,7 +587,7 @@ def test_step_never_mutates_the_gradient() -> None:
 def test_failed_refresh_keeps_basis_is_retried_and_raises_on_the_third(monkeypatch: pytest.MonkeyPatch) -> None:
     param = nn.Parameter(torch.zeros(12, 8))
     optimizer = _optimizer([param], update_freq=2)
-    _step(optimizer, param, _gradient(12, 8, seed=91).float())
+    step_change(optimizer, param, _gradient(12, 8, seed=91).float())
     basis = optimizer.state[param]["basis"]
     original = sumo_module.linalg.truncated_svd
 
@@ -604,26 +597,26 @@ def test_failed_refresh_keeps_basis_is_retried_and_raises_on_the_third(monkeypat
         return original(g, rank, **kwargs)  # type: ignore[arg-type]
 
     monkeypatch.setattr(sumo_module.linalg, "truncated_svd", failing)
-    _step(optimizer, param, _gradient(12, 8, seed=92).float())  # t = 1: no refresh due
-    delta = _step(optimizer, param, _gradient(12, 8, seed=93).float())  # t = 2: refresh fails
+    step_change(optimizer, param, _gradient(12, 8, seed=92).float())  # t = 1: no refresh due
+    delta = step_change(optimizer, param, _gradient(12, 8, seed=93).float())  # t = 2: refresh fails
     assert optimizer.solver_failures == 1 and optimizer.state[param]["basis"] is basis
     assert float(delta.abs().max()) > 0  # the step still happens in the old subspace
-    _step(optimizer, param, _gradient(12, 8, seed=94).float())  # t = 3: retried, fails again
+    step_change(optimizer, param, _gradient(12, 8, seed=94).float())  # t = 3: retried, fails again
     assert optimizer.solver_failures == 2
     with pytest.raises(SolverError, match="3 times in a row"):
-        _step(optimizer, param, _gradient(12, 8, seed=95).float())
+        step_change(optimizer, param, _gradient(12, 8, seed=95).float())
 
 
 def test_failed_orthogonalization_gives_a_zero_update(monkeypatch: pytest.MonkeyPatch) -> None:
     param = nn.Parameter(torch.zeros(12, 8))
     optimizer = _optimizer([param], polar_method="svd")
-    _step(optimizer, param, _gradient(12, 8, seed=96).float())
+    step_change(optimizer, param, _gradient(12, 8, seed=96).float())
 
     def failing(m: Tensor) -> Tensor:
         raise SolverError("test")
 
     monkeypatch.setattr(sumo_module, "polar_masked", failing)
-    assert torch.equal(_step(optimizer, param, _gradient(12, 8, seed=97).float()), torch.zeros(12, 8))
+    assert torch.equal(step_change(optimizer, param, _gradient(12, 8, seed=97).float()), torch.zeros(12, 8))
     assert optimizer.solver_failures == 1 and int(optimizer.state[param]["orth_failures"]) == 1
 
 
@@ -641,7 +634,7 @@ def test_non_contiguous_conv_filter_is_updated_in_place() -> None:
     deltas = []
     for memory_format in (torch.contiguous_format, torch.channels_last):
         filt = nn.Parameter(torch.zeros(6, 2, 3, 3, dtype=F64).contiguous(memory_format=memory_format))
-        deltas.append(_step(_optimizer([filt]), filt, g))
+        deltas.append(step_change(_optimizer([filt]), filt, g))
     assert not filt.is_contiguous()
     # The same Q and O (the same float64 ops); the contiguous filter takes one addmm, the channels-last one a product
     # then an add: each within gamma_{r+2} |step| of the exact step (C-S: |Q| |O| <= 1). An update written to a copy

@@ -26,6 +26,7 @@ from structbench.errors import SolverError
 from structbench.optim import cost_profile, linalg, registry
 from structbench.optim.sumo import Sumo
 from tests.support.newton_schulz import U32, gamma, ns_bound
+from tests.support.steps import step_change
 
 F64 = torch.float64
 U64 = 2.0**-53
@@ -165,13 +166,6 @@ def _optimizer(params: list[nn.Parameter], **overrides: object) -> Sumo:
     return Sumo(params, **settings)  # type: ignore[arg-type]
 
 
-def _step(optimizer: torch.optim.Optimizer, param: nn.Parameter, grad: Tensor) -> Tensor:
-    before = param.detach().clone()
-    param.grad = grad.clone().to(param.dtype)
-    optimizer.step()
-    return param.detach() - before
-
-
 def test_twenty_steps_stay_within_the_summed_bounds_of_the_svd_method() -> None:
     """float32, W 48 x 20 (left side, moments 4 x 20), r = 4, refresh every 5 steps, limiter on, fixed gradients: the
     bases and moments of both runs are the same operations on the same values (they do not depend on W or O), so W
@@ -192,7 +186,7 @@ def test_twenty_steps_stay_within_the_summed_bounds_of_the_svd_method() -> None:
     count = linalg.polar_steps(max(rank, shape[1]) * torch.finfo(torch.float32).eps / math.sqrt(rank), 1e-3 / 2)
     bound = 0.0
     for g in grads:
-        deltas = [_step(run, p, g) for run, p in zip(runs, params, strict=True)]
+        deltas = [step_change(run, p, g) for run, p in zip(runs, params, strict=True)]
         moment = runs[0].state[params[0]]["moment"]
         assert torch.equal(moment, runs[1].state[params[1]]["moment"])
         direction = _iteration_bound(moment, count, U32) + _svd_bound(moment, U32)
@@ -218,7 +212,7 @@ def test_the_default_step_count_reaches_the_smallest_singular_value_the_svd_keep
     g = _with_spectrum(*shape, [1.0, 0.1, 1e-3, 5e-6], seed=12)
     params = [nn.Parameter(torch.zeros(shape, dtype=F64)) for _ in range(2)]
     runs = [_optimizer([params[0]], rank=rank), _optimizer([params[1]], rank=rank, polar_method="svd")]
-    deltas = [_step(run, p, g) for run, p in zip(runs, params, strict=True)]
+    deltas = [step_change(run, p, g) for run, p in zip(runs, params, strict=True)]
     moment = runs[0].state[params[0]]["moment"]
     assert torch.equal(moment, runs[1].state[params[1]]["moment"])
     count = linalg.polar_steps(max(rank, shape[1]) * torch.finfo(torch.float32).eps / math.sqrt(rank), 1e-3 / 2)
@@ -235,16 +229,16 @@ def test_a_converged_check_ends_an_svd_failure_streak(monkeypatch: pytest.Monkey
     param = nn.Parameter(torch.zeros(16, 12))
     optimizer = _optimizer([param])
     gen = torch.Generator().manual_seed(9)
-    _step(optimizer, param, _rank_one())
+    step_change(optimizer, param, _rank_one())
 
     def failing(m: Tensor) -> Tensor:
         raise SolverError("test")
 
     with monkeypatch.context() as patch:
         patch.setattr(sumo_module, "polar_masked", failing)
-        assert torch.equal(_step(optimizer, param, 30 * torch.randn(16, 12, generator=gen)), torch.zeros(16, 12))
+        assert torch.equal(step_change(optimizer, param, 30 * torch.randn(16, 12, generator=gen)), torch.zeros(16, 12))
     assert optimizer.solver_failures == 1 and int(optimizer.state[param]["orth_failures"]) == 1
-    _step(optimizer, param, 30 * torch.randn(16, 12, generator=gen))
+    step_change(optimizer, param, 30 * torch.randn(16, 12, generator=gen))
     assert int(optimizer.state[param]["orth_failures"]) == 0 and optimizer.root_fallbacks == 1
 
 
@@ -263,14 +257,14 @@ def test_a_failed_check_takes_the_svd_from_the_next_step_and_is_counted() -> Non
     params = [nn.Parameter(torch.zeros(shape)) for _ in range(2)]
     iterative, exact = _optimizer([params[0]]), _optimizer([params[1]], polar_method="svd")
     g = _rank_one(shape)
-    first = [_step(run, p, g) for run, p in ((iterative, params[0]), (exact, params[1]))]
+    first = [step_change(run, p, g) for run, p in ((iterative, params[0]), (exact, params[1]))]
     u, _, vh = torch.linalg.svd(g.to(F64), full_matrices=False)
     along = float(u[:, 0] @ first[0].to(F64) @ vh[0]) / -scale
     assert along == pytest.approx(1.0, abs=ns_bound([1.0], 3, 12, linalg.NS_POLAR_QUINTIC, 25, 1.01 * U32) + 1e-5)
     assert float(torch.linalg.matrix_norm(first[0] - first[1])) <= math.sqrt(2) * scale * (1 + 1e-3)
     assert iterative.root_fallbacks == 0
     for expected in (1, 2):
-        deltas = [_step(run, p, g) for run, p in ((iterative, params[0]), (exact, params[1]))]
+        deltas = [step_change(run, p, g) for run, p in ((iterative, params[0]), (exact, params[1]))]
         largest = max(float(p.detach().abs().max()) for p in params)
         # The same polar_masked on the same moment (bit-identical O); the addmm into different W rounds by
         # gamma_{r+2} (|W| + scale) per run, and reading each step back as a difference adds u |W|.
@@ -281,7 +275,7 @@ def test_a_failed_check_takes_the_svd_from_the_next_step_and_is_counted() -> Non
     gen = torch.Generator().manual_seed(3)
     counts = []
     for _ in range(4):
-        _step(iterative, params[0], 3 * torch.randn(shape, generator=gen))
+        step_change(iterative, params[0], 3 * torch.randn(shape, generator=gen))
         counts.append(iterative.root_fallbacks)
     assert counts[0] == 3 and counts[-1] == counts[1] == 3
 
@@ -305,13 +299,13 @@ def test_a_pending_check_survives_state_dict() -> None:
     params = [nn.Parameter(torch.zeros(shape)) for _ in range(3)]
     first, untouched = _optimizer([params[0]]), _optimizer([params[2]])
     for run, p in ((first, params[0]), (untouched, params[2])):
-        _step(run, p, _rank_one(shape))
+        step_change(run, p, _rank_one(shape))
     saved = first.state_dict()
     params[1].data.copy_(params[0].detach())
     resumed = _optimizer([params[1]])
     resumed.load_state_dict(saved)
     g = torch.randn(shape, generator=torch.Generator().manual_seed(4))
-    deltas = [_step(run, p, g) for run, p in zip((first, resumed, untouched), params, strict=True)]
+    deltas = [step_change(run, p, g) for run, p in zip((first, resumed, untouched), params, strict=True)]
     assert torch.equal(deltas[0], deltas[1]) and torch.equal(deltas[0], deltas[2])
     assert first.root_fallbacks == resumed.root_fallbacks == untouched.root_fallbacks == 1
 
@@ -321,14 +315,14 @@ def test_a_non_finite_moment_gives_zero_updates_then_solver_error() -> None:
     at each following step: zero updates, counted, the third failure in a row raises."""
     param = nn.Parameter(torch.zeros(12, 8))
     optimizer = _optimizer([param])
-    _step(optimizer, param, torch.randn(12, 8, generator=torch.Generator().manual_seed(6)))
+    step_change(optimizer, param, torch.randn(12, 8, generator=torch.Generator().manual_seed(6)))
     nan = torch.full((12, 8), float("nan"))
     optimizer.state[param]["moment"].fill_(float("nan"))
     for failures in (0, 1, 2):
-        assert torch.equal(_step(optimizer, param, nan), torch.zeros(12, 8))
+        assert torch.equal(step_change(optimizer, param, nan), torch.zeros(12, 8))
         assert optimizer.solver_failures == failures
     with pytest.raises(SolverError, match="3 times in a row"):
-        _step(optimizer, param, nan)
+        step_change(optimizer, param, nan)
 
 
 def test_a_steady_step_reads_nothing_on_the_host_and_decomposes_nothing() -> None:

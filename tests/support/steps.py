@@ -18,3 +18,12 @@ def feed(optimizer: torch.optim.Optimizer, params: list[nn.Parameter], grads: li
         for p, g in zip(params, step_grads, strict=True):
             p.grad = g.clone().to(p.dtype)
         optimizer.step()
+
+
+def step_change(optimizer: torch.optim.Optimizer, param: nn.Parameter, grad: Tensor) -> Tensor:
+    """One step of `optimizer` with a copy of `grad` (in the parameter's dtype) as `param`'s gradient; returns the
+    parameter's change."""
+    before = param.detach().clone()
+    param.grad = grad.clone().to(param.dtype)
+    optimizer.step()
+    return param.detach() - before
