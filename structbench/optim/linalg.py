@@ -96,6 +96,12 @@ def _solve_with_retry(
     raise SolverError(f"{what} failed in float32 and float64: the float64 retry {reason}") from cause
 
 
+def _symmetric_in_compute_dtype(a: Tensor, symmetric: bool) -> Tensor:
+    """`a` in float32 (float64 for float64 input), symmetrized unless the caller says it is symmetric already."""
+    x = a.to(_compute_dtype(a.dtype))
+    return x if symmetric else symmetrize(x)
+
+
 def _qr_positive(y: Tensor) -> tuple[Tensor, Tensor]:
     """Reduced QR with diag(R) >= 0, which makes the factorization unique for full-rank Y."""
     q, r = torch.linalg.qr(y, mode="reduced")
@@ -460,14 +466,13 @@ def inverse_sqrt_newton_schulz(
     _check_square(a, "a")
     if max_iters < 0 or not tol > 0:
         raise ValueError(f"max_iters must be >= 0 and tol > 0; got {max_iters}, {tol}")
-    dtype = _compute_dtype(a.dtype)
-    x = a.to(dtype) if symmetric else symmetrize(a.to(dtype))
-    eye = torch.eye(x.size(-1), dtype=dtype, device=x.device)
+    x = _symmetric_in_compute_dtype(a, symmetric)
+    eye = torch.eye(x.size(-1), dtype=x.dtype, device=x.device)
     if init is None:
         return _coupled_newton_schulz(x, eye, tol, max_iters)
     if init.shape != a.shape:
         raise ValueError(f"init must have a's shape {tuple(a.shape)}; got {tuple(init.shape)}")
-    z = init.to(dtype) if symmetric else symmetrize(init.to(dtype))
+    z = _symmetric_in_compute_dtype(init.to(x.dtype), symmetric)
     if probes <= 0 or x.dim() != 3:
         return _warm_newton_schulz(x, z, eye, tol, max_iters, 0)
     estimate = _probe_residual(x, z, probes)
@@ -502,10 +507,9 @@ def inverse_sqrt_warm_updates(
         raise ValueError(f"init must have a's shape {tuple(a.shape)}; got {tuple(init.shape)}")
     if updates < 1 or not tol > 0:
         raise ValueError(f"updates must be >= 1 and tol > 0; got {updates}, {tol}")
-    dtype = _compute_dtype(a.dtype)
-    x = a.to(dtype) if symmetric else symmetrize(a.to(dtype))
-    z = init.to(dtype) if symmetric else symmetrize(init.to(dtype))
-    eye = torch.eye(x.size(-1), dtype=dtype, device=x.device)
+    x = _symmetric_in_compute_dtype(a, symmetric)
+    z = _symmetric_in_compute_dtype(init.to(x.dtype), symmetric)
+    eye = torch.eye(x.size(-1), dtype=x.dtype, device=x.device)
     product = z @ (x @ z)
     residual = _rms_residual(product, eye)
     for _ in range(updates):
@@ -552,10 +556,9 @@ def inverse_sqrt_cold_updates(a: Tensor, *, updates: int, tol: float = 1e-2, sym
     _check_square(a, "a")
     if updates < 1 or not tol > 0:
         raise ValueError(f"updates must be >= 1 and tol > 0; got {updates}, {tol}")
-    dtype = _compute_dtype(a.dtype)
-    x = a.to(dtype) if symmetric else symmetrize(a.to(dtype))
-    eye = torch.eye(x.size(-1), dtype=dtype, device=x.device)
-    scale = torch.linalg.matrix_norm(x).clamp_min(torch.finfo(dtype).tiny)[..., None, None]
+    x = _symmetric_in_compute_dtype(a, symmetric)
+    eye = torch.eye(x.size(-1), dtype=x.dtype, device=x.device)
+    scale = torch.linalg.matrix_norm(x).clamp_min(torch.finfo(x.dtype).tiny)[..., None, None]
     y = x / scale
     z = eye.expand_as(x)
     product = y
@@ -588,10 +591,8 @@ def _where(mask: Tensor, chosen: Tensor, other: Tensor) -> Tensor:
 
 
 def _probe_residual(x: Tensor, z: Tensor, probes: int) -> Tensor:
-    """||(Z X Z - I) V||_F / ||V||_F per matrix of a (k, d, d) stack, V (d, probes) Gaussian with seed 0."""
-    generator = torch.Generator().manual_seed(0)
-    v = torch.randn(x.size(-1), probes, generator=generator, dtype=x.dtype, device="cpu").to(x.device)
-    return torch.linalg.matrix_norm(z @ (x @ (z @ v)) - v) / torch.linalg.matrix_norm(v)
+    """`inverse_sqrt_probe_residual` with `probes` Gaussian probe vectors drawn for the call (`gaussian_probes`)."""
+    return inverse_sqrt_probe_residual(x, z, gaussian_probes(x.size(-1), probes, dtype=x.dtype, device=x.device))
 
 
 def _warm_newton_schulz(x: Tensor, z: Tensor, eye: Tensor, tol: float, max_iters: int, probes: int) -> InverseSqrt:
