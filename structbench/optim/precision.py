@@ -19,8 +19,8 @@ roots and Cholesky-QR2) run with CUDA's TF32 off even where a user switched it o
 from __future__ import annotations
 
 import functools
-from collections.abc import Callable
-from contextlib import AbstractContextManager
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from typing import ParamSpec, TypeVar
 
 import torch
@@ -64,22 +64,15 @@ def round_to_tf32(x: Tensor) -> Tensor:
     return torch.where(finite, rounded.view(torch.float32), x)
 
 
-class _CudaTf32(AbstractContextManager[None]):
+@contextmanager
+def _cuda_tf32(allowed: bool) -> Iterator[None]:
     """torch's CUDA TF32 matmul flag set to `allowed` for the block, restored after."""
-
-    def __init__(self, allowed: bool) -> None:
-        self.allowed = allowed
-
-    def __enter__(self) -> None:
-        self.saved = torch.backends.cuda.matmul.allow_tf32
-        torch.backends.cuda.matmul.allow_tf32 = self.allowed
-
-    def __exit__(self, *exc: object) -> None:
-        torch.backends.cuda.matmul.allow_tf32 = self.saved
-
-
-def _tf32_on_cuda() -> AbstractContextManager[None]:
-    return _CudaTf32(True)
+    saved = torch.backends.cuda.matmul.allow_tf32
+    torch.backends.cuda.matmul.allow_tf32 = allowed
+    try:
+        yield
+    finally:
+        torch.backends.cuda.matmul.allow_tf32 = saved
 
 
 def exact_float32(function: Callable[P, R]) -> Callable[P, R]:
@@ -90,7 +83,7 @@ def exact_float32(function: Callable[P, R]) -> Callable[P, R]:
 
     @functools.wraps(function)
     def exact(*args: P.args, **kwargs: P.kwargs) -> R:
-        with _CudaTf32(False):
+        with _cuda_tf32(False):
             return function(*args, **kwargs)
 
     return exact
@@ -104,6 +97,6 @@ def matmul(a: Tensor, b: Tensor, precision: str) -> Tensor:
     if precision == "bfloat16":
         return (a.to(torch.bfloat16) @ b.to(torch.bfloat16)).to(a.dtype)
     if a.device.type == "cuda":
-        with _tf32_on_cuda():
+        with _cuda_tf32(True):
             return a @ b
     return round_to_tf32(a) @ round_to_tf32(b)
