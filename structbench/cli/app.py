@@ -19,6 +19,7 @@ from typer.core import TyperGroup
 
 from structbench import heap
 from structbench.errors import UsageError
+from structbench.inert import inert
 
 # Modules that load torch (runner, optim, tasks, spec, measure, data) are imported inside the commands that use
 # them, so `structbench report`, `--help` and the like start without torch.
@@ -28,9 +29,10 @@ EXIT_USAGE = 2
 
 
 def one_line(message: str) -> str:
-    """A message with its line breaks (those of str.splitlines) turned into spaces: an error is one line on stderr,
-    whatever text of the user's (a key, a path) it quotes."""
-    return " ".join(message.splitlines())
+    """A message with its line breaks (those of str.splitlines) turned into spaces and its other control characters
+    shown escaped (structbench.inert): an error is one line on stderr, whatever text of the user's or a store's (a
+    key, a path, a name) it quotes, and no terminal escape sequence in that text reaches the terminal."""
+    return inert(" ".join(message.splitlines()))
 
 
 class OneLineErrors(TyperGroup):
@@ -121,7 +123,7 @@ def without_repeats(option: str, values: list[T] | None) -> list[T] | None:
     unique = list(dict.fromkeys(values))
     if len(unique) < len(values):
         repeated = ", ".join(str(v) for v in unique if values.count(v) > 1)
-        print(f"note: {option} {repeated} given more than once; each runs once.", file=sys.stderr)
+        print(f"note: {option} {inert(repeated)} given more than once; each runs once.", file=sys.stderr)
     return unique
 
 

@@ -7,10 +7,10 @@ from pathlib import Path
 from typing import Annotated
 
 import typer
-from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn
 
 from structbench.cli.app import EXIT_RUN_ERROR, OutDir, console, err_console, path_value, usage_errors_exit_2
+from structbench.inert import inert, inert_markup
 
 Outs = Annotated[
     list[Path] | None,
@@ -53,18 +53,18 @@ def report(
     request = publish.Request(stores, suites or [], optims or [], baseline, fmt, to, since, include_smoke)
     publication = publish.publish(request, console)
     for line in publication.warnings:
-        print(line, file=sys.stderr)
+        print(inert(line), file=sys.stderr)
     if publication.output is None:
-        console.print(escape(f"no runs in {', '.join(str(out) for out in stores)}"))
+        console.print(inert_markup(f"no runs in {', '.join(str(out) for out in stores)}"))
         return
     if publication.output.term is not None:
         console.file.write(publication.output.term)
         console.file.flush()
     if publication.error is not None:
-        print(f"error: {publication.error}", file=sys.stderr)
+        print(f"error: {inert(publication.error)}", file=sys.stderr)
         raise typer.Exit(EXIT_RUN_ERROR)
     for path in publication.output.written:
-        console.print(escape(f"wrote {path}"))
+        console.print(inert_markup(f"wrote {path}"))
 
 
 @usage_errors_exit_2
@@ -86,13 +86,13 @@ def export_cmd(
     wanted = {suite: suite_files.expand(suite) for suite in suites or []}
     selection = export.select(out, wanted, optims or [], options.since(since))
     for problem in selection.problems:
-        print(f"warning: skipped unreadable file {problem.path}: {problem.reason}", file=sys.stderr)
+        print(inert(f"warning: skipped unreadable file {problem.path}: {problem.reason}"), file=sys.stderr)
     bar = Progress(TextColumn(f"export to {to}"), BarColumn(), MofNCompleteColumn(), console=err_console)
     with bar:
         task = bar.add_task("", total=len(selection.runs))
         try:
             result = export.export(to, selection, dest, name, lambda _run_id: bar.advance(task))
         except OSError as exc:
-            print(f"error: cannot write to {dest}: {exc.strerror or exc}", file=sys.stderr)
+            print(inert(f"error: cannot write to {dest}: {exc.strerror or exc}"), file=sys.stderr)
             raise typer.Exit(EXIT_RUN_ERROR) from None
-    print(result.message())
+    print(inert(result.message()))

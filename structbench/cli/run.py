@@ -10,7 +10,6 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
-from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 from rich.table import Table
 
@@ -27,6 +26,7 @@ from structbench.cli.app import (
 )
 from structbench.errors import UsageError
 from structbench.execution.session import Events
+from structbench.inert import inert, inert_markup
 
 if TYPE_CHECKING:
     from structbench.execution.job import Job
@@ -157,10 +157,10 @@ class RichEvents(Events):
         self.bar: Any = None
 
     def note(self, text: str) -> None:
-        console.print(escape(text))
+        console.print(inert_markup(text))
 
     def warning(self, text: str) -> None:
-        print(f"warning: {text}", file=sys.stderr)
+        print(f"warning: {inert(text)}", file=sys.stderr)
 
     def grid_started(self, plan: Plan) -> None:
         request, cached = plan.request, len(plan.cells) - len(plan.todo)
@@ -171,7 +171,8 @@ class RichEvents(Events):
         )
 
     def debris_removed(self, out: Path, description: str) -> None:
-        print(f"removed from {out}: {description} (left by an interrupted or crashed run)", file=sys.stderr)
+        message = f"removed from {out}: {description} (left by an interrupted or crashed run)"
+        print(inert(message), file=sys.stderr)
 
     def experiment_done(self, suite: str, seed: int, outcome: RunOutcome) -> None:
         show_experiment(suite, seed, outcome)
@@ -198,7 +199,7 @@ class RichEvents(Events):
 
         progress = self.progress
         assert progress is not None
-        bar = progress.add_task(escape(job.cell.label), total=job.cell.suite.budget["steps"], loss="-", rate="-")
+        bar = progress.add_task(inert_markup(job.cell.label), total=job.cell.suite.budget["steps"], loss="-", rate="-")
 
         def report(p: RunProgress) -> None:
             loss, rate = terminal.fmt_num(p.loss), terminal.fmt_num(p.steps_per_s, 3)
@@ -212,17 +213,17 @@ class RichEvents(Events):
 
     def run_stored(self, job: Job, row: dict[str, Any], path: Path) -> None:
         if not self.quiet and self.progress is not None:
-            self.progress.console.print(escape(f"{job.cell.label}: {row['status']} -> {path}"))
+            self.progress.console.print(inert_markup(f"{job.cell.label}: {row['status']} -> {path}"))
 
     def worker_failed(self, job: Job, message: str) -> None:
         assert self.progress is not None
-        self.progress.console.print(escape(message))
+        self.progress.console.print(inert_markup(message))
 
     def slurm_submitted(self, count: int, array: str, partition: str | None, folder: Path, out: Path) -> None:
         console.print(
             f"submitted {count} runs as Slurm job array {array}"
-            f"{f' to partition {partition}' if partition else ''}; logs under {escape(str(folder))}; "
-            f"`structbench status --out {escape(str(out))}` shows progress."
+            f"{f' to partition {partition}' if partition else ''}; logs under {inert_markup(folder)}; "
+            f"`structbench status --out {inert_markup(out)}` shows progress."
         )
 
 
@@ -232,17 +233,17 @@ def print_result(result: GridResult) -> int:
     from structbench.report.views import terminal
 
     if result.error is not None:
-        print(f"error: {result.error}", file=sys.stderr)
+        print(f"error: {inert(result.error)}", file=sys.stderr)
         return result.exit_code()
     if result.submitted:
         return 0
     if result.training_rows:
         console.print(terminal.runs_table(result.training_rows))
     if result.signum is not None:
-        print(interruption_summary(result.signum, result.stored_statuses, result.plan.planned), file=sys.stderr)
+        print(inert(interruption_summary(result.signum, result.stored_statuses, result.plan.planned)), file=sys.stderr)
     else:
         for line in result.failures:
-            print(f"check failed: {line}", file=sys.stderr)
+            print(f"check failed: {inert(line)}", file=sys.stderr)
     return result.exit_code()
 
 
@@ -267,7 +268,12 @@ def grid_table(cells: list[Cell], cached: dict[str, str], rerun: bool) -> Table:
         stored = cell.key in cached
         state = ("rerun (stored)" if rerun else "stored") if stored else "to run"
         table.add_row(
-            escape(cell.suite.name), escape(cell.optim), escape(cell.setting or "-"), str(cell.seed), cell.key, state
+            inert_markup(cell.suite.name),
+            inert_markup(cell.optim),
+            inert_markup(cell.setting or "-"),
+            str(cell.seed),
+            cell.key,
+            state,
         )
     return table
 
@@ -277,17 +283,20 @@ def show_experiment(suite: str, seed: int, outcome: RunOutcome) -> None:
     from structbench.report.views import terminal
 
     if outcome.table is not None:
-        table = Table(title=escape(f"{suite} (seed {seed}) — run {outcome.row['run_id']}"))
+        table = Table(title=inert_markup(f"{suite} (seed {seed}) — run {outcome.row['run_id']}"))
         for column in outcome.table.columns:
-            table.add_column(str(column))
+            table.add_column(inert_markup(column))
         for values in outcome.table.itertuples(index=False):
-            table.add_row(*(terminal.fmt_num(v) if isinstance(v, float) else str(v) for v in values))
+            table.add_row(*(terminal.fmt_num(v) if isinstance(v, float) else inert_markup(v) for v in values))
         console.print(table)
     for claim in outcome.claims:
         mark = "[green]holds[/green]" if claim.holds else "[red]does not hold[/red]"
-        console.print(f"{mark}: {escape(claim.statement)} {escape(f'[{claim.source}]')} — {escape(claim.evidence)}")
+        console.print(
+            f"{mark}: {inert_markup(claim.statement)} {inert_markup(f'[{claim.source}]')} — "
+            f"{inert_markup(claim.evidence)}"
+        )
     if outcome.row["status"] != "ok":
-        print(f"{suite}: experiment ended {outcome.row['status']}: {outcome.row['error']}", file=sys.stderr)
+        print(inert(f"{suite}: experiment ended {outcome.row['status']}: {outcome.row['error']}"), file=sys.stderr)
 
 
 @usage_errors_exit_2
@@ -299,13 +308,13 @@ def status(out: OutDir = Path("results")) -> None:
         raise UsageError(f"results directory {out} does not exist; run `structbench run` first.")
     tallies = session.grid_progress(out)
     if not tallies:
-        console.print(f"no grids or keyed runs in {escape(str(out))}")
+        console.print(f"no grids or keyed runs in {inert_markup(out)}")
         return
-    table = Table(title=f"status of {escape(str(out))}")
+    table = Table(title=f"status of {inert_markup(out)}")
     for column in ("suite", "optimizer", "done", "failed", "queued", "running", "missing"):
         table.add_column(column, justify="left" if column in ("suite", "optimizer", "failed") else "right")
     for (suite, optim_name), tally in tallies.items():
         failed = ", ".join(f"{status} {n}" for status, n in sorted(tally.failed.items())) or "0"
-        row = (str(tally.done), failed, str(tally.queued), str(tally.running), str(tally.missing))
-        table.add_row(escape(suite), escape(optim_name), *row)
+        row = (str(tally.done), inert_markup(failed), str(tally.queued), str(tally.running), str(tally.missing))
+        table.add_row(inert_markup(suite), inert_markup(optim_name), *row)
     console.print(table)

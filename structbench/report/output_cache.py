@@ -13,8 +13,9 @@ The key is a SHA-256 over everything the output depends on:
   same files, so they are kept with the output;
 - the request: the stores as given, the options, the formats and where md/html go;
 - how the terminal text was rendered: the console's width, colour system and whether it is a terminal;
-- the code: the sources of the report package, the store module, the command line and the built-in suite files, and
-  the versions of structbench and the libraries that format or draw (rich, pandas, pyarrow, numpy, matplotlib).
+- the code: the sources of the report package, the store module, the command line, structbench.inert and the built-in
+  suite files, and the versions of structbench and the libraries that format or draw (rich, pandas, pyarrow, numpy,
+  matplotlib).
 
 A file the report wrote (report.md and its PNGs, report.html) is recorded with its identity right after writing; an
 entry is used only when each is still there with that identity, so a report deleted or edited since is written
@@ -46,6 +47,7 @@ _SOURCES = (
     *sorted((_PACKAGE / "report").rglob("*.py")),
     *sorted((_PACKAGE / "store").glob("*.py")),
     *sorted((_PACKAGE / "cli").glob("*.py")),
+    _PACKAGE / "inert.py",
     *sorted((_PACKAGE / "suites").glob("*.toml")),
 )
 

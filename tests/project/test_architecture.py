@@ -132,6 +132,7 @@ def test_every_command_line_function_is_short():
 CLI_MAY_IMPORT = (
     "structbench.cli",
     "structbench.errors",
+    "structbench.inert",
     "structbench.plan.",
     "structbench.execution.session",
     "structbench.report.publish",
@@ -149,7 +150,8 @@ CLI_MAY_IMPORT = (
 )
 """What the command line may reach: planning, the grid session, report publishing and the views it prints with, the
 store (status, doctor), the registries of optimizers, claims, datasets and exporters, the optimizer catalogue `list`
-prints, and the garbage-collector freeze it leaves at exit. Not the training code
+prints, the garbage-collector freeze it leaves at exit, and structbench.inert, which makes stored text safe for the
+terminal. Not the training code
 (runner, loop, executors), nor the report's analysis and figures: those are reached through the session and
 publish."""
 

@@ -2,15 +2,16 @@
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Iterable, Mapping
 from typing import Any
 
 from rich.cells import cell_len
 from rich.console import Console
-from rich.markup import escape
 from rich.table import Table as RichTable
 from rich.text import Text
 
+from structbench.inert import inert, inert_markup
 from structbench.report import sections
 from structbench.report.build import Report, SuiteReport
 from structbench.report.views import claims_section, tables
@@ -25,6 +26,24 @@ HOW_TO_READ = (
     "target interpolated over more than a quarter of the run. 'untuned here': registry defaults, not a finding. "
     "Profiles and ranks count each optimizer over the suites it ran. --format md or html defines every number."
 )
+
+
+def _inert_cell(cell: tables.Cell) -> tables.Cell:
+    """The cell with its text and the line below it made inert; its line breaks stay (they cannot leave the cell)."""
+    text, sub = inert(cell.text, keep_newlines=True), inert(cell.sub, keep_newlines=True)
+    return cell if (text, sub) == (cell.text, cell.sub) else dataclasses.replace(cell, text=text, sub=sub)
+
+
+def inert_table(table: tables.Table) -> tables.Table:
+    """The table with every text a terminal would show made inert (structbench.inert): its title, caption, column
+    names and cells."""
+    return dataclasses.replace(
+        table,
+        title=inert(table.title),
+        columns=[dataclasses.replace(column, name=inert(column.name)) for column in table.columns],
+        rows=[[_inert_cell(cell) for cell in row] for row in table.rows],
+        caption=inert(table.caption),
+    )
 
 
 def _cell(cell: tables.Cell) -> Text:
@@ -78,7 +97,9 @@ def rich_tables(table: tables.Table, width: int | None = None) -> list[RichTable
     (the terminal's) is split further into tables that fit it unwrapped; only a column too wide on its own wraps (at
     spaces, folding a longer token onto the next line), so a number is never cut short. The columns of a table that
     fits are given their unwrapped widths, the widths rich would measure: rich then does not measure every cell
-    again (an eighth of the time it takes to print a large report)."""
+    again (an eighth of the time it takes to print a large report). Every text is made inert first (`inert_table`),
+    so that the widths measured are those of what is printed."""
+    table = inert_table(table)
     natural = _natural_widths(table)
     groups = list(dict.fromkeys(c.group for c in table.columns[1:]))
     parts = [
@@ -92,12 +113,12 @@ def rich_tables(table: tables.Table, width: int | None = None) -> list[RichTable
         title = table.title if len(parts) == 1 else f"{table.title} — {group}"
         if sum(1 for g, _ in parts if g == group) > 1:
             title += f" ({[c for g, c in parts if g == group].index(chunk) + 1})"
-        out = RichTable(title=escape(title), title_justify="left", show_lines=False)
+        out = RichTable(title=inert_markup(title), title_justify="left", show_lines=False)
         fits = width is not None and 1 + sum(natural[i] + COLUMN_COST for i in keep) <= width
         for i in keep:
             column = table.columns[i]
             out.add_column(
-                escape(column.name),
+                inert_markup(column.name),
                 justify="left" if column.left else "right",
                 no_wrap=i == 0 or not column.wrap,
                 overflow="fold",
@@ -106,7 +127,7 @@ def rich_tables(table: tables.Table, width: int | None = None) -> list[RichTable
         for row in table.rows:
             out.add_row(*(_cell(row[i]) for i in keep))
         if table.caption and number == len(parts) - 1:
-            out.caption, out.caption_justify = escape(table.caption), "left"
+            out.caption, out.caption_justify = inert_markup(table.caption), "left"
         rendered.append(out)
     return rendered
 
@@ -122,14 +143,14 @@ def print_report(console: Console, report: Report) -> None:
 
 def print_suite_head(console: Console, suite: SuiteReport) -> None:
     """The suite's rule, then its tables (sections.PER_SUITE; the folded ones left out)."""
-    console.rule(f"[bold]{escape(suite.name)}[/bold]  {escape(f'({suite.task}, {suite.run_count} runs)')}")
+    console.rule(f"[bold]{inert_markup(suite.name)}[/bold]  {inert_markup(f'({suite.task}, {suite.run_count} runs)')}")
     for table, _ in sections.shown(sections.PER_SUITE, suite, foldable=False):
         print_table(console, table)
 
 
 def print_suite_notes(console: Console, suite: SuiteReport) -> None:
     for note in suite.notes:
-        console.print(Text(f"note: {note}", style="yellow"))
+        console.print(Text(f"note: {inert(note)}", style="yellow"))
     if len(suite.variants) > len(suite.selected):
         console.print(Text(f"note: --format md or html lists all {len(suite.variants)} settings.", style="yellow"))
 
@@ -143,10 +164,10 @@ def print_across(console: Console, report: Report) -> None:
     for table, _ in across:
         print_table(console, table)
     for note in report.notes:
-        console.print(Text(f"note: {note}", style="yellow"))
+        console.print(Text(f"note: {inert(note)}", style="yellow"))
     claims = claims_section.claims_table(claims_section.load(report.stores))
     if claims is not None:
-        console.rule(f"[bold]{escape(claims_section.TITLE)}[/bold]")
+        console.rule(f"[bold]{inert_markup(claims_section.TITLE)}[/bold]")
         print_table(console, claims)
     console.print(Text(HOW_TO_READ, style="dim"))
 
@@ -160,12 +181,12 @@ def print_sweeps(console: Console, suite: SuiteReport) -> None:
     """The suite's Sweeps section: a compact table per swept optimizer and its edge-of-grid warnings."""
     if not suite.sweeps:
         return
-    console.print(Text(f"Sweeps — {suite.name}", style="bold"))
+    console.print(Text(f"Sweeps — {inert(suite.name)}", style="bold"))
     for sweep in suite.sweeps:
         for rich_table in rich_tables(tables.sweep_table(sweep, captioned=False), console.width):
             console.print(rich_table)
         for warning in sweep.warnings:
-            console.print(Text(f"warning: {warning}", style="bold red"))
+            console.print(Text(f"warning: {inert(warning)}", style="bold red"))
     console.print(
         Text(
             "Sweeps: each table's metric column is what selected the setting (validation metric, else training "
@@ -201,14 +222,14 @@ def runs_table(rows: Iterable[Mapping[str, Any]]) -> RichTable:
     for row in rows:
         style = None if row["status"] == "ok" else "red"
         table.add_row(
-            escape(row["suite"]),
-            escape(row["optim"]),
-            *((escape(row.get("setting") or "-"),) if swept else ()),
+            inert_markup(row["suite"]),
+            inert_markup(row["optim"]),
+            *((inert_markup(row.get("setting") or "-"),) if swept else ()),
             str(row["seed"]),
-            row["status"],
+            inert_markup(row["status"]),
             str(row["steps"]),
             fmt_num(row["final_eval_loss"]),
-            escape(f"{fmt_num(row['final_eval_metric'])} {row['eval_metric_name']}"),
+            inert_markup(f"{fmt_num(row['final_eval_metric'])} {row['eval_metric_name']}"),
             *((fmt_num(row.get("final_val_metric")),) if validated else ()),
             fmt_seconds(row["wall_s"]),
             fmt_seconds(row["step_time_median_s"]),
