@@ -18,9 +18,16 @@ copy from another store) is read afresh, rows whose file is gone are dropped, an
 (atomically, in Arrow's IPC format as one record batch: it is memory-mapped, not decoded) when anything changed.
 Files that cannot be read are never indexed, so they are reported on every read. The index is an optimisation
 only: when it is unreadable, of another format or column set, or its directory is not writable, the files are
-read directly and nothing else changes. Its files are Arrow, not Parquet, in their own directory, so no reader of
-the store's datasets takes them for run data. Names starting with "." or "_" in a dataset's directory are not store
-files (pyarrow skips them too; the store's temporaries start with ".").
+read directly and nothing else changes.
+
+An index is never trusted as found: a few flipped bytes in an Arrow IPC file can crash Arrow's reader (even with a
+segmentation fault), so each index file ends in a trailer, TRAILER_MAGIC and the SHA-256 of every byte before it,
+which is checked before Arrow parses a byte; the table read is then validated in full (offsets, UTF-8) before any
+of it is used. An index that fails either check is rebuilt from the files (`index_damage` says why, for `doctor`).
+
+Its files are Arrow, not Parquet, in their own directory, so no reader of the store's datasets takes them for run
+data. Names starting with "." or "_" in a dataset's directory are not store files (pyarrow skips them too; the
+store's temporaries start with ".").
 
 Reading the files themselves (no index: about 0.5 ms of CPU per run file, a little less per curve file, nearly all
 of it in Arrow's C++ code, which releases the GIL) runs on one thread per core.
@@ -31,6 +38,7 @@ The report's own caches (its output and figures) stay in `<out>/.report-cache` (
 from __future__ import annotations
 
 import functools
+import hashlib
 import os
 from collections.abc import Callable, Collection
 from concurrent.futures import ThreadPoolExecutor
@@ -45,7 +53,10 @@ from structbench.report.parallel import usable_cores
 from structbench.store.atomic import replacing
 from structbench.store.write import Problem
 
-INDEX_FORMAT = "1"
+INDEX_FORMAT = "2"
+"""Format 2: an Arrow IPC file followed by the checksum trailer (module docstring); format 1 had no trailer."""
+TRAILER_MAGIC = b"SBINDEX2"
+TRAILER_SIZE = len(TRAILER_MAGIC) + hashlib.sha256().digest_size
 _FILE, _ID = "_file", "_identity"
 CHUNK = 250
 """Files read as one task; a store file takes about half a millisecond of CPU to read."""
@@ -71,28 +82,78 @@ def _index_meta(schema: pa.Schema) -> dict[bytes, bytes]:
     return {b"structbench_store_index": INDEX_FORMAT.encode(), b"columns": ",".join(schema.names).encode()}
 
 
-def _read_index(path: Path, schema: pa.Schema) -> pa.Table | None:
+def _trailer(body: pa.Buffer) -> bytes:
+    """The trailer an index file holding the Arrow IPC bytes `body` ends with."""
+    return TRAILER_MAGIC + hashlib.sha256(memoryview(body)).digest()
+
+
+def _checked_body(path: Path) -> tuple[pa.Buffer | None, str]:
+    """The index file's Arrow IPC bytes (memory-mapped) when its trailer matches them, else None and why not."""
+    with pa.memory_map(str(path)) as source:
+        contents = source.read_buffer()
+    if contents.size < TRAILER_SIZE:
+        return None, "too short to hold its checksum"
+    body = contents.slice(0, contents.size - TRAILER_SIZE)
+    trailer = contents.slice(body.size).to_pybytes()
+    if not trailer.startswith(TRAILER_MAGIC):
+        return None, "not a structbench store index of this version"
+    if trailer != _trailer(body):
+        return None, "its checksum does not match its contents"
+    return body, ""
+
+
+def _parse_index(path: Path, schema: pa.Schema) -> tuple[pa.Table | None, str]:
+    """The index file's table (the schema's columns, then the file name and identity) and "", or None and why it
+    cannot be used. Arrow parses only bytes whose checksum matched, and the table is validated in full."""
     try:
-        with pa.memory_map(str(path)) as source:
-            table = pa.ipc.open_file(source).read_all()
-    except (pa.ArrowException, OSError):
-        return None
+        body, why = _checked_body(path)
+        if body is None:
+            return None, why
+        table = pa.ipc.open_file(body).read_all()
+        table.validate(full=True)
+    except FileNotFoundError:
+        return None, "missing"
+    except (pa.ArrowException, OSError) as exc:
+        return None, str(exc).splitlines()[0] if str(exc) else type(exc).__name__
     meta = table.schema.metadata or {}
     if any(meta.get(k) != v for k, v in _index_meta(schema).items()):
-        return None
+        return None, "of another format or column set"
     expected = schema.append(pa.field(_FILE, pa.string())).append(pa.field(_ID, pa.string()))
-    return table.replace_schema_metadata(None) if table.schema.remove_metadata().equals(expected) else None
+    if not table.schema.remove_metadata().equals(expected):
+        return None, "of another column set"
+    return table.replace_schema_metadata(None), ""
+
+
+def _read_index(path: Path, schema: pa.Schema) -> pa.Table | None:
+    return _parse_index(path, schema)[0]
+
+
+def index_damage(path: Path, schema: pa.Schema) -> str | None:
+    """Why the index file `path` (of a dataset with `schema`) would not be used and is to be rebuilt, or None when
+    it is sound or absent (an absent index is simply built by the next read)."""
+    if not path.exists():
+        return None
+    return _parse_index(path, schema)[1] or None
+
+
+def _append_trailer(path: Path) -> None:
+    """End the Arrow IPC file at `path` with the checksum trailer of its bytes."""
+    with pa.memory_map(str(path)) as source:
+        trailer = _trailer(source.read_buffer())
+    with open(path, "ab") as handle:
+        handle.write(trailer)
 
 
 def _write_index(path: Path, table: pa.Table, schema: pa.Schema) -> None:
     try:
         path.parent.mkdir(exist_ok=True)
-        with (
-            replacing(path) as tmp,
-            pa.OSFile(str(tmp), "wb") as sink,
-            pa.ipc.new_file(sink, table.schema.with_metadata(_index_meta(schema))) as w,
-        ):
-            w.write_table(table.replace_schema_metadata(_index_meta(schema)))
+        with replacing(path) as tmp:
+            with (
+                pa.OSFile(str(tmp), "wb") as sink,
+                pa.ipc.new_file(sink, table.schema.with_metadata(_index_meta(schema))) as w,
+            ):
+                w.write_table(table.replace_schema_metadata(_index_meta(schema)))
+            _append_trailer(tmp)
     except OSError:
         return
 

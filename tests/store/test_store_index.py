@@ -7,6 +7,7 @@ from __future__ import annotations
 import os
 import shutil
 import signal
+import struct
 import time
 from pathlib import Path
 
@@ -20,6 +21,7 @@ from structbench.store import cached_read
 from structbench.store import write as store
 from structbench.store.read import refresh_index
 from tests.support.store import (
+    INDEX_TRAILER,
     adamw_and_muon_store,
     adamw_evals,
     assert_indexes_the_store,
@@ -136,15 +138,43 @@ def test_deleting_the_index_changes_nothing_in_the_report(cli, indexed_store):
     assert_indexes_the_store(indexed_store)  # the report rebuilt it
 
 
-@pytest.mark.parametrize("damage", ["garbage", "truncated"])
+DAMAGES = {
+    "garbage": (lambda data: b"garbage", "too short to hold its checksum"),
+    "truncated": (lambda data: data[: len(data) // 2], "not a structbench store index of this version"),
+    "no trailer (format 1)": (lambda data: data[:-INDEX_TRAILER], "not a structbench store index of this version"),
+    "one flipped bit": (
+        lambda data: data[:100] + bytes([data[100] ^ 1]) + data[101:],
+        "its checksum does not match its contents",
+    ),
+}
+
+
+@pytest.mark.parametrize("damage", DAMAGES)
 def test_a_corrupt_index_is_ignored_and_replaced(cli, indexed_store, opened, damage):
     expected = term_report(cli, indexed_store)
     path = index_file(indexed_store, "runs")
-    path.write_bytes(b"garbage" if damage == "garbage" else path.read_bytes()[: path.stat().st_size // 2])
+    damaged, reason = DAMAGES[damage]
+    path.write_bytes(damaged(path.read_bytes()))
+    assert cached_read.index_damage(path, store.RUN_SCHEMA) == reason
     opened.clear()
     assert term_report(cli, indexed_store) == expected
     assert sorted(n for n in opened if n.startswith("adamw")) == ["adamw-0.parquet", "adamw-1.parquet"]
     assert_indexes_the_store(indexed_store)
+
+
+def test_an_index_whose_values_were_changed_in_place_is_not_trusted(indexed_store, opened):
+    """A float in the index changed (a parseable file, same size, same store identities): without the checksum the
+    report would take the changed value; it reads the run files instead, whose adamw final losses are both 0.2."""
+    path = index_file(indexed_store, "runs")
+    data = path.read_bytes()
+    stored = struct.pack("<d", 0.2)
+    assert data.count(stored) == 2, "adamw's two final eval losses, in the index's final_eval_loss column"
+    path.write_bytes(data.replace(stored, struct.pack("<d", 0.05)))
+    assert cached_read.index_damage(path, store.RUN_SCHEMA) == "its checksum does not match its contents"
+    opened.clear()
+    assert build.build_report(indexed_store).suites[0].selected["adamw"].final_loss.median == 0.2
+    assert sorted(n for n in opened if n.startswith("adamw")) == ["adamw-0.parquet", "adamw-1.parquet"]
+    assert cached_read.index_damage(path, store.RUN_SCHEMA) is None, "the read rebuilt it"
 
 
 def test_an_index_that_cannot_be_written_is_ignored(cli, indexed_store):

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import json
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -27,9 +28,17 @@ def index_file(out: Path, dataset: str) -> Path:
     return write.index_dir(out) / f"{dataset}.arrow"
 
 
+INDEX_TRAILER = 8 + 32
+"""An index file ends in 8 bytes of magic and the SHA-256 (32 bytes) of the Arrow IPC file before them."""
+
+
 def indexed(out: Path, dataset: str) -> pd.DataFrame:
-    with pa.memory_map(str(index_file(out, dataset))) as source:
-        return pa.ipc.open_file(source).read_all().to_pandas()
+    """The index file's rows, after checking its trailer's digest against its Arrow bytes (hashlib's, independently
+    of the reader)."""
+    contents = index_file(out, dataset).read_bytes()
+    body, digest = contents[:-INDEX_TRAILER], contents[-32:]
+    assert hashlib.sha256(body).digest() == digest, "the index's checksum matches its contents"
+    return pa.ipc.open_file(pa.py_buffer(body)).read_all().to_pandas()
 
 
 def assert_indexes_the_store(out: Path) -> None:
