@@ -84,9 +84,11 @@ def synchronize(device: torch.device) -> None:
 class MemoryProbe:
     """Peak memory over a run: CUDA max allocated (plus NVML's device-level peak, sampled in a background thread),
     or on CPU the process's peak RSS above its RSS when the probe was made (just before the run). Garbage is collected
-    first (on CUDA the allocator's cache is emptied at `reset`; on CPU the C heap's free pages are handed back to the
-    kernel, at the probe's making and at `reset`), so what earlier runs of the process freed neither counts towards this
-    run's peak nor, reused, hides the run's own allocations from it."""
+    first (on CPU the C heap's free pages are handed back to the kernel, at the probe's making and at `reset`), so what
+    earlier runs of the process freed neither counts towards this run's peak nor, reused, hides the run's own
+    allocations from it. On CUDA `max_memory_allocated` counts allocations, not the allocator's cache, so the cache
+    earlier runs left is kept (emptied only when asked, `budget.empty_cache`); NVML's device-level reading then
+    includes it."""
 
     def __init__(self, device: torch.device) -> None:
         self.device = device
@@ -99,11 +101,14 @@ class MemoryProbe:
             _release_free_heap()
             self._rss_before = int(psutil.Process().memory_info().rss)
 
-    def reset(self) -> None:
+    def reset(self, empty_cache: bool = False) -> None:
+        """Start the peak from here. On CUDA the allocator's cache is kept unless `empty_cache` (emptying it makes
+        the run grow its working set again, inside its clock, and NVML then reads this run's own reservations)."""
         gc.collect()
         if self.device.type == "cuda":
             torch.cuda.synchronize(self.device)
-            torch.cuda.empty_cache()
+            if empty_cache:
+                torch.cuda.empty_cache()
             torch.cuda.reset_peak_memory_stats(self.device)
             reader = nvml_reader(
                 nvml_index(torch.cuda.current_device() if self.device.index is None else self.device.index)

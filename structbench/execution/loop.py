@@ -64,7 +64,7 @@ class RunState:
 
 
 @dataclass
-class _Pending:
+class Pending:
     """The steps of the open log window: their losses and gradient norms still on the device, their learning rates."""
 
     losses: list[torch.Tensor] = field(default_factory=list)
@@ -145,9 +145,9 @@ def train(
     comm.barrier()
     clock = _LoopClock(state)
     params = [p for group in optimizer.param_groups for p in group["params"]]
-    pending = _Pending()
+    pending = Pending()
     for step in range(state.steps_done, schedule.total):
-        _step(task, optimizer, scheduler, step, budget, params, step_clock, pending, no_sync)
+        train_step(task, optimizer, scheduler, step, budget, params, step_clock, pending, no_sync)
         done = step + 1
         timed_out = schedule.time_limit > 0 and comm.any(clock.loop_time() > schedule.time_limit, device)
         checkpoint_due = schedule.checkpoints_at(done)
@@ -155,7 +155,7 @@ def train(
             continue
         if not _close_window(state, pending, step_clock, clock, comm, schedule, done, timed_out):
             return None
-        pending = _Pending()
+        pending = Pending()
         if on_progress is not None:
             wall = state.wall_s
             on_progress(Progress(done, schedule.total, state.last_train_loss, done / wall if wall > 0 else math.nan))
@@ -178,7 +178,7 @@ def train(
     return _final_evaluation(task, device, state, comm, suite)
 
 
-def _step(
+def train_step(
     task: Task,
     optimizer: torch.optim.Optimizer,
     scheduler: torch.optim.lr_scheduler.LRScheduler,
@@ -186,7 +186,7 @@ def _step(
     budget: dict[str, Any],
     params: list[torch.Tensor],
     clock: measure.StepClock,
-    pending: _Pending,
+    pending: Pending,
     no_sync: NoSync,
 ) -> None:
     """One optimizer step (its micro-batches, the clipping, the step and the schedule's), timed; its loss, learning
@@ -206,7 +206,7 @@ def _step(
 
 def _close_window(
     state: RunState,
-    pending: _Pending,
+    pending: Pending,
     step_clock: measure.StepClock,
     clock: _LoopClock,
     comm: Comm,

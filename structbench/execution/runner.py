@@ -9,7 +9,9 @@ kept), any other exception `error` (with the traceback; a CUDA error's message i
 `device_usable` is False when the device cannot run more work (a CUDA error poisons the process's context).
 
 Before the first run of a process, `measure.warm_up` does the process's one-off device setup outside every run's
-clock (`setup_s`), so the first run of a process is timed like the others.
+clock (`setup_s`), so the first run of a process is timed like the others; before each run's clock, its own first
+steps run once untimed and are undone (`structbench.execution.warmup`, `warmup_s`), so the first launches of its
+kernels stay out of its training time and time to target.
 """
 
 from __future__ import annotations
@@ -33,7 +35,7 @@ import torch
 
 from structbench import measure, optim
 from structbench.errors import SolverError, UsageError
-from structbench.execution import checkpoint, loop, record, signals
+from structbench.execution import checkpoint, loop, record, signals, warmup
 from structbench.execution.distributed import SINGLE, Comm
 from structbench.execution.loop import NoSync, Progress, RunState
 from structbench.experiments import Claim, get_experiment
@@ -77,6 +79,7 @@ class _Run:
     initial: EvalResult | None = None
     final: EvalResult | None = None
     setup_s: float = 0.0
+    warmup_s: float = 0.0
     interrupted: bool = False
 
 
@@ -146,6 +149,7 @@ def execute(
             "executor": executor,
             "parallel_runs": parallel_runs,
             "setup_s": run.setup_s,
+            "warmup_s": run.warmup_s,
             "device_usable": usable,
         },
     )
@@ -164,7 +168,8 @@ def _build(
     run: _Run, ctx: TaskContext, probe: measure.MemoryProbe
 ) -> tuple[NoSync, torch.optim.lr_scheduler.LRScheduler]:
     """Build the run's task (its epochs resolved into steps, its resolved arguments added to the spec), its optimizer
-    and learning-rate schedule; the memory probe starts from the built task. Returns the gradient-sync switch for
+    and learning-rate schedule; the run's warm-up steps (structbench.execution.warmup) run before its clock and its
+    memory probe start (the probe starts from the built, warmed task). Returns the gradient-sync switch for
     the micro-batches before the last (DDP's `no_sync` in a distributed run) and the schedule."""
     run.setup_s = measure.warm_up(run.device)
     run.task = task = get_task(run.suite.task).build(dict(run.suite.task_args), ctx)
@@ -175,12 +180,20 @@ def _build(
         run.spec["task_args_resolved"] = resolved_args
     _check_target_metric(suite, task)
     no_sync = _distribute(task, run.device) if run.comm.active else contextlib.nullcontext
-    probe.reset()
     hparams = suite.hparams[run.optim_name]
+
+    def schedule(optimizer: torch.optim.Optimizer) -> torch.optim.lr_scheduler.LRScheduler:
+        return make_scheduler(optimizer, suite.budget["steps"], suite.schedule)
+
+    def throwaway_optimizer() -> torch.optim.Optimizer:
+        return build_with_routing(run.optim_name, task.model, hparams)[0]
+
+    run.warmup_s = warmup.warm_up_run(task, throwaway_optimizer, schedule, suite.budget, run.device, no_sync)
+    probe.reset(empty_cache=suite.budget["empty_cache"])
     run.optimizer, route = build_with_routing(run.optim_name, task.model, hparams)
     run.routing = route.as_record()
     run.analytic_bytes = analytic_state_bytes(run.optim_name, task.model, route, hparams)
-    return no_sync, make_scheduler(run.optimizer, suite.budget["steps"], suite.schedule)
+    return no_sync, schedule(run.optimizer)
 
 
 def _train(

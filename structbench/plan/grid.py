@@ -27,8 +27,9 @@ KEY_LENGTH = 20
 
 NOT_KEYED_SPEC = ("source", "hparams_source")
 """Spec fields left out of the run key: where the suite file is, and where the hyperparameters came from."""
-NOT_KEYED_BUDGET = ("checkpoint_every",)
-"""Budget fields that do not change a run's result (a run resumed from a checkpoint ends bit-identical)."""
+NOT_KEYED_BUDGET = ("checkpoint_every", "warmup_steps", "empty_cache")
+"""Budget fields that do not change a run's result (a run resumed from a checkpoint ends bit-identical; the warm-up's
+steps are undone before the run starts; the allocator's cache holds no values)."""
 
 
 def run_key(suite: SuiteSpec, optim_name: str, seed: int, device_kind: str, world_size: int = 1) -> str:

@@ -53,13 +53,18 @@ BUDGET_DEFAULTS: dict[str, Any] = {
     "log_every": 1,
     "max_time_s": 0.0,
     "checkpoint_every": 0,
+    "warmup_steps": 2,
+    "empty_cache": False,
 }
 """`epochs` > 0 replaces `steps` by epochs x the task's steps per epoch (and, with `eval_every` 0, evaluates at every
 epoch's end); `batch_size` counts examples per optimizer step, split into `grad_accum` equal micro-batches;
 `grad_clip` > 0 clips the global gradient norm to that value before each optimizer step; `max_time_s` > 0 ends a run
 whose training loop (steps and evaluations) has run that many seconds with status `timeout`, at the end of the step
 that crossed the limit, keeping the curves so far; `checkpoint_every` > 0 saves a checkpoint every that many steps
-(structbench.execution.checkpoint), from which a rerun of the run continues."""
+(structbench.execution.checkpoint), from which a rerun of the run continues; `warmup_steps` of the run's real steps
+run untimed before its clock starts and are undone (structbench.execution.warmup: first kernel launches stay out of
+time to target; 2 covers the optimizer's first step, which builds its state, and its first steady step); `empty_cache`
+empties CUDA's allocator cache before the run (off: the run's growth to its working set would be timed)."""
 TARGET_DEFAULTS: dict[str, Any] = {"metric": "", "value": math.nan, "from_baseline": ""}
 """A target names a `metric` (the task's metric or "loss") and exactly one of a fixed `value` and `from_baseline`, an
 optimizer whose final evaluation of the metric (median over its seeds) becomes the target when the report is made."""
@@ -560,7 +565,7 @@ def _validate_budget(budget: dict[str, Any], schedule: dict[str, Any]) -> None:
     for key in ("steps", "batch_size", "log_every"):
         if budget[key] < 1:
             raise UsageError(f"budget.{key} must be >= 1, got {budget[key]}.")
-    for key in ("eval_every", "checkpoint_every"):
+    for key in ("eval_every", "checkpoint_every", "warmup_steps"):
         if budget[key] < 0:
             raise UsageError(f"budget.{key} must be >= 0, got {budget[key]}.")
     if budget["grad_accum"] < 1 or budget["batch_size"] % budget["grad_accum"]:

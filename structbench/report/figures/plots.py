@@ -476,7 +476,7 @@ def _step_time_figure(suite: SuiteReport, looks: dict[str, Look]) -> FigureFile 
     ax.set_xlim(0, np.nanmax(step) * 1.35)
     run_ids = [r for v in chosen for r in v.variant.run_ids]
     caption = (
-        "Median step time split into the optimizer step and the rest; the first (compile / warm-up) step is apart."
+        "Median step time split into the optimizer step and the rest; the first timed step is apart."
     )
     return _finish(fig, f"{suite.name}: step time", f"{_slug(suite.name)}-step-time", caption, run_ids, suite.name)
 

@@ -40,7 +40,8 @@ DEFINITIONS: tuple[tuple[str, str], ...] = (
         "Measured on the validation split where the runs hold one out. Interpolated linearly between the two "
         "evaluations that bracket the first crossing of the target (the runner records only the first evaluation "
         "past it). Time is cumulative training wall-clock with "
-        "evaluation excluded, compile / warm-up step included. 'not reached': the target was never crossed.",
+        "evaluation excluded, the first timed step included; the run's warm-up steps (run untimed before its "
+        "clock and undone, stored as warmup_s) excluded. 'not reached': the target was never crossed.",
     ),
     (
         "Speed-up",
