@@ -7,22 +7,12 @@ from __future__ import annotations
 import codecs
 import io
 import sys
-import unicodedata
 
 import pytest
 from rich.console import Console
 
 from structbench.inert import inert, inert_markup
-
-BIDI_CLASSES = {"LRE", "RLE", "PDF", "LRO", "RLO", "LRI", "RLI", "FSI", "PDI"}
-"""The bidirectional classes of the embeddings, overrides and isolates (U+202A-U+202E, U+2066-U+2069)."""
-BIDI_MARKS = {"\u061c", "\u200e", "\u200f"}
-"""The Arabic letter mark and the left-to-right and right-to-left marks: the rest of Unicode's Bidi_Control."""
-
-
-def is_active(char: str) -> bool:
-    """Whether a terminal acts on `char` or it reorders what a reader sees, by Unicode's tables."""
-    return unicodedata.category(char) == "Cc" or unicodedata.bidirectional(char) in BIDI_CLASSES or char in BIDI_MARKS
+from tests.support.terminal_text import is_active
 
 
 def every_character() -> list[str]:
