@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import sys
 from pathlib import Path
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 from rich.markup import escape
@@ -25,6 +25,10 @@ from structbench.cli.app import (
     without_repeats,
 )
 from structbench.errors import UsageError
+from structbench.inert import inert
+
+if TYPE_CHECKING:
+    from structbench.store.write import Debris, Problem
 
 
 @usage_errors_exit_2
@@ -154,26 +158,62 @@ def doctor(
     ] = False,
 ) -> None:
     """Check a results store: leftover temporaries, curve files without their run, checkpoints of runs already
-    stored, unreadable files. Exit 1 when something is wrong and --repair was not given."""
+    stored, unreadable files. Exit 1 when something is wrong and --repair was not given, or when --repair could not
+    remove or move everything. Files a newer structbench wrote are reported and never touched."""
     from structbench.store import write as store
 
     if not out.is_dir():
         raise UsageError(f"results directory {out} does not exist.")
     debris = store.find_debris(out)
-    unreadable = store.unreadable_files(out)
-    for path in debris.paths():
-        print(f"{'removed' if repair else 'found'}: {path}")
-    for problem in unreadable:
-        print(f"{'quarantined' if repair else 'unreadable'}: {problem.path}: {problem.reason}")
-    if not debris.paths() and not unreadable:
-        print(f"{out}: {len(store.run_ids(out))} runs, no debris, every file readable.")
+    survey = store.survey_files(out)
+    for problem in survey.newer:
+        _say("newer", problem.path, problem.reason)
+    if not debris.paths() and not survey.unreadable:
+        _say_healthy(out, len(store.run_ids(out)), len(survey.newer))
         return
     if not repair:
-        print(f"run `structbench doctor --out {out} --repair` to fix this.", file=sys.stderr)
+        for path in debris.paths():
+            _say("found", path)
+        for problem in survey.unreadable:
+            _say("unreadable", problem.path, problem.reason)
+        print(inert(f"run `structbench doctor --out {out} --repair` to fix this."), file=sys.stderr)
         raise typer.Exit(EXIT_RUN_ERROR)
-    store.clean(out)
-    if unreadable:
-        store.quarantine(out, [problem.path for problem in unreadable])
+    failures = _repair(out, debris, survey.unreadable)
+    if failures:
+        for problem in failures:
+            print(inert(f"not removed: {problem.path}: {problem.reason}"), file=sys.stderr)
+        print(inert(f"error: {len(failures)} file(s) of {out} could not be repaired."), file=sys.stderr)
+        raise typer.Exit(EXIT_RUN_ERROR)
+
+
+def _repair(out: Path, found: Debris, unreadable: list[Problem]) -> list[Problem]:
+    """Remove the debris and quarantine the unreadable files, saying each done; return what could not be done."""
+    from structbench.errors import StoreWriteError
+    from structbench.store import write as store
+
+    try:
+        removed = store.clean(out)
+    except StoreWriteError as exc:  # the store's lock file cannot be created: nothing can be removed
+        removed = store.Debris(failures=[store.Problem(path, str(exc)) for path in found.paths()])
+    for path in removed.paths():
+        _say("removed", path)
+    moved, not_moved = store.quarantine(out, [problem.path for problem in unreadable])
+    reasons = {problem.path: problem.reason for problem in unreadable}
+    for path in moved:
+        _say("quarantined", path, reasons[path])
+    return [*removed.failures, *not_moved]
+
+
+def _say(what: str, path: Path, reason: str | None = None) -> None:
+    """One line of doctor's findings on stdout: what, the path, and why (control characters in a stored name shown
+    escaped)."""
+    print(inert(f"{what}: {path}{f': {reason}' if reason else ''}"))
+
+
+def _say_healthy(out: Path, runs: int, newer: int) -> None:
+    """The line of a store with nothing to repair."""
+    readable = f"every file readable but {newer} written by a newer structbench" if newer else "every file readable"
+    print(inert(f"{out}: {runs} runs, no debris, {readable}."))
 
 
 @usage_errors_exit_2

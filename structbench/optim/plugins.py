@@ -33,6 +33,7 @@ from structbench.errors import UsageError
 from structbench.optim import registry
 from structbench.optim.base import StructuredOptimizer
 from structbench.optim.hparams import Declaration, Hyperparameter, Interval, code, decade_around
+from structbench.store.paths import check_name
 
 SCALAR_KINDS = (bool, int, float, str)
 
@@ -157,6 +158,7 @@ def register_alias(alias: str, target: str) -> None:
     """`--optim-alias alias=target`: the class `target` registered under the short name `alias`."""
     if not alias or is_class_path(alias):
         raise UsageError(f"--optim-alias takes NAME=package.module:ClassName with a NAME without ':', got {alias!r}.")
+    check_name("--optim-alias name", alias)
     load_entry_points()
     existing = registry.registered(alias)
     if existing is not None:

@@ -99,7 +99,11 @@ def register(entry: OptimizerEntry) -> OptimizerEntry:
 
 
 def add(entry: OptimizerEntry) -> OptimizerEntry:
-    """Register a plugin's entry (structbench.optim.plugins); a name already taken is a usage error."""
+    """Register a plugin's entry (structbench.optim.plugins); a name already taken, or one that cannot be part of a
+    run's file name (structbench.store.paths.check_name), is a usage error."""
+    from structbench.store.paths import check_name
+
+    check_name("optimizer name", entry.name)
     try:
         return register(entry)
     except ValueError as exc:

@@ -12,6 +12,7 @@ from typing import Any
 
 from structbench.errors import UsageError, unknown_name_message
 from structbench.plan import suite_lookup
+from structbench.store.paths import check_name
 
 
 def _is_table(value: Any) -> bool:
@@ -82,6 +83,7 @@ def read_suite_file(name_or_path: str) -> tuple[str, Path, dict[str, Any]]:
     if len(kinds) != 1:
         named = " and ".join(kinds) or "none"
         raise UsageError(f"suite file {path} must name exactly one of task, experiment and include, got {named}.")
+    check_name(f"suite file {path}: the suite name", path.stem)
     return path.stem, path, raw
 
 

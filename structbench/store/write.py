@@ -35,6 +35,7 @@ import pyarrow.dataset as ds
 import pyarrow.parquet as pq
 
 from structbench.errors import StoreWriteError, UsageError
+from structbench.store import paths
 
 SCHEMA_VERSION = 1
 TEMPORARY_SUFFIX = ".tmp"
@@ -396,15 +397,44 @@ def unsupported_version(table: pa.Table) -> str | None:
     versions = set(table.column("schema_version").to_pylist()) if "schema_version" in table.column_names else {None}
     if None in versions:
         return f"schema_version is missing (this structbench reads {SCHEMA_VERSION})"
+    newer = sorted(v for v in versions if v > SCHEMA_VERSION)
+    if newer:
+        return newer_message(newer[-1])
     other = sorted(versions - {SCHEMA_VERSION})
     return f"schema_version {other[0]} is not supported (this structbench reads {SCHEMA_VERSION})" if other else None
 
 
+def newer_message(version: int) -> str:
+    """What is said of files a newer structbench wrote (left untouched: never quarantined, never removed)."""
+    return f"written by a newer structbench (schema {version}): upgrade to read them"
+
+
+class NewerSchema(ValueError):
+    """A file written by a newer structbench: its schema_version is above SCHEMA_VERSION."""
+
+    def __init__(self, version: int) -> None:
+        super().__init__(newer_message(version))
+        self.version = version
+
+
+def _newest_version(table: pa.Table) -> int | None:
+    """The highest schema_version above SCHEMA_VERSION among the rows of `table`, or None."""
+    if "schema_version" not in table.column_names:
+        return None
+    newer = [v for v in table.column("schema_version").to_pylist() if v is not None and v > SCHEMA_VERSION]
+    return max(newer) if newer else None
+
+
 def _read_run_file(path: Path, columns: Sequence[str] | None) -> pa.Table:
-    """A run file's rows (only `columns`, if given); ValueError when its schema version is not SCHEMA_VERSION."""
+    """A run file's rows (only `columns`, if given); NewerSchema when a newer structbench wrote it, ValueError when
+    its schema version is otherwise not SCHEMA_VERSION."""
     parquet = pq.ParquetFile(path)
     versioned = "schema_version" in parquet.schema_arrow.names
-    reason = unsupported_version(parquet.read(columns=["schema_version"]) if versioned else pa.table({}))
+    versions = parquet.read(columns=["schema_version"]) if versioned else pa.table({})
+    newest = _newest_version(versions)
+    if newest is not None:
+        raise NewerSchema(newest)
+    reason = unsupported_version(versions)
     if reason is not None:
         raise ValueError(reason)
     return parquet.read(columns=list(columns) if columns else None)
@@ -431,24 +461,48 @@ def _read_dir(directory: Path) -> tuple[pd.DataFrame, list[Problem]]:
 def run_keys(out: Path) -> pd.DataFrame:
     """run_id, run_key, status, suite, optim and seed of every readable run with a key, read in one projected scan.
 
-    Unreadable files are skipped here (the report lists them), and so are rows of another schema version than
-    SCHEMA_VERSION (as the report skips them); a file from before run keys has none and is dropped.
+    The run_id is the run file's own name (without `.parquet`), never the row's content: it names the files a forced
+    rerun removes. Unreadable files are skipped here (the report lists them), and so are rows of another schema
+    version than SCHEMA_VERSION (as the report skips them); a file from before run keys has none and is dropped.
     """
-    schema = pa.schema([RUN_SCHEMA.field(name) for name in (*KEY_COLUMNS, "schema_version")])
+    frame = _key_table(out).to_pandas()
+    kept = frame["run_key"].notna() & (frame["schema_version"] == SCHEMA_VERSION)
+    return frame.loc[kept].assign(run_id=frame["file"])[list(KEY_COLUMNS)].reset_index(drop=True)
+
+
+def newer_runs(out: Path) -> dict[int, int]:
+    """How many run files a newer structbench wrote, by their schema version (read in the same scan as run_keys)."""
+    frame = _key_table(out).to_pandas()
+    newer = frame[frame["schema_version"] > SCHEMA_VERSION]
+    return {int(version): len(rows) for version, rows in newer.groupby("schema_version")["file"].unique().items()}
+
+
+_KEY_SCHEMA = pa.schema([RUN_SCHEMA.field(name) for name in (*KEY_COLUMNS, "schema_version")])
+
+
+def _key_table(out: Path) -> pa.Table:
+    """The key columns and schema_version of every readable run file, each row with its file's stem as `file`."""
     files = [str(p) for p in _store_files(runs_dir(out))]
     try:
-        table = ds.dataset(files, format="parquet", schema=schema).to_table()
+        return _keyed_rows(files)
     except (pa.ArrowException, OSError):
         readable = []
         for path in files:
             try:
-                readable.append(ds.dataset(path, format="parquet", schema=schema).to_table())
+                readable.append(_keyed_rows([path]))
             except (pa.ArrowException, OSError):
                 continue
-        table = pa.concat_tables(readable) if readable else schema.empty_table()
-    frame = table.to_pandas()
-    kept = frame["run_key"].notna() & (frame["schema_version"] == SCHEMA_VERSION)
-    return frame.loc[kept, list(KEY_COLUMNS)].reset_index(drop=True)
+        return pa.concat_tables(readable) if readable else _keyed_rows([])
+
+
+def _keyed_rows(files: list[str]) -> pa.Table:
+    """The _KEY_SCHEMA columns of `files` in one scan, each batch tagged with the stem of the file it came from."""
+    parts = [_KEY_SCHEMA.append(pa.field("file", pa.string())).empty_table()]
+    for tagged in ds.dataset(files, format="parquet", schema=_KEY_SCHEMA).scanner().scan_batches():
+        batch = tagged.record_batch
+        stem = Path(tagged.fragment.path).stem
+        parts.append(pa.Table.from_batches([batch]).append_column("file", pa.array([stem] * batch.num_rows)))
+    return pa.concat_tables(parts)
 
 
 def _store_files(directory: Path) -> list[Path]:
@@ -484,10 +538,17 @@ def final_run_keys(out: Path) -> dict[str, str]:
 
 
 def remove_runs(out: Path, run_ids: Sequence[str]) -> None:
-    """Delete runs (row first, so no reader sees a row without its curves), e.g. a result a forced rerun replaced."""
+    """Delete runs (row first, so no reader sees a row without its curves), e.g. a result a forced rerun replaced.
+
+    Only files the store's own listing holds are removed, and only for ids of the run-id form (store.paths): an id
+    read from a row's content (`../elsewhere/victim`) never names a file, inside the store or out of it."""
     for run_id in run_ids:
+        if not paths.is_run_id(run_id):
+            continue
         for directory in (runs_dir(out), curves_dir(out), tables_dir(out)):
-            (directory / f"{run_id}.parquet").unlink(missing_ok=True)
+            path = directory / f"{run_id}.parquet"
+            if path in _store_files(directory) and paths.inside(out, path):
+                path.unlink(missing_ok=True)
 
 
 def checkpoints_dir(out: Path) -> Path:
@@ -498,11 +559,13 @@ def checkpoints_dir(out: Path) -> Path:
 @dataclass
 class Debris:
     """What a crash can leave in a store: temporaries, curve or table files without their run, and checkpoints of
-    runs that have since been stored with a final status."""
+    runs that have since been stored with a final status. After `clean`: what was removed, and in `failures` what
+    could not be (a read-only store), each with why."""
 
     temporaries: list[Path] = field(default_factory=list)
     orphans: list[Path] = field(default_factory=list)
     stale_checkpoints: list[Path] = field(default_factory=list)
+    failures: list[Problem] = field(default_factory=list)
 
     def paths(self) -> list[Path]:
         return [*self.temporaries, *self.orphans, *self.stale_checkpoints]
@@ -515,8 +578,19 @@ class Debris:
         ]
         return ", ".join(f"{n} {one if n == 1 else many}" for n, one, many in parts if n)
 
+    def without(self, kept: set[Path]) -> Debris:
+        """This debris less the paths in `kept` (and no failures)."""
+        return Debris(
+            [p for p in self.temporaries if p not in kept],
+            [p for p in self.orphans if p not in kept],
+            [p for p in self.stale_checkpoints if p not in kept],
+        )
+
 
 def find_debris(out: Path) -> Debris:
+    """The store's debris, each path found by listing the store's own directories and inside the store (a link that
+    leaves it is never debris). Nothing a newer structbench wrote is debris: its curve and table files have their
+    run file beside them, and its run files are never quarantined (unreadable_files)."""
     debris = Debris()
     for directory in (
         runs_dir(out),
@@ -541,46 +615,96 @@ def find_debris(out: Path) -> Debris:
                 debris.stale_checkpoints.append(directory)
             elif directory.is_dir():
                 debris.temporaries += sorted(p for p in directory.iterdir() if p.name.endswith(TEMPORARY_SUFFIX))
-    return debris
+    outside = {p for p in debris.paths() if not paths.inside(out, p)}
+    return debris.without(outside)
 
 
 def clean(out: Path) -> Debris:
-    """Remove the store's debris (waiting for writes in progress to finish first); return what was removed."""
+    """Remove the store's debris (waiting for writes in progress to finish first); return what was removed, with
+    what could not be removed in `failures`."""
     with _locked(out, fcntl.LOCK_EX):
         debris = find_debris(out)
-        for path in debris.paths():
-            if path.is_dir():
-                shutil.rmtree(path, ignore_errors=True)
-            else:
-                path.unlink(missing_ok=True)
-    return debris
+        failures = [problem for path in debris.paths() if (problem := _remove(path)) is not None]
+    removed = debris.without({problem.path for problem in failures})
+    removed.failures = failures
+    return removed
+
+
+def _remove(path: Path) -> Problem | None:
+    """Remove a file or a directory tree; the problem when it (or part of it) could not be removed."""
+    try:
+        if path.is_dir() and not path.is_symlink():
+            shutil.rmtree(path)
+        else:
+            path.unlink(missing_ok=True)
+    except FileNotFoundError:
+        return None
+    except OSError as exc:
+        return Problem(path, exc.strerror or str(exc))
+    return None
 
 
 QUARANTINE = ".quarantine"
 
 
-def unreadable_files(out: Path) -> list[Problem]:
-    """Run files that do not read as Parquet or hold another schema version than SCHEMA_VERSION, and curve and
-    claim files that do not read as Parquet."""
-    problems: list[Problem] = []
+@dataclass
+class FileSurvey:
+    """The store's files that cannot be read: `unreadable` (corrupt, or of an older or unknown schema version) and
+    `newer` (written by a newer structbench: reported, never moved or removed)."""
+
+    unreadable: list[Problem] = field(default_factory=list)
+    newer: list[Problem] = field(default_factory=list)
+
+
+def survey_files(out: Path) -> FileSurvey:
+    """Read every run file's schema version and every curve and claim file's Parquet footer (module docstring of
+    FileSurvey)."""
+    survey = FileSurvey()
     for path in _store_files(runs_dir(out)):
         try:
             _read_run_file(path, ["run_id"])
+        except NewerSchema as exc:
+            survey.newer.append(_problem(path, exc))
         except (pa.ArrowException, OSError, KeyError, ValueError) as exc:
-            problems.append(_problem(path, exc))
-    for path in [*_store_files(curves_dir(out)), *_store_files(claims_dir(out))]:
+            survey.unreadable.append(_problem(path, exc))
+    for path in _store_files(claims_dir(out)):
+        try:
+            newest = _newest_version(pq.read_table(path, columns=["schema_version"]))
+        except (pa.ArrowException, OSError, KeyError, ValueError) as exc:
+            survey.unreadable.append(_problem(path, exc))
+            continue
+        if newest is not None:
+            survey.newer.append(_problem(path, NewerSchema(newest)))
+    for path in _store_files(curves_dir(out)):
         try:
             pq.read_metadata(path)
         except (pa.ArrowException, OSError) as exc:
-            problems.append(_problem(path, exc))
-    return problems
+            survey.unreadable.append(_problem(path, exc))
+    return survey
 
 
-def quarantine(out: Path, paths: Sequence[Path]) -> Path:
-    """Move unreadable files aside to `<out>/.quarantine/<runs|curves|...>/` (kept for inspection, never read)."""
-    target = out / QUARANTINE
-    for path in paths:
-        destination = target / path.parent.name / path.name
-        destination.parent.mkdir(parents=True, exist_ok=True)
-        os.replace(path, destination)
-    return target
+def unreadable_files(out: Path) -> list[Problem]:
+    """Run files that do not read as Parquet or hold an older or unknown schema version, and curve and claim files
+    that do not read as Parquet (never a file a newer structbench wrote: survey_files)."""
+    return survey_files(out).unreadable
+
+
+def quarantine(out: Path, files: Sequence[Path]) -> tuple[list[Path], list[Problem]]:
+    """Move unreadable files aside to `<out>/.quarantine/<runs|curves|...>/` (kept for inspection, never read); return
+    the files moved and those that could not be (a read-only store), each with why. A file outside the store is never
+    moved."""
+    moved: list[Path] = []
+    failures: list[Problem] = []
+    for path in files:
+        destination = out / QUARANTINE / path.parent.name / path.name
+        if not (paths.inside(out, path) and paths.inside(out, destination.parent)):
+            failures.append(Problem(path, "outside the results store"))
+            continue
+        try:
+            destination.parent.mkdir(parents=True, exist_ok=True)
+            os.replace(path, destination)
+        except OSError as exc:
+            failures.append(Problem(path, exc.strerror or str(exc)))
+            continue
+        moved.append(path)
+    return moved, failures

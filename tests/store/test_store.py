@@ -136,12 +136,14 @@ def set_schema_version(path, version):
     ("version", "reason"),
     [
         (0, "schema_version 0 is not supported (this structbench reads 1)"),
-        (99, "schema_version 99 is not supported (this structbench reads 1)"),
+        (99, "written by a newer structbench (schema 99): upgrade to read them"),
         (None, "schema_version is missing (this structbench reads 1)"),
         ("absent", "schema_version is missing (this structbench reads 1)"),
     ],
 )
 def test_run_files_of_another_schema_version_are_reported_and_skipped(tmp_path, version, reason):
+    """The report skips them with the reason; doctor calls the older and unknown ones unreadable (to quarantine) and
+    the newer one newer (never touched)."""
     store.prepare(tmp_path)
     store.write_run(tmp_path, make_row("good", run_key="key-good"), CURVE)
     store.write_run(tmp_path, make_row("other", run_key="key-other"), CURVE)
@@ -149,7 +151,10 @@ def test_run_files_of_another_schema_version_are_reported_and_skipped(tmp_path, 
     runs, problems = load.load_runs(tmp_path)
     assert runs.run_id.tolist() == ["good"]
     assert [(p.path.name, p.reason) for p in problems] == [("other.parquet", reason)]
-    assert [(p.path.name, p.reason) for p in store.unreadable_files(tmp_path)] == [("other.parquet", reason)]
+    survey = store.survey_files(tmp_path)
+    listed = survey.newer if version == 99 else survey.unreadable
+    assert [(p.path.name, p.reason) for p in listed] == [("other.parquet", reason)]
+    assert [*survey.newer, *survey.unreadable] == listed
     assert store.run_keys(tmp_path).run_id.tolist() == ["good"]
     assert store.final_run_keys(tmp_path) == {"key-good": "good"}
 
