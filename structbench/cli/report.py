@@ -81,12 +81,13 @@ def export_cmd(
     place adds only the runs it lacks (CSV rewrites its files)."""
     from structbench import export
     from structbench.report import options, suite_files
+    from structbench.store.health import skipped_line
 
     export.check_target(to)
     wanted = {suite: suite_files.expand(suite) for suite in suites or []}
     selection = export.select(out, wanted, optims or [], options.since(since))
     for problem in selection.problems:
-        print(inert(f"warning: skipped unreadable file {problem.path}: {problem.reason}"), file=sys.stderr)
+        print(inert(skipped_line(problem)), file=sys.stderr)
     bar = Progress(TextColumn(f"export to {to}"), BarColumn(), MofNCompleteColumn(), console=err_console)
     with bar:
         task = bar.add_task("", total=len(selection.runs))

@@ -306,7 +306,11 @@ def status(out: OutDir = Path("results")) -> None:
 
     if not out.is_dir():
         raise UsageError(f"results directory {out} does not exist; run `structbench run` first.")
-    tallies = session.grid_progress(out)
+    from structbench.store.health import skipped_line
+
+    tallies, problems = session.grid_progress(out)
+    for problem in problems:
+        print(inert(skipped_line(problem)), file=sys.stderr)
     if not tallies:
         console.print(f"no grids or keyed runs in {inert_markup(out)}")
         return

@@ -31,6 +31,7 @@ if TYPE_CHECKING:
     from structbench.plan.grid import Cell, Notes, Plan, Request
     from structbench.plan.spec import SuiteSpec
     from structbench.store.grids import Tally
+    from structbench.store.write import Problem
 
 
 class Events:
@@ -279,17 +280,18 @@ def _run_file(job: Job, row: dict[str, Any]) -> Path:
     return store.runs_dir(Path(job.out)) / f"{row['run_id']}.parquet"
 
 
-def grid_progress(out: Path) -> dict[tuple[str, str], Tally]:
+def grid_progress(out: Path) -> tuple[dict[tuple[str, str], Tally], list[Problem]]:
     """Per suite and optimizer of the grids recorded in `out`: runs done, failed, queued and running on Slurm (when
-    `squeue` is on PATH), and missing."""
+    `squeue` is on PATH), and missing; and the run files and manifests that could not be read (skipped)."""
     import shutil
 
     from structbench.execution import slurm
-    from structbench.store import grids
-    from structbench.store import write as store
+    from structbench.store import grids, read
 
     states = slurm.slurm_states if shutil.which("squeue") else None
-    return grids.grid_status(out, store.run_keys(out), states)
+    runs, problems = read.load_runs(out)
+    tallies = grids.grid_status(out, runs[runs["run_key"].notna()], states)
+    return tallies, problems + grids.read_manifests(out)[1]
 
 
 def index_store(out: Path) -> int | None:

@@ -108,6 +108,7 @@ def compute(
     (not when files were unreadable)."""
     from structbench.report import build, output_cache
     from structbench.report.views import claims_section, typesetting
+    from structbench.store.health import skipped_line
 
     stores = request.stores
     with contextlib.ExitStack() as stack:
@@ -128,7 +129,7 @@ def compute(
             include_smoke=request.include_smoke,
             listeners=[listener for listener in (typeset, drawing) if listener is not None],
         )
-        problems = [f"warning: skipped unreadable file {p.path}: {p.reason}" for p in result.problems]
+        problems = [skipped_line(problem) for problem in result.problems]
         warnings = debris_warnings(stores)
         if not result.suites and result.experiments.empty and claims_section.load(stores).empty:
             return Publication(None, problems + warnings), False

@@ -158,7 +158,7 @@ def _write_index(path: Path, table: pa.Table, schema: pa.Schema) -> None:
         return
 
 
-def _read_file(path: Path, schema: pa.Schema, required: Collection[str], validate: Validate | None) -> pa.Table:
+def read_store_file(path: Path, schema: pa.Schema, required: Collection[str], validate: Validate | None) -> pa.Table:
     """The file's `schema` columns (absent optional ones as nulls), cast to their schema types; ValueError when
     `validate` rejects them."""
     parquet = pq.ParquetFile(path)
@@ -194,7 +194,7 @@ def _read_chunk(
     for name, identity in files:
         path = directory / name
         try:
-            tables.append(_read_file(path, schema, required, validate))
+            tables.append(read_store_file(path, schema, required, validate))
         except (pa.ArrowException, OSError, ValueError, KeyError) as exc:
             problems.append(Problem(path, str(exc).splitlines()[0] if str(exc) else type(exc).__name__))
             continue

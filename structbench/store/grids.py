@@ -22,7 +22,7 @@ from uuid import uuid4
 import pandas as pd
 
 from structbench.errors import StoreWriteError
-from structbench.store.write import FINAL_STATUSES, MANIFESTS, TEMPORARY_SUFFIX
+from structbench.store.write import FINAL_STATUSES, MANIFESTS, TEMPORARY_SUFFIX, Problem
 
 GRIDS_DIR = MANIFESTS
 QUEUED_STATES = frozenset({"PENDING", "REQUEUED", "CONFIGURING", "RESIZING", "SUSPENDED"})
@@ -49,18 +49,66 @@ def write_manifest(out: Path, grid_id: str, record: dict[str, Any]) -> Path:
     return path
 
 
-def read_manifests(out: Path) -> list[dict[str, Any]]:
-    """Every readable manifest of the store, oldest first."""
+CELL_TEXT_FIELDS = ("key", "suite", "optim")
+"""What every cell of a manifest names, as text."""
+OPTIONAL_TEXT = (str, type(None))
+
+
+def _cell_problem(cell: Any) -> str | None:
+    """Why a manifest's cell cannot be used (status reads its key, suite, optimizer and Slurm job id), or None."""
+    if not isinstance(cell, dict):
+        return "a cell is not a JSON object"
+    if not all(isinstance(cell.get(name), str) for name in CELL_TEXT_FIELDS):
+        return f"a cell lacks one of {', '.join(CELL_TEXT_FIELDS)} as text"
+    if not isinstance(cell.get("job_id"), OPTIONAL_TEXT):
+        return "a cell's job_id is not text"
+    return None
+
+
+def manifest_problem(record: Any) -> str | None:
+    """Why a parsed manifest cannot be used (it is not what write_manifest writes), or None."""
+    if not isinstance(record, dict):
+        return "not a JSON object"
+    if not isinstance(record.get("cells", []), list):
+        return "its cells are not a list"
+    if not isinstance(record.get("submitit_folder"), OPTIONAL_TEXT):
+        return "its submitit_folder is not text"
+    return next(filter(None, map(_cell_problem, record.get("cells", []))), None)
+
+
+def _read_manifest(path: Path) -> dict[str, Any]:
+    """One manifest file, parsed and checked; ValueError (or OSError) saying why it cannot be used."""
+    try:
+        record = json.loads(path.read_bytes())
+    except RecursionError:
+        raise ValueError("nested too deeply to be a manifest") from None
+    reason = manifest_problem(record)
+    if reason is not None:
+        raise ValueError(reason)
+    return record
+
+
+def read_manifests(out: Path) -> tuple[list[dict[str, Any]], list[Problem]]:
+    """Every usable manifest of the store, oldest first, and the manifest files that cannot be read or used (not
+    JSON, or not shaped as write_manifest writes one), each with why."""
     directory = out / GRIDS_DIR
-    if not directory.is_dir():
-        return []
-    manifests = []
-    for path in sorted(directory.glob("*.json")):
+    try:
+        paths = sorted(p for p in directory.glob("*.json") if not p.name.startswith("."))
+    except OSError:
+        return [], []
+    manifests, problems = [], []
+    for path in paths:
         try:
-            manifests.append(json.loads(path.read_text()))
-        except (OSError, ValueError):
-            continue
-    return sorted(manifests, key=lambda m: str(m.get("created", "")))
+            manifests.append(_read_manifest(path))
+        except (OSError, ValueError) as exc:
+            problems.append(Problem(path, _first_line(exc)))
+    return sorted(manifests, key=lambda m: str(m.get("created", ""))), problems
+
+
+def _first_line(exc: Exception) -> str:
+    """An exception's message as one line (its type's name when it has none)."""
+    lines = str(exc).splitlines()
+    return lines[0] if lines else type(exc).__name__
 
 
 @dataclass
@@ -85,7 +133,7 @@ def grid_status(
     for key, status in zip(runs["run_key"], runs["status"], strict=True):
         statuses.setdefault(key, []).append(status)
     cells: dict[str, dict[str, Any]] = {}
-    for manifest in read_manifests(out):
+    for manifest in read_manifests(out)[0]:
         for cell in manifest.get("cells", []):
             cells[cell["key"]] = {**cell, "folder": manifest.get("submitit_folder")}
     for key, suite, optim in zip(runs["run_key"], runs["suite"], runs["optim"], strict=True):
