@@ -160,12 +160,14 @@ def doctor(
     """Check a results store: leftover temporaries, curve files without their run, checkpoints of runs already
     stored, unreadable files. Exit 1 when something is wrong and --repair was not given, or when --repair could not
     remove or move everything. Files a newer structbench wrote are reported and never touched."""
+    from structbench.store import health
     from structbench.store import write as store
 
     if not out.is_dir():
         raise UsageError(f"results directory {out} does not exist.")
     debris = store.find_debris(out)
     survey = store.survey_files(out)
+    survey.unreadable += health.damage_beyond(out, survey.unreadable)
     for problem in survey.newer:
         _say("newer", problem.path, problem.reason)
     if not debris.paths() and not survey.unreadable:

@@ -47,6 +47,12 @@ def damage(out: Path) -> list[Problem]:
     return [*_index_damage(out), *grids.read_manifests(out)[1], *_file_damage(out)]
 
 
+def damage_beyond(out: Path, known: list[Problem]) -> list[Problem]:
+    """The damage in `out` (`damage`) at paths that `known` (store.write's survey, say) does not name already."""
+    named = {problem.path for problem in known}
+    return [problem for problem in damage(out) if problem.path not in named]
+
+
 def _index_damage(out: Path) -> list[Problem]:
     """The store index files that a read would not trust (and would rebuild)."""
     problems = []

@@ -95,3 +95,24 @@ def test_files_of_another_schema_version_are_left_to_the_version_survey(indexed_
     without_column(indexed_store / "curves" / "muon-0.parquet", "loss")  # a newer curve layout, say
     assert health.damage(indexed_store) == []
     assert store.SCHEMA_VERSION == 1
+
+
+def test_doctor_reports_and_repairs_what_the_readers_skip(cli, indexed_store):
+    out = indexed_store
+    curve, manifest = out / "curves" / "muon-1.parquet", out / grids.GRIDS_DIR / "broken.json"
+    without_column(curve, "loss")
+    manifest.parent.mkdir()
+    manifest.write_bytes(b"[]")
+    with_flipped_bit(index_file(out, "runs"), 64)
+    found = cli("doctor", "--out", out)
+    assert found.exit_code == 1
+    assert sorted(line.split(": ")[1] for line in found.stdout.splitlines()) == sorted(
+        str(p) for p in (curve, manifest, index_file(out, "runs"))
+    )
+    repaired = cli("doctor", "--out", out, "--repair")
+    assert repaired.exit_code == 0, repaired.output
+    assert (out / store.QUARANTINE / "curves" / curve.name).is_file() and not curve.exists()
+    assert (out / store.QUARANTINE / grids.GRIDS_DIR / manifest.name).is_file()
+    assert cli("doctor", "--out", out).exit_code == 0
+    report = cli("report", "--out", out)
+    assert report.exit_code == 0 and report.stderr == ""
