@@ -7,8 +7,11 @@ before a command, the files a directory lists afterwards.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import os
+import subprocess
+from collections.abc import Iterator
 from pathlib import Path
 
 import pyarrow as pa
@@ -171,29 +174,46 @@ def test_older_and_unknown_versions_are_still_quarantined(cli, tmp_path):
 # ------------------------------------------------------------------ doctor --repair on a read-only store
 
 
-@pytest.fixture
-def not_root():
-    if os.geteuid() == 0:
-        pytest.skip("running as root: a read-only directory is still writable to root, so nothing could fail")
+@contextlib.contextmanager
+def read_only(out: Path) -> Iterator[Path]:
+    """The store `out` made read-only, as the path to use: its directories chmod'ed 0555 for a user; for root (whom
+    permissions do not stop) a read-only bind mount of it, or a skip saying why when mounting is not allowed."""
+    if os.geteuid() != 0:
+        directories = [out, *(p for p in out.rglob("*") if p.is_dir())]
+        for directory in directories:
+            directory.chmod(0o555)
+        try:
+            yield out
+        finally:
+            for directory in directories:
+                directory.chmod(0o755)
+        return
+    view = out.with_name(out.name + "-read-only")
+    view.mkdir()
+    mounted = subprocess.run(["mount", "--bind", "-o", "ro", str(out), str(view)], capture_output=True, text=True)
+    if mounted.returncode != 0:
+        pytest.skip(f"running as root, for whom a read-only directory is writable, and cannot mount a read-only view "
+                    f"of the store: {mounted.stderr.strip()}")  # fmt: skip
+    try:
+        yield view
+    finally:
+        subprocess.run(["umount", str(view)], check=True)
 
 
-def test_doctor_repair_on_a_read_only_store_says_what_it_could_not_remove(cli, tmp_path, not_root):
+def test_doctor_repair_on_a_read_only_store_says_what_it_could_not_remove(cli, tmp_path):
     out = tmp_path / "store"
     assert cli("run", *QUICK, "--out", out).exit_code == 0
-    orphan = out / "curves" / "20250101T000000-quadratic-sgd-s9-abcdef.parquet"
-    orphan.write_bytes((out / "curves" / only_run_file(out).name).read_bytes())
-    corrupt = out / "runs" / "20250101T000000-quadratic-sgd-s7-abcdef.parquet"
-    corrupt.write_bytes(b"not parquet")
-    for directory in (out, out / "runs", out / "curves"):
-        directory.chmod(0o555)
-    try:
-        repaired = cli("doctor", "--out", out, "--repair")
-    finally:
-        for directory in (out, out / "runs", out / "curves"):
-            directory.chmod(0o755)
+    orphan_name = "20250101T000000-quadratic-sgd-s9-abcdef.parquet"
+    corrupt_name = "20250101T000000-quadratic-sgd-s7-abcdef.parquet"
+    (out / "curves" / orphan_name).write_bytes((out / "curves" / only_run_file(out).name).read_bytes())
+    (out / "runs" / corrupt_name).write_bytes(b"not parquet")
+    before = hashes(out)
+    with read_only(out) as view:
+        repaired = cli("doctor", "--out", view, "--repair")
     assert repaired.exit_code == 1
     assert "removed:" not in repaired.stdout and "quarantined:" not in repaired.stdout
-    assert f"not removed: {orphan}: Permission denied" in repaired.stderr
-    assert f"not removed: {corrupt}: Permission denied" in repaired.stderr
-    assert "error: 2 file(s) of" in repaired.stderr and "Traceback" not in repaired.stderr
-    assert orphan.is_file() and corrupt.read_bytes() == b"not parquet"
+    assert f"not removed: {view / 'curves' / orphan_name}: " in repaired.stderr
+    assert f"not removed: {view / 'runs' / corrupt_name}: " in repaired.stderr
+    assert f"error: 2 file(s) of {view} could not be repaired." in repaired.stderr
+    assert "Traceback" not in repaired.stderr
+    assert hashes(out) == before
