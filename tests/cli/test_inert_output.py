@@ -48,8 +48,10 @@ def write_hostile_runs(out: Path) -> None:
 
 
 def write_hostile_claim(out: Path) -> None:
-    """A claim's verdict with every string column hostile."""
+    """A claim's verdict with every string column hostile; its paper and claim id, the table's first column (which
+    does not wrap), with one short escape each, so that the other columns have room to be printed."""
     strings = {f.name: f"{f.name}{HOSTILE}" for f in store.CLAIMS_SCHEMA if str(f.type) == "string"}
+    strings |= {"paper": "paper\x1b]0;t\x07", "claim_id": "claim\u202e"}
     numbers = {"schema_version": 1, "wall_s": 1.0, "started_at": datetime(2025, 3, 1, tzinfo=UTC)}
     store.write_claim(out, {**strings, **numbers, "claim_row_id": "claim-0"})
 
@@ -92,7 +94,8 @@ def test_report_prints_stored_strings_inert(hostile_store):
     assert result.exit_code == 0, result.output
     assert_inert(result)
     assert "\\x1b]8;;u\\x1b\\L" in result.stderr  # the warning naming the hostile unreadable file
-    assert "paper\\x1b]8;;https://evil.example/x" in result.stdout  # the claims section, from the stored claim
+    assert "paper\\x1b]0;t\\x07/claim\\u202e" in result.stdout  # the claims section, from the stored claim
+    assert "reason\\x1b]8;;" in result.stdout  # the line below a verdict (its reason)
 
 
 def test_status_prints_stored_strings_inert(hostile_store):
