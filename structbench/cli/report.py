@@ -89,11 +89,11 @@ def export_cmd(
     for problem in selection.problems:
         print(inert(skipped_line(problem)), file=sys.stderr)
     bar = Progress(TextColumn(f"export to {to}"), BarColumn(), MofNCompleteColumn(), console=err_console)
-    with bar:
-        task = bar.add_task("", total=len(selection.runs))
-        try:
+    try:
+        with bar:
+            task = bar.add_task("", total=len(selection.runs))
             result = export.export(to, selection, dest, name, lambda _run_id: bar.advance(task))
-        except OSError as exc:
-            print(inert(f"error: cannot write to {dest}: {exc.strerror or exc}"), file=sys.stderr)
-            raise typer.Exit(EXIT_RUN_ERROR) from None
+    except OSError as exc:  # after the bar's last line: the error is the command's last word
+        print(inert(f"error: cannot write to {dest}: {exc.strerror or exc}"), file=sys.stderr)
+        raise typer.Exit(EXIT_RUN_ERROR) from None
     print(inert(result.message()))

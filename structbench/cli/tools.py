@@ -24,7 +24,7 @@ from structbench.cli.app import (
     usage_errors_exit_2,
     without_repeats,
 )
-from structbench.errors import UsageError
+from structbench.errors import StoreWriteError, UsageError
 from structbench.inert import inert
 
 if TYPE_CHECKING:
@@ -132,13 +132,17 @@ def claims(
         data_root=resolve_data_root(data_dir),
         progress=None if quiet else lambda line: err_console.print(escape(f"  {line}"), highlight=False),
     )
-    store.prepare(out)
 
     def announce(row: dict[str, Any]) -> None:
         why = f": {row['reason']}" if row["verdict"] == UNTESTABLE and row["reason"] else ""
         console.print(escape(f"{row['paper']}/{row['claim_id']}: {row['verdict']}{why} ({row['wall_s']:.1f} s)"))
 
-    rows = check_claims(selected, scale, context, out, announce)
+    try:
+        store.prepare(out)
+        rows = check_claims(selected, scale, context, out, announce)
+    except StoreWriteError as exc:  # a full disk: the claims stored before it are intact
+        print(f"error: {inert(str(exc))}", file=sys.stderr)
+        raise typer.Exit(EXIT_RUN_ERROR) from None
     import pandas as pd
 
     table = claims_section.claims_table(pd.DataFrame(rows))

@@ -29,9 +29,9 @@ def export(selection: Selection, destination: str, name: str, progress: Progress
     temporaries = []
     try:
         for frame, name in ((runs, RUNS_FILE), (curves[CURVE_SCHEMA.names], CURVES_FILE)):
-            temporary = dest / f".{name}.tmp"
+            temporary = dest / f".{name}.{os.getpid()}.tmp"
+            temporaries.append((temporary, dest / name))  # before writing: a write cut short is removed too
             frame.to_csv(temporary, index=False)
-            temporaries.append((temporary, dest / name))
         for temporary, final in temporaries:
             os.replace(temporary, final)
     finally:
