@@ -35,7 +35,7 @@ import torch
 
 from structbench import measure, optim
 from structbench.errors import SolverError, UsageError
-from structbench.execution import checkpoint, loop, record, signals, warmup
+from structbench.execution import checkpoint, loop, record, resume, signals, warmup
 from structbench.execution.distributed import SINGLE, Comm
 from structbench.execution.loop import NoSync, Progress, RunState
 from structbench.experiments import Claim, get_experiment
@@ -81,6 +81,7 @@ class _Run:
     setup_s: float = 0.0
     warmup_s: float = 0.0
     interrupted: bool = False
+    checkpoint_discarded: str | None = None
 
 
 def new_run_id(suite: str, optim_name: str, seed: int) -> str:
@@ -150,6 +151,7 @@ def execute(
             "parallel_runs": parallel_runs,
             "setup_s": run.setup_s,
             "warmup_s": run.warmup_s,
+            "checkpoint_discarded": run.checkpoint_discarded,
             "device_usable": usable,
         },
     )
@@ -207,10 +209,7 @@ def _train(
     """Start the built run (from its checkpoint, or with the initial evaluation at step 0) and train it."""
     assert run.task is not None and run.optimizer is not None
     task, optimizer, device, comm = run.task, run.optimizer, run.device, run.comm
-    saved = _load_checkpoint(checkpoints, run_key)
-    if saved is not None:
-        run.state, run.initial = loop.resume(saved, task, optimizer, scheduler)
-    else:
+    if not _resume(run, scheduler, checkpoints, run_key):
         run.initial = loop.evaluate(task, device, run.state, comm)
         run.state.curves += loop.eval_points(0, 0.0, run.initial)
     saver = None
@@ -266,15 +265,29 @@ def _distribute(task: Task, device: torch.device) -> Callable[[], contextlib.Abs
     return ddp.no_sync
 
 
-def _load_checkpoint(out: Path | None, run_key: str | None) -> dict[str, Any] | None:
-    """The run key's checkpoint in the store, if any; one that does not load is reported and the run starts over."""
-    if out is None or run_key is None:
-        return None
+def _resume(
+    run: _Run, scheduler: torch.optim.lr_scheduler.LRScheduler, out: Path | None, run_key: str | None
+) -> bool:
+    """Put the built run into the state of its key's checkpoint in the store, when the run checkpoints
+    (`budget.checkpoint_every` > 0) and the checkpoint exists; whether it did. A checkpoint that does not load or
+    does not fit the run is reported (on standard error and in the row's `checkpoint_discarded`) and the run,
+    untouched, starts over from step 0 (structbench.execution.checkpoint)."""
+    if out is None or run_key is None or run.suite.budget["checkpoint_every"] <= 0:
+        return False
+    assert run.task is not None and run.optimizer is not None
     try:
-        return checkpoint.load(out, run_key)
-    except ValueError as exc:
+        saved = checkpoint.load(out, run_key)
+        if saved is None:
+            return False
+        where = checkpoint.directory(out, run_key) / checkpoint.FILE
+        run.state, run.initial = resume.resume_or_start_over(
+            saved, run.task, run.optimizer, scheduler, run.device, str(where)
+        )
+    except checkpoint.Unusable as exc:
+        run.checkpoint_discarded = str(exc)
         print(f"warning: {exc}; the run starts from step 0.", file=sys.stderr)
-        return None
+        return False
+    return True
 
 
 def _check_target_metric(suite: SuiteSpec, task: Task) -> None:

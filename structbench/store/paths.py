@@ -16,6 +16,9 @@ from structbench.errors import UsageError
 
 RUN_ID = re.compile(r"\d{8}T\d{6}-[^/\\\x00]+-s-?\d+-[0-9a-f]{6}")
 """A run id as new_run_id makes it: `<UTC stamp>-<suite>-<optimizer>-s<seed>-<6 hex digits>`."""
+RUN_KEY = re.compile(r"[0-9a-f]{20}")
+"""A run key as structbench.plan.grid.run_key makes it (20 hex digits of a SHA-256): it names a run's checkpoint
+directory and its claim, so nothing else is taken as one."""
 NAME_MAX_BYTES = 96
 """The longest suite or optimizer name (UTF-8 bytes): two such names and any seed make a run's longest file name (its
 temporary, `.<run id>.parquet.tmp`) at most 251 bytes, within the 255 a file system takes (ext4, XFS, NFS)."""
@@ -24,6 +27,11 @@ temporary, `.<run id>.parquet.tmp`) at most 251 bytes, within the 255 a file sys
 def is_run_id(text: str) -> bool:
     """Whether `text` has the form of a run id (so `<text>.parquet` is one file name, with no directory part)."""
     return RUN_ID.fullmatch(text) is not None and not _has_control_character(text)
+
+
+def is_run_key(text: str) -> bool:
+    """Whether `text` is a run key (so it is one file name, with no directory part)."""
+    return isinstance(text, str) and RUN_KEY.fullmatch(text) is not None
 
 
 def _has_control_character(text: str) -> bool:

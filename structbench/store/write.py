@@ -137,6 +137,7 @@ RUN_SCHEMA = pa.schema(
         ("git_dirty", pa.bool_()),
         ("command", pa.string()),
         ("root_fallbacks", pa.int64()),
+        ("checkpoint_discarded", pa.string()),
     ]
 )
 PROVENANCE_COLUMNS = (
@@ -200,6 +201,7 @@ OPTIONAL_RUN_COLUMNS = frozenset(
         *PROVENANCE_COLUMNS,
         "command",
         "root_fallbacks",
+        "checkpoint_discarded",
     }
 )
 """Columns added after the first stores were written: a row may omit them (stored as null)."""
