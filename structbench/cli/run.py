@@ -239,6 +239,7 @@ def print_result(result: GridResult) -> int:
         return 0
     if result.training_rows:
         console.print(terminal.runs_table(result.training_rows))
+    result.settle()
     if result.signum is not None:
         print(inert(interruption_summary(result.signum, result.stored_statuses, result.plan.planned)), file=sys.stderr)
     else:

@@ -10,11 +10,17 @@ from __future__ import annotations
 
 import contextlib
 import multiprocessing
+import os
+import select
+import signal
+import threading
 from collections import Counter
 from collections.abc import Iterator, Sequence
 from concurrent.futures import Future, ProcessPoolExecutor, as_completed
 from concurrent.futures.process import BrokenProcessPool
 from typing import Any
+
+import psutil
 
 from structbench.environment import usable_cores
 from structbench.execution.job import Finished, Job, one_line, run_job
@@ -73,7 +79,7 @@ def _run_pool(jobs: Sequence[Job], workers: int) -> Iterator[Finished]:
 
     context = start_worker_server()
     pool = ProcessPoolExecutor(max_workers=workers, mp_context=context, max_tasks_per_child=1)
-    futures: dict[Future[dict[str, Any]], Job] = {pool.submit(run_job, job): job for job in jobs}
+    futures: dict[Future[dict[str, Any]], Job] = {pool.submit(run_worker_job, job, os.getpid()): job for job in jobs}
     try:
         for future in as_completed(futures):
             job = futures[future]
@@ -96,11 +102,42 @@ def _run_pool(jobs: Sequence[Job], workers: int) -> Iterator[Finished]:
             pool.shutdown(wait=True, cancel_futures=True)
 
 
+def run_worker_job(job: Job, command_pid: int) -> dict[str, Any]:
+    """`run_job` in a pool worker that dies with the command that submitted it: a worker whose command is gone (kill
+    -9) must not store a run the command will never report, and that a new command may be running again meanwhile.
+
+    The worker is not the command's child (the forkserver is its parent, and stays up while any worker does), so no
+    parent-death signal tells it; a thread waits for the command's exit instead and kills the worker at once."""
+    threading.Thread(target=_die_with, args=(command_pid,), name="command-watch", daemon=True).start()
+    return run_job(job)
+
+
+def _die_with(pid: int) -> None:
+    """Wait for process `pid` to end (already gone: at once), then SIGKILL this process."""
+    with contextlib.suppress(ProcessLookupError, psutil.NoSuchProcess):
+        _wait_for_exit(pid)
+    os.kill(os.getpid(), signal.SIGKILL)
+
+
+def _wait_for_exit(pid: int) -> None:
+    """Block until `pid` ends: on a pidfd where the kernel has them (Linux 5.3; woken only by the exit), else by
+    psutil's polling (every 40 ms at most)."""
+    try:
+        handle = os.pidfd_open(pid)
+    except (AttributeError, OSError) as exc:
+        if isinstance(exc, ProcessLookupError):
+            raise
+        psutil.Process(pid).wait()
+        return
+    try:
+        select.select([handle], [], [])
+    finally:
+        os.close(handle)
+
+
 def forward_to_workers(signum: int) -> None:
     """Send `signum` to the pool's worker processes: the grandchildren of this process (its children are the
     forkserver and multiprocessing's resource tracker, which the workers fork from or talk to)."""
-    import psutil
-
     for child in psutil.Process().children():
         for worker in child.children():
             with contextlib.suppress(psutil.NoSuchProcess):

@@ -95,6 +95,16 @@ class GridResult:
     def training_rows(self) -> list[dict[str, Any]]:
         return [r for r in self.rows if not r["task"].startswith("experiment:")]
 
+    def settle(self) -> None:
+        """The command is done with the grid and its runs table (signals.settle): a signal received since the grid
+        ended (its runs all stored) becomes the grid's, so the command reports it; any later one is ignored."""
+        from structbench.execution import signals
+
+        late = signals.settle()
+        if self.signum is None and late is not None and not self.submitted:
+            self.signum = late
+            self.stored_statuses = [row["status"] for row in self.rows]
+
     def exit_code(self) -> int:
         """0 when every run is fine; the signal's code after one (signals.exit_code); else 1 on any failure."""
         from structbench.execution import signals
@@ -124,6 +134,9 @@ def run_grid(plan: Plan, events: Events) -> GridResult:
         debris = store.clean(out)
         if debris.paths():
             events.debris_removed(out, debris.describe())
+        for version, count in store.newer_runs(out).items():
+            newer = f"{count} run file(s) in {out} {store.newer_message(version)}"
+            events.warning(f"{newer}; this command leaves them untouched.")
         grids.write_manifest(out, grid_id, session.manifest)
         with signals.armed():
             session.run_experiments()

@@ -109,6 +109,17 @@ def deferred() -> Iterator[None]:
         raise _interruption(_state.received)
 
 
+def settle() -> int | None:
+    """The end of a command: from here to the process's exit SIGINT and SIGTERM are ignored, so one arriving while
+    the interpreter shuts down neither kills the process (late in its shutdown Python puts the default handlers back)
+    nor goes unreported. Returns the first signal received before, which the command reports. Main thread only
+    (elsewhere it only returns)."""
+    if threading.current_thread() is threading.main_thread():
+        for signum in HANDLED:
+            signal.signal(signum, signal.SIG_IGN)
+    return _state.received
+
+
 def received() -> int | None:
     """The first signal this process received since `install`/`reset`, or None."""
     return _state.received
