@@ -25,7 +25,7 @@ from structbench.cli.app import (
     without_repeats,
 )
 from structbench.errors import StoreWriteError, UsageError
-from structbench.inert import inert
+from structbench.inert import inert, inert_markup
 
 if TYPE_CHECKING:
     from structbench.store.write import Debris, Problem
@@ -56,17 +56,22 @@ def list_cmd(
             _, _, raw = suite_file.read_suite_file(found.name)
             budget = raw.get("budget", {})
             table.add_row(
-                escape(found.name),
-                escape(suite_lookup.origin_text(found)),
-                raw.get("task")
-                or (
-                    f"experiment: {raw['experiment']}"
-                    if "experiment" in raw
-                    else "include: " + ", ".join(raw.get("include", []))
-                ),
-                ", ".join(raw.get("optims", [])) or "-",
-                f"{budget['epochs']} epochs" if budget.get("epochs") else f"{budget.get('steps', '-')} steps",
-                raw.get("description", ""),
+                *map(
+                    inert_markup,
+                    (
+                        found.name,
+                        suite_lookup.origin_text(found),
+                        raw.get("task")
+                        or (
+                            f"experiment: {raw['experiment']}"
+                            if "experiment" in raw
+                            else "include: " + ", ".join(raw.get("include", []))
+                        ),
+                        ", ".join(raw.get("optims", [])) or "-",
+                        f"{budget['epochs']} epochs" if budget.get("epochs") else f"{budget.get('steps', '-')} steps",
+                        raw.get("description", ""),
+                    ),
+                )
             )
         console.print(table)
     if what in ("optims", "all"):
@@ -130,12 +135,12 @@ def claims(
     context = Context(
         device=measure.resolve_device(device),
         data_root=resolve_data_root(data_dir),
-        progress=None if quiet else lambda line: err_console.print(escape(f"  {line}"), highlight=False),
+        progress=None if quiet else lambda line: err_console.print(inert_markup(f"  {line}"), highlight=False),
     )
 
     def announce(row: dict[str, Any]) -> None:
         why = f": {row['reason']}" if row["verdict"] == UNTESTABLE and row["reason"] else ""
-        console.print(escape(f"{row['paper']}/{row['claim_id']}: {row['verdict']}{why} ({row['wall_s']:.1f} s)"))
+        console.print(inert_markup(f"{row['paper']}/{row['claim_id']}: {row['verdict']}{why} ({row['wall_s']:.1f} s)"))
 
     try:
         store.prepare(out)

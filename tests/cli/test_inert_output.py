@@ -23,7 +23,7 @@ from structbench.store import grids
 from structbench.store import write as store
 from tests.support.cli import invoke
 from tests.support.store import adamw_evals, muon_evals, write_run
-from tests.support.terminal_text import HOSTILE, HOSTILE_NAME, VISIBLE, active_characters
+from tests.support.terminal_text import ESCAPE_KINDS, HOSTILE, HOSTILE_NAME, VISIBLE, active_characters
 
 STRUCTURAL = {"run_id", "suite", "optim", "status", "hparams", "spec", "routing", "claims"}
 """Run columns the test sets on their own (the writer's arguments) or that must hold JSON or a known status."""
@@ -153,3 +153,18 @@ def test_the_hostile_store_holds_the_escapes(hostile_store):
     runs = json.loads(store.run_keys(hostile_store).to_json(orient="records"))
     assert {run["optim"] for run in runs} == {"adamw", OPTIM}
     assert all(run["suite"] == SUITE for run in runs)
+
+
+def test_list_prints_a_suite_files_text_inert(tmp_path, monkeypatch):
+    """A suite file of the working directory (one from a colleague) whose task, optimizers and description hold every
+    kind of escape: `list suites` shows them escaped. Its optimizer list holds one kind each, so that each is printed
+    whole (the table cuts a long cell without spaces short)."""
+    fields = {"description": f"description{HOSTILE}", "task": f"task{HOSTILE}", "optims": list(ESCAPE_KINDS.values())}
+    (tmp_path / "suites").mkdir()
+    (tmp_path / "suites" / "hostile.toml").write_text(
+        "\n".join(f"{key} = {json.dumps(value)}" for key, value in fields.items()), encoding="utf-8"
+    )
+    monkeypatch.chdir(tmp_path)
+    result = invoke("list", "suites")
+    assert result.exit_code == 0, result.output
+    assert_inert(result)
