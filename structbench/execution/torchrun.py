@@ -176,6 +176,10 @@ def run_torchrun(job: Job) -> Finished:
     log = Path(job.out) / FAILURES / f"{job.cell.key}.log"
     log.parent.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(prefix="structbench-ddp-") as tmp:
+        # The job and its result cross to torchrun's ranks and back as pickles (a Job holds the suite's whole spec;
+        # a row holds datetimes): both files live in this private directory, created mode 0700 by this command
+        # and removed when it ends, never in the results store, so only the user running the command (who could
+        # run code anyway) can write what is unpickled.
         job_file, result_file = Path(tmp) / "job.pkl", Path(tmp) / "result.pkl"
         job_file.write_bytes(pickle.dumps(job))
         env = {**os.environ, "OMP_NUM_THREADS": str(job.threads or 1)}
@@ -225,7 +229,7 @@ def slurm_rank(job: Job) -> dict[str, Any] | None:
 def main(argv: list[str]) -> int:
     """torchrun's entry point on every rank: the job from `argv[0]`; rank 0 writes its returned row to `argv[1]`."""
     job_file, result_file = Path(argv[0]), Path(argv[1])
-    job = pickle.loads(job_file.read_bytes())
+    job = pickle.loads(job_file.read_bytes())  # written by run_torchrun in its private directory (see there)
     from structbench.execution.runner import SHARED_OUTCOMES
 
     result = run_rank(job)

@@ -110,7 +110,7 @@ def check_roundtrip(name: str, dtype: torch.dtype, device: torch.device = CPU) -
     continued = params_of(model)
 
     buffer.seek(0)
-    saved = torch.load(buffer, weights_only=False)
+    saved = load_weights_only(buffer)
     resumed = toy_model(dtype, seed=1, device=device)
     resumed.load_state_dict(saved["model"])
     optimizer2 = build(name, resumed)
@@ -122,6 +122,19 @@ def check_roundtrip(name: str, dtype: torch.dtype, device: torch.device = CPU) -
         f"resume from state_dict is not bit-identical ({dtype}) for {differing}; structbench optimizers should "
         "subclass structbench.optim.base.StructuredOptimizer, whose load_state_dict keeps saved state dtypes",
     )
+
+
+def load_weights_only(buffer: io.BytesIO) -> dict[str, Any]:
+    """The saved state dicts, read as structbench reads a checkpoint (`torch.load(weights_only=True)`: tensors and
+    plain data only); an optimizer whose state holds anything else could never resume from a checkpoint."""
+    try:
+        return torch.load(buffer, weights_only=True)
+    except Exception as exc:
+        raise CheckFailed(
+            "state_dict does not load with torch.load(weights_only=True), as structbench's checkpoints are read: "
+            f"keep only tensors and plain Python data (dicts, lists, tuples, numbers, strings, None) in the state "
+            f"({type(exc).__name__})"
+        ) from None
 
 
 def check_roundtrip_float32(name: str, device: torch.device = CPU) -> None:

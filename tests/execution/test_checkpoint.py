@@ -54,7 +54,7 @@ def test_every_optimizer_resumes_bit_identically(optim_name, tmp_path, monkeypat
         first = run_job(job(cell, tmp_path / "split"))
     assert first["status"] == "interrupted"
     assert (
-        torch.load(checkpoint.directory(tmp_path / "split", cell.key) / checkpoint.FILE, weights_only=False)["step"]
+        torch.load(checkpoint.directory(tmp_path / "split", cell.key) / checkpoint.FILE, weights_only=True)["step"]
         == 20
     )
     resumed = run_job(job(cell, tmp_path / "split"))
@@ -173,7 +173,7 @@ def _command(out: Path, optim_name: str, steps: int) -> list[str]:
 
 def _checkpointed_step(path: Path) -> int:
     try:
-        return int(torch.load(path, weights_only=False)["step"])
+        return int(torch.load(path, weights_only=True)["step"])
     except (FileNotFoundError, EOFError, RuntimeError):
         return 0
 

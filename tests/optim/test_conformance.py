@@ -221,3 +221,21 @@ def test_check_rejects_an_unknown_check(cli) -> None:
     result = cli("check", "--check", "compil")
     assert result.exit_code == 2
     assert "unknown check 'compil'. Did you mean 'compile'?" in result.stderr
+
+
+class _NotPlainData:
+    """A value no weights-only load builds."""
+
+
+def test_a_state_that_is_not_plain_data_fails_the_round_trip_check():
+    import io
+
+    buffer = io.BytesIO()
+    torch.save({"optim": {"state": {0: {"helper": _NotPlainData()}}}}, buffer)
+    buffer.seek(0)
+    with pytest.raises(conformance.CheckFailed, match=r"weights_only=True"):
+        conformance.load_weights_only(buffer)
+    buffer = io.BytesIO()
+    torch.save({"optim": {"state": {0: {"step": torch.tensor(3.0)}}}}, buffer)
+    buffer.seek(0)
+    assert conformance.load_weights_only(buffer)["optim"]["state"][0]["step"] == 3.0
