@@ -34,6 +34,13 @@ def is_run_key(text: str) -> bool:
     return isinstance(text, str) and RUN_KEY.fullmatch(text) is not None
 
 
+def is_plain_name(text: str) -> bool:
+    """Whether `text` is one visible file name: not empty, no directory part, no control character, not hidden."""
+    return bool(text) and "/" not in text and "\\" not in text and not text.startswith(".") and not (
+        _has_control_character(text)
+    )
+
+
 def _has_control_character(text: str) -> bool:
     return any(unicodedata.category(c) in ("Cc", "Cf", "Zl", "Zp") for c in text)
 

@@ -354,6 +354,8 @@ def write_run(
         result = pa.Table.from_pandas(table.assign(run_id=run_id), preserve_index=False)
         parts.append((result, tables_dir(out) / f"{run_id}.parquet"))
     parts += [(curve_table, curves_dir(out) / f"{run_id}.parquet"), (run_table, runs_dir(out) / f"{run_id}.parquet")]
+    if not paths.is_plain_name(run_id) or not all(paths.inside(out, path) for _, path in parts):
+        raise ValueError(f"run id {run_id!r} does not name a file inside the results store {out}")
     written: list[Path] = []
     with writer_lock(out):
         try:

@@ -20,6 +20,7 @@ import pytest
 
 from structbench.store import paths
 from structbench.store import write as store
+from tests.support.store import hand_row
 
 QUICK = ("--suite", "quadratic", "--optim", "sgd", "--seed", "0", "--steps", "20", "--quiet")
 VICTIM_BYTES = b"a file outside the store that no structbench command may delete"
@@ -93,6 +94,15 @@ def test_clean_never_removes_through_a_link_that_leaves_the_store(cli, tmp_path)
     (out / "checkpoints").symlink_to(elsewhere, target_is_directory=True)
     assert store.clean(out).paths() == []
     assert (elsewhere / key / "checkpoint.pt").read_bytes() == VICTIM_BYTES
+
+
+@pytest.mark.parametrize("run_id", ["../../victim", "../victim", ".hidden", "a/b", "", "esc\x1b]8;;x\x07"])
+def test_a_run_is_never_written_under_a_name_that_leaves_its_directory(tmp_path, run_id):
+    out = tmp_path / "store"
+    store.prepare(out)
+    with pytest.raises(ValueError, match="does not name a file inside the results store"):
+        store.write_run(out, hand_row(run_id=run_id, status="ok"), [])
+    assert [p for p in tmp_path.rglob("*") if p.is_file()] == []
 
 
 @pytest.mark.parametrize(
