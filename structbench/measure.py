@@ -65,15 +65,49 @@ class StepClock:
         start, optim_start, end = self._stamps
         self._pending.append((start, optim_start, end))
 
+    def mark(self) -> Any:
+        """A stamp of now, on the device's timeline (an event on CUDA), for `seconds_between`."""
+        return self._stamp()
+
     def drain(self) -> list[tuple[float, float]]:
-        """(step seconds, optimizer-step seconds) for every step since the last drain."""
+        """(step seconds, optimizer-step seconds) for every step since the last drain (synchronises on CUDA)."""
         if self.cuda:
             torch.cuda.synchronize()
-            out = [(s.elapsed_time(e) / 1e3, o.elapsed_time(e) / 1e3) for s, o, e in self._pending]
-        else:
-            out = [(e - s, e - o) for s, o, e in self._pending]
+        return self.take().timings()
+
+    def take(self) -> StepStamps:
+        """The stamps of every step since the last take or drain, to be read later without a device-wide sync."""
+        stamps = StepStamps(self.cuda, self._pending)
         self._pending = []
-        return out
+        return stamps
+
+
+class StepStamps:
+    """The (start, optimizer start, end) stamps of some steps; on CUDA, events that may still be in the queue."""
+
+    def __init__(self, cuda: bool, stamps: list[tuple[Any, Any, Any]]) -> None:
+        self.cuda, self.stamps = cuda, stamps
+
+    @property
+    def last_end(self) -> Any:
+        return self.stamps[-1][2]
+
+    def timings(self) -> list[tuple[float, float]]:
+        """(step seconds, optimizer-step seconds) of each step; on CUDA waits for the last step's end event only."""
+        if not self.cuda:
+            return [(e - s, e - o) for s, o, e in self.stamps]
+        if self.stamps:
+            self.last_end.synchronize()
+        return [(s.elapsed_time(e) / 1e3, o.elapsed_time(e) / 1e3) for s, o, e in self.stamps]
+
+
+def seconds_between(start: Any, end: Any) -> float:
+    """Seconds from stamp `start` to stamp `end` (both from one StepClock's `mark` or steps; on CUDA waits for
+    `end`'s event, which must have been recorded after `start`'s)."""
+    if isinstance(start, float):
+        return end - start
+    end.synchronize()
+    return start.elapsed_time(end) / 1e3
 
 
 def synchronize(device: torch.device) -> None:

@@ -1,10 +1,15 @@
 """The training loop of one run (docs/measurement.md): optimizer steps, log windows, evaluations.
 
 Each step's loss, learning rate and gradient norm stay on the device until the log window closes (a log point, an
-evaluation, a checkpoint, the time limit or the last step); the window's values are then read back in one
-synchronisation, checked for divergence and turned into curve points. Evaluations are timed apart from training, and
-checkpoints apart from both. `RunState` holds every measurement the loop accumulates, and is what a checkpoint saves
-of the loop.
+evaluation, a checkpoint, the time limit or the last step). A window followed by an evaluation, a checkpoint, the
+time limit or the end is read back at once, in one synchronisation (what follows needs its values, and synchronises
+anyway); any other window's values are copied to the host without blocking (pinned memory and an event on CUDA) and
+read when the next window closes, so a log point never waits for the device's queue. Its curve points carry the
+training wall-clock at which its last step ended on the device (the last synchronised moment plus the device time
+since, from the step clock's events). Either way the values are checked for divergence and turned into curve points;
+a deferred window's divergence is found one window later, at the step where it happened. Evaluations are timed apart
+from training, and checkpoints apart from both. `RunState` holds every measurement the loop accumulates, and is what
+a checkpoint saves of the loop.
 """
 
 from __future__ import annotations
@@ -23,6 +28,7 @@ import torch
 from structbench import measure
 from structbench.execution import checkpoint, signals
 from structbench.execution.distributed import SINGLE, Comm
+from structbench.optim.deferred import HostCopy
 from structbench.plan.spec import SuiteSpec
 from structbench.tasks import EvalResult, Task
 
@@ -109,6 +115,11 @@ class _Schedule:
         """Whether the loop evaluates after step `done` (the final evaluation comes after the loop)."""
         return bool(self.eval_every) and done % self.eval_every == 0 and done != self.total
 
+    def reads_later(self, done: int, timed_out: bool, checkpoint_due: bool) -> bool:
+        """Whether the window closing after step `done` is read at the next one: when nothing right after it needs
+        its values (an evaluation, a checkpoint, the time limit or the end of the run)."""
+        return not (timed_out or checkpoint_due or done == self.total or self.evaluates_at(done))
+
     def checkpoints_at(self, done: int) -> bool:
         return self.checkpoint_every > 0 and done % self.checkpoint_every == 0 and done != self.total
 
@@ -146,36 +157,58 @@ def train(
     clock = _LoopClock(state)
     params = [p for group in optimizer.param_groups for p in group["params"]]
     pending = Pending()
-    for step in range(state.steps_done, schedule.total):
-        train_step(task, optimizer, scheduler, step, budget, params, step_clock, pending, no_sync)
-        done = step + 1
-        timed_out = schedule.time_limit > 0 and comm.any(clock.loop_time() > schedule.time_limit, device)
-        checkpoint_due = schedule.checkpoints_at(done)
-        if not schedule.window_ends(done, timed_out, checkpoint_due):
-            continue
-        if not _close_window(state, pending, step_clock, clock, comm, schedule, done, timed_out):
-            return None
-        pending = Pending()
-        if on_progress is not None:
-            wall = state.wall_s
-            on_progress(Progress(done, schedule.total, state.last_train_loss, done / wall if wall > 0 else math.nan))
-        if timed_out:
-            state.status = "timeout"
-            state.error = (
-                f"ran {clock.loop_time():.3g} s (training and evaluation), past budget.max_time_s = "
-                f"{schedule.time_limit:g} s"
-            )
-            return None
-        if schedule.evaluates_at(done) and not _evaluate_at(task, device, state, comm, suite, done, state.wall_s):
-            return None
-        state.loop_s = clock.loop_time()
-        if checkpoint_due:
-            assert save_checkpoint is not None
-            save_checkpoint(done, state)
+    window = _Anchor(clock.train_wall(), step_clock.mark())
+    posted: _Posted | None = None
+    try:
+        for step in range(state.steps_done, schedule.total):
+            train_step(task, optimizer, scheduler, step, budget, params, step_clock, pending, no_sync)
+            done = step + 1
+            timed_out = schedule.time_limit > 0 and comm.any(clock.loop_time() > schedule.time_limit, device)
+            checkpoint_due = schedule.checkpoints_at(done)
+            if not schedule.window_ends(done, timed_out, checkpoint_due):
+                continue
+            if posted is not None:
+                settled, posted = posted, None
+                if not _record_window(state, settled.read(), schedule):
+                    return None
+            if schedule.reads_later(done, timed_out, checkpoint_due):
+                posted = _Posted(pending, step_clock.take(), comm, done, window)
+                pending = Pending()
+                _report(on_progress, state, schedule)
+                continue
+            if not _record_window(state, _read_now(pending, step_clock, clock, comm, done, timed_out), schedule):
+                return None
+            pending = Pending()
+            _report(on_progress, state, schedule)
+            if timed_out:
+                state.status = "timeout"
+                state.error = (
+                    f"ran {clock.loop_time():.3g} s (training and evaluation), past budget.max_time_s = "
+                    f"{schedule.time_limit:g} s"
+                )
+                return None
+            if schedule.evaluates_at(done) and not _evaluate_at(task, device, state, comm, suite, done, state.wall_s):
+                return None
+            state.loop_s = clock.loop_time()
+            if checkpoint_due:
+                assert save_checkpoint is not None
+                save_checkpoint(done, state)
+            window = _Anchor(clock.train_wall(), step_clock.mark())
+    except BaseException:
+        if posted is not None and measure.device_usable(device):
+            _record_window(state, posted.read(), schedule)
+        raise
     measure.synchronize(device)
     comm.barrier()
     state.wall_s = clock.train_wall()
     return _final_evaluation(task, device, state, comm, suite)
+
+
+def _report(on_progress: Callable[[Progress], None] | None, state: RunState, schedule: _Schedule) -> None:
+    """Tell the caller where the run stands (the steps read back so far)."""
+    if on_progress is not None:
+        wall, done = state.wall_s, state.steps_done
+        on_progress(Progress(done, schedule.total, state.last_train_loss, done / wall if wall > 0 else math.nan))
 
 
 def train_step(
@@ -204,29 +237,67 @@ def train_step(
     pending.losses.append(loss.detach())
 
 
-def _close_window(
-    state: RunState,
-    pending: Pending,
-    step_clock: measure.StepClock,
-    clock: _LoopClock,
-    comm: Comm,
-    schedule: _Schedule,
-    done: int,
-    timed_out: bool,
-) -> bool:
-    """Read the window's values back (one synchronisation), time its steps (the first step of the run is its compile
-    step) and log its curve points; False when a loss is not finite (the run ends `diverged` at that step)."""
+@dataclass
+class _Anchor:
+    """A point of the loop's training time read on the host right after the device was synchronised, with a stamp
+    of the same moment on the device's timeline: a later step's training wall-clock is the anchor's plus the device
+    time between the two stamps (no synchronisation needed to know when that step ended)."""
+
+    wall_s: float
+    stamp: Any
+
+
+@dataclass
+class _WindowValues:
+    """A closed log window, read back: each step's loss, gradient norm (None without clipping), learning rate and
+    (step, optimizer-step) seconds; the training wall-clock when its last step ended; the step it closed after."""
+
+    losses: list[float]
+    norms: list[float | None]
+    lrs: list[float]
+    timings: list[tuple[float, float]]
+    wall: float
+    done: int
+    timed_out: bool = False
+
+
+class _Posted:
+    """A closed log window whose values are on their way to the host (non-blocking copies into pinned memory on
+    CUDA) and are read when the next window closes: a log point then never waits for the device's queue."""
+
+    def __init__(self, pending: Pending, stamps: measure.StepStamps, comm: Comm, done: int, anchor: _Anchor) -> None:
+        self.losses = HostCopy(comm.mean(torch.stack(pending.losses).double()))
+        self.norms = HostCopy(torch.stack(pending.norms).double()) if pending.norms else None
+        self.lrs, self.stamps, self.done, self.anchor = pending.lrs, stamps, done, anchor
+
+    def read(self) -> _WindowValues:
+        losses = self.losses.tolist()
+        norms = self.norms.tolist() if self.norms is not None else [None] * len(losses)
+        timings = self.stamps.timings()
+        wall = self.anchor.wall_s + measure.seconds_between(self.anchor.stamp, self.stamps.last_end)
+        return _WindowValues(losses, norms, self.lrs, timings, wall, self.done)
+
+
+def _read_now(
+    pending: Pending, step_clock: measure.StepClock, clock: _LoopClock, comm: Comm, done: int, timed_out: bool
+) -> _WindowValues:
+    """Read the open window's values back in one synchronisation; its wall-clock is the loop's now."""
     losses = comm.mean(torch.stack(pending.losses).double()).cpu().tolist()
     norms = torch.stack(pending.norms).double().cpu().tolist() if pending.norms else [None] * len(losses)
     timings = step_clock.drain()
-    wall = clock.train_wall()
-    first = done - len(losses) + 1
+    return _WindowValues(losses, norms, pending.lrs, timings, clock.train_wall(), done, timed_out)
+
+
+def _record_window(state: RunState, window: _WindowValues, schedule: _Schedule) -> bool:
+    """Time the window's steps (the first step of the run is its compile step) and log its curve points; False when
+    a loss is not finite (the run ends `diverged` at that step)."""
+    first = window.done - len(window.losses) + 1
     for offset, (value, (step_s, optim_s), lr, grad_norm) in enumerate(
-        zip(losses, timings, pending.lrs, norms, strict=True)
+        zip(window.losses, window.timings, window.lrs, window.norms, strict=True)
     ):
         index = first + offset
         if not math.isfinite(value):
-            state.status, state.steps_done, state.wall_s = "diverged", index, wall
+            state.status, state.steps_done, state.wall_s = "diverged", index, window.wall
             state.error = f"non-finite training loss ({value}) at step {index}"
             return False
         if index == 1:
@@ -234,10 +305,11 @@ def _close_window(
         else:
             state.step_times.append(step_s)
             state.optim_times.append(optim_s)
-        if index % schedule.log_every == 0 or index == schedule.total or (timed_out and index == done):
-            state.curves.append(_train_point(index, wall, value, lr, step_s, optim_s, grad_norm))
-    state.last_train_loss = losses[-1]
-    state.steps_done, state.wall_s = done, wall
+        last = window.timed_out and index == window.done
+        if index % schedule.log_every == 0 or index == schedule.total or last:
+            state.curves.append(_train_point(index, window.wall, value, lr, step_s, optim_s, grad_norm))
+    state.last_train_loss = window.losses[-1]
+    state.steps_done, state.wall_s = window.done, window.wall
     return True
 
 

@@ -27,41 +27,52 @@ _HOST_COPIES: weakref.WeakValueDictionary[int, Tensor] = weakref.WeakValueDictio
 
 
 def is_posted_copy(tensor: Tensor) -> bool:
-    """Whether `tensor` is a host copy a `DeferredCheck` posted (for `cost_profile`: reading it is deferred)."""
+    """Whether `tensor` is a host copy a `HostCopy` made (for `cost_profile`: reading it is deferred)."""
     return _HOST_COPIES.get(id(tensor)) is tensor
+
+
+class HostCopy:
+    """A tensor's values on their way to host memory: on CUDA copied without blocking into pinned memory, with an
+    event recorded after the copy; `tolist` waits for that event only (on a CPU the copy is made at once)."""
+
+    def __init__(self, tensor: Tensor) -> None:
+        tensor = tensor.detach()
+        self._event: torch.cuda.Event | None = None
+        if tensor.device.type == "cuda":
+            self._host = torch.empty(tensor.shape, dtype=tensor.dtype, pin_memory=True)
+            self._host.copy_(tensor, non_blocking=True)
+            self._event = torch.cuda.Event()
+            self._event.record()
+        else:
+            self._host = tensor.to("cpu", copy=True)
+        _HOST_COPIES[id(self._host)] = self._host
+
+    def tolist(self) -> list:
+        """The values (waiting for the copy's event, not for the device's whole queue)."""
+        if self._event is not None:
+            self._event.synchronize()
+        return self._host.tolist()
 
 
 class DeferredCheck:
     """One outstanding (k,) boolean check of a stack of k matrices, read one step after it was computed."""
 
     def __init__(self) -> None:
-        self._host: Tensor | None = None
-        self._event: torch.cuda.Event | None = None
+        self._copy: HostCopy | None = None
 
     @property
     def pending(self) -> bool:
         """Whether a check was posted and not taken yet."""
-        return self._host is not None
+        return self._copy is not None
 
     def post(self, failed: Tensor) -> None:
         """Queue a copy of `failed` ((k,) bool on the matrices' device) to host memory; replaces any pending check."""
-        if failed.device.type == "cuda":
-            host = torch.empty(failed.shape, dtype=torch.bool, pin_memory=True)
-            host.copy_(failed, non_blocking=True)
-            self._event = torch.cuda.Event()
-            self._event.record()
-        else:
-            host = failed.detach().to("cpu", copy=True)
-            self._event = None
-        _HOST_COPIES[id(host)] = host
-        self._host = host
+        self._copy = HostCopy(failed)
 
     def take(self) -> list[int]:
         """The indices that failed in the pending check ([] when none is pending); clears it."""
-        if self._host is None:
+        if self._copy is None:
             return []
-        if self._event is not None:
-            self._event.synchronize()
-        flags = self._host.tolist()
-        self._host, self._event = None, None
+        flags = self._copy.tolist()
+        self._copy = None
         return [index for index, failed in enumerate(flags) if failed]

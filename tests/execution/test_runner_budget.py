@@ -53,6 +53,12 @@ class FixedBatches:
         loss = float(0.5 * ((self.model(INPUTS).squeeze(1) - TARGETS) ** 2).mean())
         return EvalResult(loss=loss, metric=loss)
 
+    def stream_state(self) -> dict[str, Any]:
+        return {"calls": self.calls}
+
+    def load_stream_state(self, state: dict[str, Any]) -> None:
+        self.calls = state["calls"]
+
 
 @pytest.fixture
 def fixed_task(monkeypatch):

@@ -46,6 +46,12 @@ class SlowEvaluation:
         loss = float(self.train_loss(0))
         return EvalResult(loss=loss, metric=loss)
 
+    def stream_state(self) -> dict[str, Any]:
+        return {}  # each step's batch is a function of the step alone
+
+    def load_stream_state(self, state: dict[str, Any]) -> None:
+        assert state == {}
+
 
 @pytest.fixture
 def slow_task(monkeypatch):
