@@ -84,6 +84,26 @@ def test_remove_runs_takes_only_run_ids_the_store_lists(tmp_path):
     assert not link.is_symlink() and victim.read_bytes() == VICTIM_BYTES
 
 
+def test_each_guard_of_remove_runs_holds_on_its_own(tmp_path):
+    """A listed file whose name is no run id, a run id whose path is a directory (not a listed file), and a run file
+    listed through a `runs` link that leaves the store: none is removed (and nothing raises)."""
+    out, elsewhere = tmp_path / "store", tmp_path / "elsewhere"
+    store.prepare(out)
+    (out / "curves" / "adamw-0.parquet").write_bytes(VICTIM_BYTES)
+    directory_id = "20250101T000000-s-sgd-s1-abcdef"
+    (out / "curves" / f"{directory_id}.parquet").mkdir()
+    (out / "curves" / f"{directory_id}.parquet" / "inner").write_bytes(VICTIM_BYTES)
+    linked_id = "20250101T000000-s-sgd-s2-abcdef"
+    elsewhere.mkdir()
+    (elsewhere / f"{linked_id}.parquet").write_bytes(VICTIM_BYTES)
+    (out / "runs").rmdir()
+    (out / "runs").symlink_to(elsewhere, target_is_directory=True)
+    store.remove_runs(out, ["adamw-0", directory_id, linked_id])
+    assert (out / "curves" / "adamw-0.parquet").read_bytes() == VICTIM_BYTES
+    assert (out / "curves" / f"{directory_id}.parquet" / "inner").read_bytes() == VICTIM_BYTES
+    assert (elsewhere / f"{linked_id}.parquet").read_bytes() == VICTIM_BYTES
+
+
 def test_clean_never_removes_through_a_link_that_leaves_the_store(cli, tmp_path):
     """`checkpoints` is a link to a directory elsewhere holding a checkpoint of a stored run's key: not debris."""
     out, elsewhere = tmp_path / "store", tmp_path / "elsewhere"
