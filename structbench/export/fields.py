@@ -14,7 +14,6 @@
 from __future__ import annotations
 
 import json
-import math
 from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
@@ -60,8 +59,8 @@ SUMMARY_PREFIX = "final/"
 
 
 def present(value: Any) -> bool:
-    """Whether the store holds a value here (not null, not NaN)."""
-    return value is not None and not (isinstance(value, float) and math.isnan(value)) and value is not pd.NA
+    """Whether the store holds a value here (not null, NaN, NA or NaT)."""
+    return value is not None and not (pd.api.types.is_scalar(value) and pd.isna(value))
 
 
 def _plain(value: Any) -> bool | int | float | str:

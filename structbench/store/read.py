@@ -11,6 +11,7 @@ from pathlib import Path
 import pandas as pd
 import pyarrow as pa
 
+from structbench.store import paths
 from structbench.store import write as store
 from structbench.store.cached_read import read_columns
 from structbench.store.write import Problem
@@ -19,11 +20,20 @@ REQUIRED_RUN_COLUMNS = ("run_id", "suite", "optim", "seed", "status")
 REQUIRED_CURVE_COLUMNS = ("step", "split", "loss")
 
 
+def readable_runs(table: pa.Table) -> str | None:
+    """Why a run file's rows cannot be read, or None: a schema version this structbench does not read, or a run id
+    that is not one plain file name (the report and the exporters name files and folders after run ids, so a crafted
+    row could otherwise point them outside their directory)."""
+    reason = store.unsupported_version(table)
+    if reason is not None:
+        return reason
+    bad = next((run_id for run_id in table.column("run_id").to_pylist() if not paths.is_plain_name(str(run_id))), None)
+    return None if bad is None else f"run_id {bad!r} is not one plain file name"
+
+
 def _read_runs(out: Path) -> tuple[pa.Table, list[Problem]]:
     index = store.index_dir(out) / "runs.arrow"
-    return read_columns(
-        store.runs_dir(out), store.RUN_SCHEMA, REQUIRED_RUN_COLUMNS, index, validate=store.unsupported_version
-    )
+    return read_columns(store.runs_dir(out), store.RUN_SCHEMA, REQUIRED_RUN_COLUMNS, index, validate=readable_runs)
 
 
 def _read_curves(out: Path, only: Collection[str] | None) -> tuple[pa.Table, list[Problem]]:
@@ -52,8 +62,8 @@ def load_runs(out: Path) -> tuple[pd.DataFrame, list[Problem]]:
     """Every readable run row of the store, in (suite, optimizer, seed, start, run id) order (the report's and the
     exporters' filters are report.analysis.filters').
 
-    Files of a schema version this structbench does not read are reported as problems and skipped
-    (store.unsupported_version)."""
+    Files of a schema version this structbench does not read, or with a run id that is not a plain file name, are
+    reported as problems and skipped (`readable_runs`)."""
     table, problems = _read_runs(out)
     runs = _plain(table.to_pandas())
     return runs.sort_values(["suite", "optim", "seed", "started_at", "run_id"]).reset_index(drop=True), problems
