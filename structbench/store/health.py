@@ -18,8 +18,8 @@ import pyarrow.parquet as pq
 
 from structbench.store import grids
 from structbench.store import write as store
-from structbench.store.cached_read import index_damage, read_store_file
-from structbench.store.read import REQUIRED_CURVE_COLUMNS, REQUIRED_RUN_COLUMNS
+from structbench.store.cached_read import Validate, index_damage, read_store_file
+from structbench.store.read import REQUIRED_CURVE_COLUMNS, REQUIRED_RUN_COLUMNS, readable_runs
 from structbench.store.write import Problem
 
 READ_ERRORS = (pa.ArrowException, OSError, ValueError, KeyError)
@@ -72,7 +72,7 @@ def _file_damage(out: Path) -> list[Problem]:
         if _of_another_version(path):
             other_versions.add(path.stem)
             continue
-        problems += _unreadable(path, store.RUN_SCHEMA, REQUIRED_RUN_COLUMNS)
+        problems += _unreadable(path, store.RUN_SCHEMA, REQUIRED_RUN_COLUMNS, readable_runs)
     for path in _listed(store.curves_dir(out)):
         if path.stem not in other_versions:
             problems += _unreadable(path, store.CURVE_SCHEMA, REQUIRED_CURVE_COLUMNS)
@@ -102,10 +102,12 @@ def _of_another_version(path: Path) -> bool:
     return set(table.column("schema_version").to_pylist()) - {store.SCHEMA_VERSION} != set()
 
 
-def _unreadable(path: Path, schema: pa.Schema, required: tuple[str, ...]) -> list[Problem]:
-    """[the problem] when the reader cannot read `path` in full, else []."""
+def _unreadable(
+    path: Path, schema: pa.Schema, required: tuple[str, ...], validate: Validate | None = None
+) -> list[Problem]:
+    """[the problem] when the reader cannot read `path` in full (or `validate` rejects what it reads), else []."""
     try:
-        read_store_file(path, schema, required, None)
+        read_store_file(path, schema, required, validate)
     except READ_ERRORS as exc:
         return [Problem(path, _first_line(exc))]
     return []

@@ -50,3 +50,11 @@ def test_a_tensorboard_export_writes_nothing_outside_its_destination(cli, tmp_pa
     assert sorted(p.name for p in (tmp_path / "deep").iterdir()) == ["tb"]
     assert all(not p.name.startswith(".") for p in dest.iterdir())
     assert len(list(dest.iterdir())) == readable, "the other runs (stored without finished_at) are exported"
+
+
+def test_doctor_names_the_crafted_run_file(cli, tmp_path: Path):
+    out = adamw_and_muon_store(tmp_path / "store")
+    crafted = _craft(out, "../escaped")
+    result = cli("doctor", "--out", out)
+    assert str(crafted) in result.stdout + result.stderr
+    assert "not one plain file name" in result.stdout + result.stderr
