@@ -1,4 +1,4 @@
-"""The tool commands: `list`, `check`, `doctor`, `data status`, `env` and `claims`."""
+"""The tool commands: `list`, `check`, `doctor`, `data status`, `data fetch`, `env` and `claims`."""
 
 from __future__ import annotations
 
@@ -28,6 +28,11 @@ from structbench.errors import StoreWriteError, UsageError
 from structbench.inert import inert, inert_markup
 
 if TYPE_CHECKING:
+    from collections.abc import Callable
+
+    from rich.progress import Progress
+
+    from structbench.data.fetch import FetchPlan
     from structbench.store.write import Debris, Problem
 
 
@@ -285,6 +290,7 @@ def data_status(
 ) -> None:
     """List which datasets, corpora and vocabularies are present under the data root, and where."""
     from structbench.data import dataset_status
+    from structbench.data.fetch import GPT2_NAME, fetch_command
     from structbench.data.root import resolve_data_root
     from structbench.data.text import corpus_status
 
@@ -294,14 +300,84 @@ def data_status(
         table.add_column(column)
     for row in dataset_status(root):
         present = "[green]yes[/green]" if row["present"] else "[red]no[/red]"
-        note = "\n".join([*([str(row["note"])] if row["note"] else []), *row["fetch"]])  # type: ignore[misc]
+        get = [f"get it: {fetch_command(str(row['name']), root)}", "or by hand:", *row["fetch"]] if row["fetch"] else []  # type: ignore[misc]
+        note = "\n".join([*([str(row["note"])] if row["note"] else []), *get])
         table.add_row(escape(str(row["name"])), present, escape(str(row["where"] or "-")), escape(note))
     for row in corpus_status(root):
         present = "[green]yes[/green]" if row["present"] else "[red]no[/red]"
         note = "" if row["present"] else str(row["how_to_get"])
+        if row["name"] == "gpt2 vocabulary" and not row["present"]:
+            note = f"get it: {fetch_command(GPT2_NAME, root)}\nor: {note}"
         table.add_row(escape(str(row["name"])), present, escape(str(row["where"] or "-")), escape(note))
     console.print(table)
 
+
+
+@data_app.command("fetch")
+@usage_errors_exit_2
+def data_fetch(
+    names: Annotated[
+        list[str],
+        typer.Argument(
+            metavar="NAME...", help="Datasets to fetch: cifar10, cifar100, mnist, fashion-mnist, digits, gpt2."
+        ),
+    ],
+    data_dir: Annotated[
+        Path | None, typer.Option(parser=path_value, help="Data root (else $STRUCTBENCH_DATA, else default).")
+    ] = None,
+) -> None:
+    """Download datasets' public files into the data root, resuming partial downloads and verifying checksums.
+
+    The only command that downloads: `run` never does. Exit 1 when a download fails (a rerun resumes it).
+    """
+    from structbench.data.fetch import fetch_plan, present_at
+
+    plans = [fetch_plan(name) for name in without_repeats("NAME", names) or ()]
+    root = _fetch_root(data_dir)
+    for plan in plans:
+        where = present_at(plan.name, root)
+        if where is not None:
+            console.print(escape(f"{plan.name}: already present at {where}; nothing fetched."))
+            continue
+        _fetch_one(plan, root)
+        console.print(escape(f"{plan.name}: fetched and verified under {root}."))
+
+
+def _fetch_root(data_dir: Path | None) -> Path:
+    """The data root to fetch into, created if missing; a path that cannot be a directory is a usage error."""
+    from structbench.data.root import resolve_data_root
+
+    root = resolve_data_root(data_dir)
+    try:
+        root.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise UsageError(f"cannot use {root} as the data root: {exc.strerror or exc}") from None
+    return root
+
+
+def _fetch_one(plan: FetchPlan, root: Path) -> None:
+    """Fetch one plan with a progress bar on stderr; any failure is one `error:` line and exit 1."""
+    from rich.progress import BarColumn, DownloadColumn, Progress, TextColumn, TransferSpeedColumn
+
+    from structbench.cli.app import one_line
+    from structbench.data.fetch import FetchError, fetch
+
+    columns = (TextColumn("{task.description}"), BarColumn(), DownloadColumn(), TransferSpeedColumn())
+    try:
+        with Progress(*columns, console=err_console) as progress:
+            fetch(plan, root, lambda remote: _progress_callback(progress, remote.destination))
+    except (FetchError, OSError) as exc:
+        print(f"error: {plan.name}: {one_line(str(exc))}", file=sys.stderr)
+        raise typer.Exit(EXIT_RUN_ERROR) from None
+    except KeyboardInterrupt:
+        print(f"error: {plan.name}: interrupted; rerun the same command to resume.", file=sys.stderr)
+        raise typer.Exit(130) from None
+
+
+def _progress_callback(progress: Progress, label: str) -> Callable[[int, int | None], None]:
+    """A new progress bar for ``label`` and the callback that moves it."""
+    task = progress.add_task(escape(label), total=None)
+    return lambda done, total: progress.update(task, completed=done, total=total)
 
 def env() -> None:
     """Show the device, versions, CPU/GPU and the memory probe a run would use."""
