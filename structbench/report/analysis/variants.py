@@ -32,6 +32,10 @@ from structbench.report.views.anchors import anchor
 from structbench.store.write import FINAL_STATUSES
 
 IGNORED_SPEC_KEYS = frozenset({"seed", "source", "suite", "optim", "task", "hparams_source"})
+IDENTITY_SPEC_KEYS = ("optim_plugin.",)
+"""Spec fields that say where an optimizer's code came from (a plugin's kind, module, class, sha256): they set the
+run key and sit in the runs appendix, never in a setting label across optimizers (the optimizer's name identifies
+it). Within one optimizer they label its variants only when they differ (an edited plugin file)."""
 
 
 class Columns:
@@ -134,6 +138,8 @@ def _short(key: str) -> str:
 
 
 def _value_text(value: Any) -> str:
+    if value is None:
+        return "null"
     return f"{value:g}" if isinstance(value, float) else str(value)
 
 
@@ -147,8 +153,16 @@ def sort_key(value: Any) -> tuple[int, float, str]:
 
 
 def _label(optim: str, config: Mapping[str, Any], keys: list[str]) -> str:
-    settings = ", ".join(f"{_short(k)}={_value_text(config.get(k))}" for k in keys)
+    """The entry name and the settings that tell the variant apart; a key its configuration lacks is left out, never
+    shown as `None`."""
+    settings = ", ".join(f"{_short(k)}={_value_text(config[k])}" for k in keys if k in config)
     return f"{optim} {settings}" if settings else optim
+
+
+def suite_wide_keys(configs: list[Mapping[str, Any]]) -> set[str]:
+    """The fields outside the hyperparameters and the code's identity that differ between a suite's variants."""
+    varying = varying_keys(configs, {k for c in configs for k in c})
+    return {k for k in varying if not k.startswith(("hparams.", *IDENTITY_SPEC_KEYS))}
 
 
 def group_variants(runs: pd.DataFrame) -> list[Variant]:
@@ -169,9 +183,7 @@ def group_variants(runs: pd.DataFrame) -> list[Variant]:
     latest_columns = Columns(latest.drop(columns="_config"))
     older_columns = Columns(older.drop(columns="_config"))
     all_configs = list(config_of_key.values())
-    suite_wide = {
-        k for k in varying_keys(all_configs, {k for c in all_configs for k in c}) if not k.startswith("hparams.")
-    }
+    suite_wide = suite_wide_keys(all_configs)
     suite = str(runs["suite"].iloc[0])
     variants: list[Variant] = []
     for optim, store in sorted({(optim, store) for optim, store, _ in rows_of}):

@@ -6,6 +6,8 @@ filled in once they are drawn (`fill`), so that it is written while the figures 
 
 from __future__ import annotations
 
+import html
+import re
 from collections.abc import Callable, Iterable
 from pathlib import Path
 
@@ -23,22 +25,33 @@ Slot = Callable[[list[FigureFile]], list[str]]
 Layout = list[str | Slot]
 
 
-LITERAL = str.maketrans({c: f"&#{ord(c)};" for c in "&<>\\`*_[]|#~$"})
-"""Characters that Markdown (CommonMark, GitHub's tables, strikethrough and maths) or HTML text could read as
-syntax. Quotes are left as they are: store text never goes into an attribute value (anchors are made by
-anchors.anchor)."""
+SYNTAX = re.compile(
+    r"""[\\`*|~$]"""  # always syntax: escapes, code spans, emphasis, table cells, strikethrough, maths
+    r"|(?<![^\W_])_|_(?![^\W_])"  # emphasis, unless between two letters or digits (rel_subopt stays as it is)
+    r"|<(?=[A-Za-z/!?])"  # a tag, an autolink or a comment (not "<=")
+    r"|&(?=[#A-Za-z0-9])"  # a character reference
+    r"|\](?=[(\[])|\[(?=\^)"  # a link, an image or a footnote
+    r"|(?<!\S)#(?=#*(?:\s|$))"  # a heading's closing sequence
+)
+"""What Markdown (CommonMark, GitHub's tables, strikethrough, footnotes and maths) could read as syntax in the middle of
+a line: only these characters are escaped, so the rest of report.md reads as plain text."""
 
 
 def escape(text: object) -> str:
-    """Text from the store (or the command line) as Markdown that any viewer shows literally.
+    """Text from the store (or the command line) as Markdown that any viewer shows literally, and that reads as
+    itself in a text editor.
 
-    Line breaks become spaces (a line break could end a table row or start a block), and every character in
-    LITERAL becomes a numeric character reference. CommonMark never reads a reference as syntax (not as a tag, a
-    link, emphasis or a table's column separator) and HTML decodes it, so the one form is literal text in Markdown
-    and inside the report's HTML blocks (`<details><summary>`) alike, where backslash escapes would show as typed.
-    Not for code spans or fenced code, which show references as typed: store text goes in `<code>` instead.
+    Line breaks become spaces (a line break could end a table row or start a block), and each character that
+    SYNTAX finds gets a backslash (CommonMark's escape of ASCII punctuation). Not for HTML blocks, where Markdown
+    is not read (html_text), nor for code spans or fenced code, which show escapes as typed.
     """
-    return " ".join(str(text).splitlines()).translate(LITERAL)
+    return SYNTAX.sub(lambda match: "\\" + match.group(), " ".join(str(text).splitlines()))
+
+
+def html_text(text: object) -> str:
+    """Store text inside one of the report's HTML blocks (`<details><summary>`), where Markdown is not read: line
+    breaks become spaces and `&`, `<` and `>` their HTML references."""
+    return html.escape(" ".join(str(text).splitlines()), quote=False)
 
 
 def _code(text: object) -> str:
@@ -77,7 +90,7 @@ def _tables(shown: Iterable[tuple[tables.Table, str | None]]) -> list[str]:
     return [
         table(t)
         if summary is None
-        else f"<details><summary>{escape(summary)}</summary>\n\n{table(t, heading='')}\n</details>\n"
+        else f"<details><summary>{html_text(summary)}</summary>\n\n{table(t, heading='')}\n</details>\n"
         for t, summary in shown
     ]
 
@@ -140,7 +153,7 @@ def _runs(report: Report) -> list[str]:
             if len(v.variant.older_rows):
                 body += "\n" + table(tables.runs_of_variant(v.variant, env_of, superseded=True), heading="")
             parts.append(
-                f'<a id="{v.variant.anchor}"></a>\n<details><summary>{escape(suite.name)} — {escape(v.label)} '
+                f'<a id="{v.variant.anchor}"></a>\n<details><summary>{html_text(suite.name)} — {html_text(v.label)} '
                 f"({v.variant.runs_text()})</summary>\n\n{body}\n"
                 f"```json\n{v.variant.spec_text()}\n```\n</details>\n"
             )

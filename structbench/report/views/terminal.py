@@ -55,6 +55,9 @@ def _cell(cell: tables.Cell) -> Text:
 
 COLUMN_COST = 3
 """Characters a rich table spends on each column besides its text: a border and a space either side."""
+LABEL_SHARE = 2
+"""The first column (the rows' labels) takes at most 1/LABEL_SHARE of the terminal's width; a longer label wraps, so
+every part of a split table keeps room for its numbers."""
 
 
 def _natural_widths(table: tables.Table) -> list[int]:
@@ -73,13 +76,18 @@ def _natural_widths(table: tables.Table) -> list[int]:
     ]
 
 
+def _label_width(natural: list[int], width: int | None) -> int:
+    """The first column's width: its unwrapped width, at most 1/LABEL_SHARE of `width` (the terminal's)."""
+    return natural[0] if width is None else max(1, min(natural[0], width // LABEL_SHARE))
+
+
 def _chunks(natural: list[int], columns: list[int], width: int | None) -> list[list[int]]:
-    """The group's columns split into runs that fit `width` beside the first column with no cell wrapped (one run
-    when it fits, or without a width); a column wider than that on its own gets a run to itself and wraps at
-    spaces. `natural`: every column's width unwrapped."""
+    """The group's columns split into runs that fit `width` beside the first column (at its `_label_width`) with no
+    cell wrapped (one run when it fits, or without a width); a column wider than that on its own gets a run to
+    itself and wraps at spaces. `natural`: every column's width unwrapped."""
     if width is None:
         return [columns]
-    room = width - 1 - (natural[0] + COLUMN_COST)
+    room = width - 1 - (_label_width(natural, width) + COLUMN_COST)
     chunks: list[list[int]] = [[]]
     used = 0
     for i in columns:
@@ -101,6 +109,7 @@ def rich_tables(table: tables.Table, width: int | None = None) -> list[RichTable
     so that the widths measured are those of what is printed."""
     table = inert_table(table)
     natural = _natural_widths(table)
+    label_width = _label_width(natural, width)
     groups = list(dict.fromkeys(c.group for c in table.columns[1:]))
     parts = [
         (group, chunk)
@@ -114,15 +123,17 @@ def rich_tables(table: tables.Table, width: int | None = None) -> list[RichTable
         if sum(1 for g, _ in parts if g == group) > 1:
             title += f" ({[c for g, c in parts if g == group].index(chunk) + 1})"
         out = RichTable(title=inert_markup(title), title_justify="left", show_lines=False)
-        fits = width is not None and 1 + sum(natural[i] + COLUMN_COST for i in keep) <= width
-        for i in keep:
+        widths = [label_width, *(natural[i] for i in chunk)]
+        fits = width is not None and 1 + sum(w + COLUMN_COST for w in widths) <= width
+        wrapped_label = label_width < natural[0]
+        for i, column_width in zip(keep, widths, strict=True):
             column = table.columns[i]
             out.add_column(
                 inert_markup(column.name),
                 justify="left" if column.left else "right",
-                no_wrap=i == 0 or not column.wrap,
+                no_wrap=(i == 0 and not wrapped_label) or not column.wrap,
                 overflow="fold",
-                width=natural[i] if fits else None,
+                width=column_width if fits or (i == 0 and wrapped_label) else None,
             )
         for row in table.rows:
             out.add_row(*(_cell(row[i]) for i in keep))
