@@ -290,7 +290,8 @@ def data_status(
 ) -> None:
     """List which datasets, corpora and vocabularies are present under the data root, and where."""
     from structbench.data import dataset_status
-    from structbench.data.fetch import GPT2_NAME, fetch_command
+    from structbench.data.fetch import GPT2_NAME
+    from structbench.data.registry import fetch_command
     from structbench.data.root import resolve_data_root
     from structbench.data.text import corpus_status
 

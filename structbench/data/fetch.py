@@ -111,11 +111,6 @@ def fetch_plan(name: str) -> FetchPlan:
     return FETCHABLE[name]
 
 
-def fetch_command(name: str, data_root: Path) -> str:
-    """The command line that fetches ``name`` into ``data_root``."""
-    return f"structbench data fetch {name} --data-dir {data_root}"
-
-
 def present_at(name: str, data_root: Path) -> Path | None:
     """Where ``name`` is already found (the data root or another known place), else None."""
     if name == GPT2_NAME:

@@ -1,8 +1,8 @@
 """The dataset registry: what each dataset needs on disk, how to get it, and loading by name.
 
-Data never download (docs/suites-reference.md). A dataset that is not on disk raises
-:class:`~structbench.errors.MissingDataError` naming every path looked at and how to get the
-files; it is never replaced by synthetic data.
+Reading never downloads (docs/data.md): only ``structbench data fetch`` does, when asked. A dataset
+that is not on disk raises :class:`~structbench.errors.MissingDataError` naming every path looked
+at and how to get the files (the fetch command first); it is never replaced by synthetic data.
 """
 
 from __future__ import annotations
@@ -184,20 +184,32 @@ def dataset_info(name: str) -> DatasetInfo:
         raise UsageError(f"unknown dataset {name!r}; known: {', '.join(sorted(DATASETS))}") from None
 
 
+def fetch_command(name: str, data_root: Path) -> str:
+    """The command line that downloads dataset ``name`` into ``data_root``."""
+    return f"structbench data fetch {name} --data-dir {data_root}"
+
+
+def _fetch_hint(info: DatasetInfo, data_root: Path, then: str) -> str:
+    """The fetch command in backquotes followed by ``then``, for a dataset with a public source; else ``''``."""
+    return f"`{fetch_command(info.name, data_root)}`{then}" if info.fetch else ""
+
+
 def missing_data_message(info: DatasetInfo, data_root: Path, search: Search) -> str:
     """One paragraph: that the data are missing, every path looked at, and how to get the files."""
     incomplete = f" Incomplete copies: {'; '.join(search.partial)}." if search.partial else ""
+    fetch = _fetch_hint(info, data_root, " downloads and verifies it. Otherwise: ")
     return (
-        f"Dataset {info.name!r} is not on disk (structbench never downloads data). "
+        f"Dataset {info.name!r} is not on disk (structbench never downloads data unless asked). "
         f"Looked for: {', '.join(search.looked_at)}.{incomplete} "
-        f"To get it: {info.how_to_get.replace(ROOT_PLACEHOLDER, str(data_root))} "
+        f"To get it: {fetch}{info.how_to_get.replace(ROOT_PLACEHOLDER, str(data_root))} "
         f"The data root is {data_root} (--data-dir, else ${DATA_ROOT_ENV}, else ~/.cache/structbench/data)."
     )
 
 
 def missing_data_summary(info: DatasetInfo, data_root: Path) -> str:
     """One line: which dataset is missing and how to get it."""
-    return f"dataset {info.name!r} is not on disk; {info.get.replace(ROOT_PLACEHOLDER, str(data_root))}"
+    get = _fetch_hint(info, data_root, ", or ") + info.get.replace(ROOT_PLACEHOLDER, str(data_root))
+    return f"dataset {info.name!r} is not on disk; {get}"
 
 
 def require(name: str, data_root: Path) -> None:

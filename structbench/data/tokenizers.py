@@ -305,7 +305,8 @@ def gpt2_tokenizer(data_root: Path, directory: str | Path | None = None, verify:
     if search.found is None:
         raise MissingDataError(
             "The gpt2 tokenizer needs GPT-2's vocabulary files encoder.json and vocab.bpe (structbench never "
-            f"downloads them). Looked for: {'; '.join(search.looked_at)}. To get them: "
+            f"downloads them unless asked). Looked for: {'; '.join(search.looked_at)}. To get them: "
+            f"`structbench data fetch gpt2 --data-dir {data_root}` downloads and verifies them. Otherwise: "
             f"{GPT2_HOW_TO_GET.replace('<data root>', str(data_root))}. The data root is {data_root} "
             f"(--data-dir, else ${DATA_ROOT_ENV}, else ~/.cache/structbench/data)."
         )

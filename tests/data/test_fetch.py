@@ -18,7 +18,7 @@ from urllib.parse import urlsplit
 import numpy as np
 import pytest
 
-from structbench.data import dataset_status, load
+from structbench.data import dataset_status, load, tokenizers
 from structbench.data import fetch as data_fetch
 from structbench.data.fetch import FETCHABLE, MIRROR_ENV, FetchPlan, RemoteFile
 from tests.support.cli import invoke
@@ -78,7 +78,9 @@ def _range_start(header: str | None) -> int:
 
 @pytest.fixture
 def server(monkeypatch: pytest.MonkeyPatch) -> Iterator[FileServer]:
-    """A running local server; ``$STRUCTBENCH_DATA_MIRROR`` points at it for the test."""
+    """A running local server; ``$STRUCTBENCH_DATA_MIRROR`` points at it for the test. A GPT-2 vocabulary in
+    tiktoken's cache on this machine is hidden, so that only the test's data root counts."""
+    monkeypatch.setattr(tokenizers, "tiktoken_cache_dirs", lambda: [])
     state = FileServer()
     httpd = ThreadingHTTPServer(("127.0.0.1", 0), _handler(state))
     thread = threading.Thread(target=httpd.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)
@@ -322,3 +324,22 @@ def test_every_fetchable_file_has_a_published_digest_of_its_algorithm(monkeypatc
     assert data_fetch.source_url("https://example.org/a/b.gz") == "https://example.org/a/b.gz"
     monkeypatch.setenv(MIRROR_ENV, "http://mirror.test/base/")
     assert data_fetch.source_url("https://example.org/a/b.gz") == "http://mirror.test/base/a/b.gz"
+
+
+def test_run_never_downloads_and_names_the_fetch_command(tmp_path: Path, server: FileServer) -> None:
+    root, out = tmp_path / "data", tmp_path / "out"
+    root.mkdir()
+
+    result = invoke("run", "--suite", "cifar", "--optim", "adamw", "--data-dir", root, "--out", out)
+
+    assert result.exit_code == 2
+    assert f"`structbench data fetch cifar10 --data-dir {root}`" in _error_line(result.stderr)
+    assert server.requests == [] and _files_under(root) == set() and not out.exists()
+
+
+def test_the_gpt2_tokenizer_names_the_fetch_command(tmp_path: Path) -> None:
+    from structbench.data.tokenizers import gpt2_tokenizer
+    from structbench.errors import MissingDataError
+
+    with pytest.raises(MissingDataError, match=re.escape(f"`structbench data fetch gpt2 --data-dir {tmp_path}`")):
+        gpt2_tokenizer(tmp_path, "gpt2")
