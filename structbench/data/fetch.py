@@ -195,7 +195,6 @@ def _copy_body(response: HTTPResponse, part: Path, start: int, progress: Progres
     try:
         with part.open("r+b" if start else "wb") as handle:
             handle.seek(start)
-            handle.truncate()
             while chunk := _read_chunk(response, part, written, total):
                 handle.write(chunk)
                 written += len(chunk)

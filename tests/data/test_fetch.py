@@ -343,3 +343,37 @@ def test_the_gpt2_tokenizer_names_the_fetch_command(tmp_path: Path) -> None:
 
     with pytest.raises(MissingDataError, match=re.escape(f"`structbench data fetch gpt2 --data-dir {tmp_path}`")):
         gpt2_tokenizer(tmp_path, "gpt2")
+
+
+def test_a_part_the_server_cannot_continue_is_downloaded_again(
+    tmp_path: Path, server: FileServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    gpt2 = {"gpt2/encoder.json": b'{"a": 0}', "gpt2/vocab.bpe": b"#version: 0.2\n"}
+    _serve(monkeypatch, server, "gpt2", gpt2)
+    root = tmp_path / "data"
+    (root / "gpt2").mkdir(parents=True)
+    (root / "gpt2" / "encoder.json.part").write_bytes(b"x" * len(gpt2["gpt2/encoder.json"]))
+
+    result = invoke("data", "fetch", "gpt2", "--data-dir", root)
+
+    assert result.exit_code == 0, result.stderr
+    encoder = "/gpt-2/encodings/main/encoder.json"
+    assert server.requests[:2] == [(encoder, "bytes=8-"), (encoder, None)]
+    assert (root / "gpt2" / "encoder.json").read_bytes() == gpt2["gpt2/encoder.json"]
+
+
+@pytest.mark.skipif(not Path("/dev/full").exists(), reason="needs /dev/full to make a write fail with ENOSPC")
+def test_a_full_disk_is_one_line_and_installs_nothing(
+    tmp_path: Path, server: FileServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    _serve(monkeypatch, server, "digits", {"digits/digits.csv.gz": b"1,2,3\n" * 1000})
+    monkeypatch.setattr(data_fetch, "present_at", lambda name, root: None)  # an installed scikit-learn has digits
+    root = tmp_path / "data"
+    (root / "digits").mkdir(parents=True)
+    (root / "digits" / "digits.csv.gz.part").symlink_to("/dev/full")
+
+    result = invoke("data", "fetch", "digits", "--data-dir", root)
+
+    assert result.exit_code == 1
+    assert "disk full while writing" in _error_line(result.stderr)
+    assert not (root / "digits" / "digits.csv.gz").exists()
