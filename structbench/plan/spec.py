@@ -38,7 +38,7 @@ from typing import Any
 from structbench import optim
 from structbench.errors import UsageError
 from structbench.optim import plugins
-from structbench.plan import suite_file
+from structbench.plan import suite_file, suite_lookup
 from structbench.plan.schedule import SCHEDULE_DEFAULTS, validate_schedule
 from structbench.plan.sweep import Search, Swept, declared_sweep, grid_points, parse_swept, suite_sweep_table
 from structbench.tasks import get_task
@@ -260,7 +260,7 @@ def resolve_suite(
     for optim_name in chosen:
         optim.get(optim_name)
     suite_hparams = raw.get("hparams", {})
-    for optim_name in suite_hparams:
+    for optim_name in [*suite_hparams, *raw.get("tuned", [])]:
         optim.get(optim_name)
     plugin_records = {o: r for o in chosen if (r := plugins.record(o)) is not None}
     base: dict[str, Any] = {
@@ -276,8 +276,8 @@ def resolve_suite(
         assign(base, key, value)
     global_swept = [s for s in swept if not s.key.startswith("hparams.")]
     per_optim = _optimizer_sweeps(name, raw, chosen, swept, sweep or search is not None)
-    named = set(raw.get("optims", [])) | set(suite_hparams)
-    sources = {o: hparams_source(o, named, [k for k, _ in fixed], per_optim[o]) for o in chosen}
+    tuned = suite_lookup.tuned_optimizers(raw)
+    sources = {o: hparams_source(o, tuned, [k for k, _ in fixed], per_optim[o]) for o in chosen}
     specs = []
     for point in grid_points(global_swept):
         effective = _assigned(base, point)
@@ -315,13 +315,14 @@ def resolve_suite(
     return specs
 
 
-def hparams_source(optim_name: str, named: set[str], fixed_keys: Sequence[str], swept: Sequence[Swept]) -> str:
-    """Where the optimizer's hyperparameters come from (HPARAMS_SOURCES)."""
+def hparams_source(optim_name: str, tuned: set[str], fixed_keys: Sequence[str], swept: Sequence[Swept]) -> str:
+    """Where the optimizer's hyperparameters come from (HPARAMS_SOURCES): "suite" only for an optimizer the suite
+    tunes (suite_lookup.tuned_optimizers), else the registry's defaults."""
     if swept:
         return "sweep"
     if any(key.startswith(f"hparams.{optim_name}.") for key in fixed_keys):
         return "command line"
-    return "suite" if optim_name in named else "registry defaults"
+    return "suite" if optim_name in tuned else "registry defaults"
 
 
 def _assigned(effective: dict[str, Any], point: Mapping[str, Any]) -> dict[str, Any]:

@@ -44,6 +44,7 @@ SUITE_FIELDS: dict[str, tuple[Callable[[Any], bool], str]] = {
     "optims": (_is_names, "a non-empty list of optimizer names"),
     "seeds": (_is_ints, "a non-empty list of integers"),
     "hparams": (_is_table_of_tables, "a table of [hparams.<optim>] tables"),
+    "tuned": (_is_names, "a non-empty list of optimizer names"),
     "checks": (_is_table, "a table"),
     "include": (_is_names, "a non-empty list of suite names or paths"),
     "sweep": (_is_table_of_tables, "a table of [sweep.<optim>] tables"),

@@ -13,9 +13,11 @@ reported, never silent. This module reads no TOML and imports no torch (the repo
 from __future__ import annotations
 
 import os
+from collections.abc import Mapping
 from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
+from typing import Any
 
 SUITES_ENV = "STRUCTBENCH_SUITES"
 LOCAL_DIR = Path("suites")
@@ -49,6 +51,15 @@ class SuiteFile:
             f"suite {self.name!r} is {self.path} ({self.origin}), which takes precedence over the built-in suite "
             "of that name"
         )
+
+
+def tuned_optimizers(raw: Mapping[str, Any]) -> set[str]:
+    """The optimizers a suite file's table tunes: those whose `[hparams.<optim>]` table sets `lr`, and those its
+    `tuned` list names. An optimizer the suite lists without either runs at the registry's defaults, untuned here."""
+    tables = raw.get("hparams", {})
+    marked = raw.get("tuned", [])
+    setting_lr = {name for name, table in tables.items() if isinstance(table, Mapping) and "lr" in table}
+    return setting_lr | ({name for name in marked if isinstance(name, str)} if isinstance(marked, list) else set())
 
 
 def builtin_dir() -> Path:

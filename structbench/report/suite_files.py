@@ -2,9 +2,9 @@
 
 - `expand(name)`: a --suite name as the suite names runs are stored under: a suite that includes others stands for
   them (recursively), an alias for its suite (`cifar`: `cifar10`); any other name stands for itself.
-- `named_optimizers(name)`: the optimizers a built-in suite names (its `optims` list, "*" excepted, and its
-  `[hparams.<optim>]` tables), for runs stored before runs recorded where their hyperparameters came from; None for
-  a suite that is not built in.
+- `tuned_optimizers(name, source)`: the optimizers a suite file tunes (suite_lookup.tuned_optimizers: its
+  `[hparams.<optim>]` table sets `lr`, or its `tuned` list names them), read from the run's suite file where it still
+  is, else from the built-in suite of that name; None when neither can be read.
 - `is_smoke(name)`: a smoke suite (a few dozen steps to check that everything runs: the built-in `smoke` suite's
   members, or a name starting with "smoke"), left out of the cross-suite aggregates unless asked for.
 """
@@ -52,11 +52,17 @@ def expand(name: str) -> list[str]:
     return [n for child in children for n in expand(child)] or [found.stored_as]
 
 
-def named_optimizers(name: str) -> set[str] | None:
-    raw = read(name)
-    if raw is None:
+def tuned_optimizers(name: str, source: object = None) -> set[str] | None:
+    """The optimizers the suite tunes (module docstring); `source`: the suite file's path a run stored."""
+    path = Path(source) if isinstance(source, str) and source.endswith(".toml") else None
+    if path is None or not path.is_file():
+        path = _path(name)
+    if not path.is_file():
         return None
-    return ({o for o in raw.get("optims", []) if o != "*"}) | set(raw.get("hparams", {}))
+    try:
+        return suite_lookup.tuned_optimizers(_read_path(path))
+    except (UsageError, OSError, UnicodeDecodeError):
+        return None
 
 
 def is_smoke(name: str) -> bool:

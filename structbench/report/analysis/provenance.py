@@ -1,11 +1,14 @@
 """Where a setting's hyperparameters come from, as its rows say it.
 
-A run stores `hparams_source` in its spec (spec.HPARAMS_SOURCES): "suite" (the suite names the optimizer: tuned for
-it, or the paper's values it chose), "command line" (`--set hparams.<optim>.*`), "sweep" (one of several settings,
-the report selecting one on validation) or "registry defaults" (an optimizer the suite does not name, run at the
-registry's defaults: untuned here, so its numbers say little about the optimizer). Runs stored before that field
-existed are placed by the built-in suite file (suite_files.named_optimizers): the suite's own when it names the
-optimizer, registry defaults when it does not, unknown for a suite that is not built in.
+A run stores `hparams_source` in its spec (spec.HPARAMS_SOURCES): "suite" (the suite sets the optimizer's `lr` or
+marks it tuned: tuned for it, or the paper's values it chose), "command line" (`--set hparams.<optim>.*`), "sweep"
+(one of several settings, the report selecting one on validation) or "registry defaults" (an optimizer the suite
+does not tune, run at the registry's defaults: untuned here, so its numbers say little about the optimizer).
+
+A run that stores "suite", or that was stored before that field existed, is checked against its suite file
+(suite_files.tuned_optimizers: the one it ran from where it still is, else the built-in suite of its name): the
+suite's own when the suite tunes the optimizer, registry defaults when it only lists it (stores written before that
+rule said "suite's" for those), unknown when no suite file can be read.
 """
 
 from __future__ import annotations
@@ -24,19 +27,30 @@ WORDS = {
 UNKNOWN = "unknown"
 
 
-def source_of(variant: Variant) -> str:
-    """The HPARAMS_SOURCES entry of the variant's runs (the first run's), or UNKNOWN."""
+def _first_spec(variant: Variant) -> dict:
+    """The first of the variant's stored specs that reads as a JSON object, else {}."""
     for text in variant.values("spec"):
         try:
             spec = json.loads(text) if isinstance(text, str) else {}
         except json.JSONDecodeError:
-            spec = {}
-        if isinstance(spec, dict) and isinstance(spec.get("hparams_source"), str):
-            return spec["hparams_source"]
-    named = suite_files.named_optimizers(variant.suite)
-    if named is None:
-        return UNKNOWN
-    return "suite" if variant.optim_name in named else "registry defaults"
+            continue
+        if isinstance(spec, dict):
+            return spec
+    return {}
+
+
+def source_of(variant: Variant) -> str:
+    """The HPARAMS_SOURCES entry of the variant's runs, or UNKNOWN. A stored "suite" (or none) is checked against
+    the suite file: an optimizer the suite lists but does not tune is at the registry's defaults (module
+    docstring)."""
+    spec = _first_spec(variant)
+    stored = spec.get("hparams_source") if isinstance(spec.get("hparams_source"), str) else None
+    if stored not in (None, "suite"):
+        return stored
+    tuned = suite_files.tuned_optimizers(variant.suite, spec.get("source"))
+    if tuned is None:
+        return stored or UNKNOWN
+    return "suite" if variant.optim_name in tuned else "registry defaults"
 
 
 def untuned(source: str) -> bool:
