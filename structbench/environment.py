@@ -91,6 +91,31 @@ def usable_cores() -> int:
         return os.cpu_count() or 1
 
 
+def load_average() -> float | None:
+    """The machine's 1-minute load average (runnable and running processes), or None where the system has none."""
+    try:
+        return os.getloadavg()[0]
+    except (AttributeError, OSError):
+        return None
+
+
+def contended(load: float | None, cores: int) -> bool:
+    """Whether a load average exceeds the cores a run may use: its timings then share the CPU with other work."""
+    return load is not None and load > cores
+
+
+def contention_warning() -> str | None:
+    """What `run` says once, before its runs, when the machine's load already exceeds this process's usable cores;
+    None when it does not (or the system reports no load)."""
+    load, cores = load_average(), usable_cores()
+    if not contended(load, cores):
+        return None
+    return (
+        f"the 1-minute load average is {load:.1f}, above the {cores} usable cores: step times measured now share the "
+        "CPU with other work (each run records its load at start and end, and the report marks contended runs)."
+    )
+
+
 def thread_env() -> str:
     """The thread variables set in the environment (THREAD_ENV_VARS), as JSON text; "{}" when none is."""
     return json.dumps({name: os.environ[name] for name in THREAD_ENV_VARS if name in os.environ}, sort_keys=True)

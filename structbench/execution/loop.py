@@ -45,6 +45,9 @@ class Progress:
     total: int
     loss: float
     steps_per_s: float
+    evaluating: int | None = None
+    """None while training; while the run evaluates, the examples it evaluates (the task's `eval_items`; 0 when the
+    task does not say)."""
 
 
 @dataclass
@@ -187,8 +190,10 @@ def train(
                     f"{schedule.time_limit:g} s"
                 )
                 return None
-            if schedule.evaluates_at(done) and not _evaluate_at(task, device, state, comm, suite, done, state.wall_s):
-                return None
+            if schedule.evaluates_at(done):
+                announce_evaluation(on_progress, task, done, schedule.total)
+                if not _evaluate_at(task, device, state, comm, suite, done, state.wall_s):
+                    return None
             state.loop_s = clock.loop_time()
             if checkpoint_due:
                 assert save_checkpoint is not None
@@ -201,6 +206,7 @@ def train(
     measure.synchronize(device)
     comm.barrier()
     state.wall_s = clock.train_wall()
+    announce_evaluation(on_progress, task, state.steps_done, schedule.total)
     return _final_evaluation(task, device, state, comm, suite)
 
 
@@ -209,6 +215,12 @@ def _report(on_progress: Callable[[Progress], None] | None, state: RunState, sch
     if on_progress is not None:
         wall, done = state.wall_s, state.steps_done
         on_progress(Progress(done, schedule.total, state.last_train_loss, done / wall if wall > 0 else math.nan))
+
+
+def announce_evaluation(on_progress: Callable[[Progress], None] | None, task: Task, step: int, total: int) -> None:
+    """Tell the caller the run is about to evaluate after `step`, and on how many examples."""
+    if on_progress is not None:
+        on_progress(Progress(step, total, math.nan, math.nan, evaluating=int(getattr(task, "eval_items", 0))))
 
 
 def train_step(

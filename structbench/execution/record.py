@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 import math
 import statistics
+import time
 from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import datetime
@@ -15,7 +16,7 @@ from typing import Any
 
 import torch
 
-from structbench import measure
+from structbench import environment, measure
 from structbench.execution.distributed import Comm
 from structbench.execution.loop import RunState
 from structbench.plan.spec import SuiteSpec
@@ -49,6 +50,27 @@ def identity(
         "hparams": json.dumps(hparams, sort_keys=True),
         "spec": json.dumps(spec, sort_keys=True, default=str),
     }
+
+
+@dataclass(frozen=True)
+class LoadProbe:
+    """The machine's 1-minute load average and this process's CPU time when a run started."""
+
+    load_start: float | None
+    cpu_start: float
+
+    @classmethod
+    def start(cls) -> LoadProbe:
+        return cls(environment.load_average(), time.process_time())
+
+    def columns(self) -> dict[str, Any]:
+        """The load averages at the run's start and end and the CPU seconds the process (all its threads) spent
+        since the start: with `cpu_usable`, what says whether the run's timings shared the CPU."""
+        return {
+            "load_avg_start": self.load_start,
+            "load_avg_end": environment.load_average(),
+            "cpu_time_s": time.process_time() - self.cpu_start,
+        }
 
 
 def outcome(status: str, error: str | None, started: datetime, finished: datetime) -> dict[str, Any]:

@@ -118,6 +118,7 @@ def execute(
     key's checkpoint there if one exists, and saves one every `budget.checkpoint_every` steps.
     """
     started = datetime.now(UTC)
+    load = record.LoadProbe.start()
     run_id = run_id or new_run_id(suite.name, optim_name, seed)
     probe = measure.MemoryProbe(device)
     seed_everything(seed)
@@ -145,6 +146,7 @@ def execute(
         optimizer=record.optimizer_facts(run.optimizer, run.routing, run.analytic_bytes),
         memory=record.memory(probe, per_rank, comm),
         environment=measure.environment(device),
+        load=load.columns(),
         placement={
             "run_key": run_key,
             "executor": executor,
@@ -210,6 +212,7 @@ def _train(
     assert run.task is not None and run.optimizer is not None
     task, optimizer, device, comm = run.task, run.optimizer, run.device, run.comm
     if not _resume(run, scheduler, checkpoints, run_key):
+        loop.announce_evaluation(on_progress, task, 0, run.suite.budget["steps"])
         run.initial = loop.evaluate(task, device, run.state, comm)
         run.state.curves += loop.eval_points(0, 0.0, run.initial)
     saver = None

@@ -14,14 +14,19 @@ in proportion:
 
 - the suite's evaluation intervals k: ceil(steps / eval_every) for a budget in steps, ceil(epochs) for a budget in
   epochs evaluated at every epoch's end (eval_every 0); at least MIN_EVALUATIONS - 1;
-- eval_every becomes max(1, floor(N / k)), so the N steps hold at least k intervals, as the suite's budget did;
+- eval_every becomes max(MIN_EVAL_INTERVAL, floor(N / k)), so the N steps hold up to k intervals, as the suite's
+  budget did, but never more evaluations than one every MIN_EVAL_INTERVAL steps (a 200-epoch suite cut to 40 steps
+  is evaluated 21 times, not 41: each evaluation may read a whole test split);
 - log_every is scaled by the same factor as the budget, max(1, round(log_every * N / steps)), never above the new
   eval_every; for a budget in epochs (whose length in steps depends on the data) it is capped at the new eval_every.
 
 A suite whose budget in steps says eval_every 0 (evaluate at the start and the end only), or whose budget in epochs
 sets its own eval_every (its length in steps depends on the data), is left as it is, and so is a budget whose
-eval_every or log_every the command line sets itself (`--set budget.eval_every=...`). The shortened values are part
-of the effective spec each run stores; each spec says what changed in its `budget_note`.
+eval_every or log_every the command line sets itself (`--set budget.eval_every=...`). So is a budget whose N steps are
+too few to hold MIN_EVALUATIONS - 1 intervals of MIN_EVAL_INTERVAL steps: such a run is a smoke check, evaluated
+before training and at the end only (eval_every 0), and the note says so (`--steps 3` on a per-epoch suite gives 2
+evaluations, not 4). The shortened values are part of the effective spec each run stores; each spec says what
+changed, or why nothing did, in its `budget_note`.
 """
 
 from __future__ import annotations
@@ -190,6 +195,8 @@ def _load_suites(
 
 
 MIN_EVALUATIONS = 5
+MIN_EVAL_INTERVAL = 2
+"""`--steps N` never evaluates more often than every MIN_EVAL_INTERVAL steps (module docstring)."""
 SHORTENED = ("eval_every", "log_every")
 
 
@@ -213,7 +220,9 @@ def shorten(suite: SuiteSpec, steps: int, own: Mapping[str, Any]) -> SuiteSpec:
         intervals = math.ceil(own_steps / own_eval)
     else:
         return suite
-    eval_every = max(1, steps // max(intervals, MIN_EVALUATIONS - 1))
+    if steps < MIN_EVAL_INTERVAL * (MIN_EVALUATIONS - 1):
+        return _too_short(suite, steps)
+    eval_every = max(MIN_EVAL_INTERVAL, steps // max(intervals, MIN_EVALUATIONS - 1))
     log_every = int(budget["log_every"])
     if own_epochs <= 0:
         log_every = max(1, round(log_every * steps / own_steps))
@@ -225,6 +234,18 @@ def shorten(suite: SuiteSpec, steps: int, own: Mapping[str, Any]) -> SuiteSpec:
         f"{evaluations(steps, eval_every)} times instead of {evaluations(steps, int(budget['eval_every']))}."
     )
     return dataclasses.replace(suite, budget=shortened, budget_note=note)
+
+
+def _too_short(suite: SuiteSpec, steps: int) -> SuiteSpec:
+    """The suite evaluated before training and at the end only: `steps` cannot hold the minimum curve (module
+    docstring)."""
+    evaluated = evaluations(steps, int(suite.budget["eval_every"]))
+    note = (
+        f"{suite.name}: --steps {steps} is too short for {MIN_EVALUATIONS} evaluations at least {MIN_EVAL_INTERVAL} "
+        f"steps apart, so eval_every is left at {suite.budget['eval_every']} and each run is evaluated {evaluated} "
+        "times (before training and at the end): a smoke check, with no curve to time a target on."
+    )
+    return dataclasses.replace(suite, budget_note=note)
 
 
 def check_include_cycles(name_or_path: str, chain: tuple[Path, ...] = ()) -> None:

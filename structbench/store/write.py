@@ -138,6 +138,11 @@ RUN_SCHEMA = pa.schema(
         ("command", pa.string()),
         ("root_fallbacks", pa.int64()),
         ("checkpoint_discarded", pa.string()),
+        # Contention (docs/results-schema.md): the machine's 1-minute load average at the run's start and end and the
+        # process's CPU seconds over the run; with cpu_usable they say whether its timings shared the CPU.
+        ("load_avg_start", pa.float64()),
+        ("load_avg_end", pa.float64()),
+        ("cpu_time_s", pa.float64()),
     ]
 )
 PROVENANCE_COLUMNS = (
@@ -202,6 +207,9 @@ OPTIONAL_RUN_COLUMNS = frozenset(
         "command",
         "root_fallbacks",
         "checkpoint_discarded",
+        "load_avg_start",
+        "load_avg_end",
+        "cpu_time_s",
     }
 )
 """Columns added after the first stores were written: a row may omit them (stored as null)."""

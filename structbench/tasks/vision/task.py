@@ -23,6 +23,9 @@ its normalisation statistics, on the rest. 0 holds out nothing (then there is no
 The training loss is cross-entropy with `label_smoothing` (Szegedy et al., CVPR 2016, Sec. 7: the target is
 (1 - eps) one-hot + eps / K uniform). Evaluation runs the whole test split, and the validation subset, in
 `eval_batch_size` chunks and reports each one's plain (unsmoothed) mean cross-entropy and top-1 accuracy.
+`eval_examples` > 0 evaluates a fixed subset of that many examples of each instead (`structbench.data.holdout`: the
+same images for every optimizer and seed of a suite), for a check that must be quick on a CPU; 0, the default, is the
+whole splits. `resolved_args` says how many examples each evaluation read (`eval_test_size`, `eval_val_size`).
 """
 
 from __future__ import annotations
@@ -36,7 +39,7 @@ import torch
 import torch.nn.functional as F
 
 from structbench.data import dataset_info, load, require
-from structbench.data.holdout import hold_out, validation_count
+from structbench.data.holdout import evaluation_subset, hold_out, validation_count
 from structbench.errors import UsageError
 from structbench.tasks.base import EvalResult, TaskContext, TaskDef, check_memory
 from structbench.tasks.vision.augment import CropFlip, crop_flip, draw_crop_flip, zero_pad
@@ -61,9 +64,11 @@ DEFAULTS: dict[str, Any] = {
     "eval_batch_size": 1024,
     "val_fraction": 0.1,
     "split_seed": 0,
+    "eval_examples": 0,
 }
 """`model_options`: None (the model's own defaults) or a table of its options, e.g. `{hidden = 256}` for `mlp`;
-`val_fraction` of the training split is held out for validation, chosen by `split_seed` (module docstring)."""
+`val_fraction` of the training split is held out for validation, chosen by `split_seed` (module docstring);
+`eval_examples` > 0 evaluates a fixed subset of that many test (and validation) examples, 0 the whole splits."""
 
 
 def validate_args(args: dict[str, Any]) -> None:
@@ -81,6 +86,8 @@ def validate_args(args: dict[str, Any]) -> None:
         raise UsageError(f"task_args.label_smoothing must be in [0, 1), got {args['label_smoothing']}.")
     if not 0.0 <= args["val_fraction"] < 1.0:
         raise UsageError(f"task_args.val_fraction must be in [0, 1), got {args['val_fraction']}.")
+    if args["eval_examples"] < 0:
+        raise UsageError(f"task_args.eval_examples must be >= 0 (0: the whole splits), got {args['eval_examples']}.")
 
 
 def resolve_switch(value: str, device: torch.device) -> bool:
@@ -111,6 +118,10 @@ class ImageClassificationTask:
         validate_args(args)
         full_train, test, meta = load(args["dataset"], ctx.data_root)
         train, val = hold_out(full_train, float(args["val_fraction"]), int(args["split_seed"]))
+        full_test_size = len(test)
+        test = evaluation_subset(test, int(args["eval_examples"]), int(args["split_seed"]))
+        if val is not None:
+            val = evaluation_subset(val, int(args["eval_examples"]), int(args["split_seed"]))
         self.data_source = f"{meta.name} from {meta.source}"
         self.device = ctx.device
         self.channels_last = resolve_switch(args["channels_last"], ctx.device)
@@ -128,6 +139,7 @@ class ImageClassificationTask:
         self.steps_per_epoch = full_batches + (1 if remainder and not self.drop_last else 0)
         self.epoch_positions = full_batches * self.batch_size if self.drop_last else self.train_size
         self.items_per_call = self.batch_size
+        self.eval_items = len(test) + (len(val) if val is not None else 0)
 
         mean, std = channel_stats(train.inputs, meta.pixel_max)
         shape = (1, -1, 1, 1)
@@ -183,8 +195,10 @@ class ImageClassificationTask:
             ),
             "whitening_images": whitening_images,
             "train_size": self.train_size,
-            "val_size": len(val) if val is not None else 0,
-            "test_size": len(test),
+            "val_size": len(full_train) - self.train_size,
+            "test_size": full_test_size,
+            "eval_val_size": len(val) if val is not None else 0,
+            "eval_test_size": len(test),
             "steps_per_epoch": self.steps_per_epoch,
             "normalisation_mean": mean.tolist(),
             "normalisation_std": std.tolist(),

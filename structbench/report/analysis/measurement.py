@@ -1,0 +1,122 @@
+"""Notes on how a suite's runs were measured: an evaluation subset, contention for the CPU, step-time outliers.
+
+- Evaluation subset: a run whose `task_args.eval_examples` is positive was evaluated on a fixed subset of its test
+  and validation splits (its spec's `task_args_resolved` says how many examples each had), not on the whole splits.
+- Contention: a run whose machine's 1-minute load average, at its start or its end (`load_avg_start`,
+  `load_avg_end`), exceeded the cores it could use (`cpu_usable`) shared the CPU with other work, so its step times
+  are inflated by an unknown amount (environment.contended).
+- Step-time outliers: within one setting, a seed whose median step time is more than OUTLIER_FACTOR times, or less
+  than 1 / OUTLIER_FACTOR of, the median of the setting's other seeds' median step times. Seeds of one setting do the
+  same work per step, so such a gap says the machine, not the optimizer, changed.
+
+Stores written before these columns existed have none of them: their runs get no note.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import statistics
+from collections.abc import Sequence
+
+from structbench.environment import contended
+from structbench.report.analysis.summary import VariantSummary
+
+OUTLIER_FACTOR = 2.0
+
+
+def measurement_notes(variants: Sequence[VariantSummary]) -> list[str]:
+    """The suite's notes on evaluation subsets, contended runs and step-time outliers (module docstring)."""
+    notes = [_subset_note(variants), _contention_note(variants), _outlier_note(variants)]
+    return [note for note in notes if note]
+
+
+def _column(summary: VariantSummary, column: str) -> list[object]:
+    """The column over the variant's runs that count; all None when the store predates the column."""
+    if column not in summary.variant.latest.frame.columns:
+        return [None] * len(summary.variant.run_ids)
+    return summary.variant.values(column).tolist()
+
+
+def _eval_sizes(spec_text: object) -> tuple[int, int] | None:
+    """(test, validation) examples each evaluation read when the run's spec sets an evaluation subset, else None."""
+    try:
+        spec = json.loads(str(spec_text))
+    except ValueError:
+        return None
+    if not isinstance(spec, dict) or int((spec.get("task_args") or {}).get("eval_examples") or 0) <= 0:
+        return None
+    resolved = spec.get("task_args_resolved") or {}
+    count = int(spec["task_args"]["eval_examples"])
+    return int(resolved.get("eval_test_size", count)), int(resolved.get("eval_val_size", 0))
+
+
+def _subset_note(variants: Sequence[VariantSummary]) -> str:
+    subsets = {}
+    for summary in variants:
+        sizes = {_eval_sizes(spec) for spec in _column(summary, "spec")} - {None}
+        if sizes:
+            subsets[summary.label] = ", ".join(f"{test} test and {val} validation" for test, val in sorted(sizes))
+    if not subsets:
+        return ""
+    listed = "; ".join(f"{label} ({sizes} examples)" for label, sizes in subsets.items())
+    return (
+        f"evaluation subset (task_args.eval_examples): {listed}; their losses and metrics come from a fixed subset "
+        "of the splits, not the whole splits."
+    )
+
+
+def _is_contended(start: object, end: object, cores: object) -> bool:
+    if not isinstance(cores, int | float) or math.isnan(cores):
+        return False
+    loads = [float(x) for x in (start, end) if isinstance(x, int | float) and not math.isnan(x)]
+    return any(contended(load, int(cores)) for load in loads)
+
+
+def _contention_note(variants: Sequence[VariantSummary]) -> str:
+    marked = []
+    for summary in variants:
+        columns = zip(
+            _column(summary, "seed"),
+            _column(summary, "load_avg_start"),
+            _column(summary, "load_avg_end"),
+            _column(summary, "cpu_usable"),
+            strict=True,
+        )
+        seeds = [int(seed) for seed, start, end, cores in columns if _is_contended(start, end, cores)]
+        if seeds:
+            marked.append(f"{summary.label} (seed {', '.join(map(str, seeds))})")
+    if not marked:
+        return ""
+    return (
+        f"measured under contention: {'; '.join(marked)}: the 1-minute load average at the run's start or end "
+        "exceeded its usable cores, so its step times include waiting for the CPU."
+    )
+
+
+def _outlier_seeds(seeds: Sequence[int], times: Sequence[float]) -> list[int]:
+    """The seeds whose median step time is more than OUTLIER_FACTOR off the median of the others' (module
+    docstring)."""
+    known = [(seed, t) for seed, t in zip(seeds, times, strict=True) if t > 0 and math.isfinite(t)]
+    outliers = []
+    for seed, time in known:
+        others = statistics.median([t for s, t in known if s != seed] or [math.nan])
+        if not math.isnan(others) and not 1 / OUTLIER_FACTOR <= time / others <= OUTLIER_FACTOR:
+            outliers.append(seed)
+    return outliers
+
+
+def _outlier_note(variants: Sequence[VariantSummary]) -> str:
+    flagged = []
+    for summary in variants:
+        seeds = [int(seed) for seed in _column(summary, "seed")]
+        times = [float("nan") if t is None else float(t) for t in _column(summary, "step_time_median_s")]
+        outliers = _outlier_seeds(seeds, times)
+        if outliers:
+            flagged.append(f"{summary.label} (seed {', '.join(map(str, outliers))})")
+    if not flagged:
+        return ""
+    return (
+        f"step-time outliers: {'; '.join(flagged)}: a median step time more than {OUTLIER_FACTOR:g}x off the median "
+        "of its setting's other seeds; the machine's load, not the optimizer, likely differed."
+    )
