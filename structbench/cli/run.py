@@ -142,6 +142,7 @@ def run(
         done = len(plan.cells) - len(plan.todo)
         console.print(f"{len(plan.cells)} runs: {done} cached, {len(plan.todo)} to run; nothing was run.")
         return
+    warn_of_contention(events)
     code = print_result(session.run_grid(plan, events))
     if code:
         raise typer.Exit(code)
@@ -199,11 +200,15 @@ class RichEvents(Events):
 
         progress = self.progress
         assert progress is not None
-        bar = progress.add_task(inert_markup(job.cell.label), total=job.cell.suite.budget["steps"], loss="-", rate="-")
+        label = inert_markup(job.cell.label)
+        bar = progress.add_task(label, total=job.cell.suite.budget["steps"], loss="-", rate="-")
 
         def report(p: RunProgress) -> None:
+            if p.evaluating is not None:
+                progress.update(bar, completed=p.step, total=p.total, description=evaluating_label(label, p.evaluating))
+                return
             loss, rate = terminal.fmt_num(p.loss), terminal.fmt_num(p.steps_per_s, 3)
-            progress.update(bar, completed=p.step, total=p.total, loss=loss, rate=rate)
+            progress.update(bar, completed=p.step, total=p.total, loss=loss, rate=rate, description=label)
 
         return report
 
@@ -225,6 +230,20 @@ class RichEvents(Events):
             f"{f' to partition {partition}' if partition else ''}; logs under {inert_markup(folder)}; "
             f"`structbench status --out {inert_markup(out)}` shows progress."
         )
+
+
+def warn_of_contention(events: Events) -> None:
+    """Warn once, before the runs, when the machine is already busier than this process's usable cores."""
+    from structbench.environment import contention_warning
+
+    warning = contention_warning()
+    if warning is not None:
+        events.warning(warning)
+
+
+def evaluating_label(label: str, examples: int) -> str:
+    """A run's progress label while it evaluates: with the examples evaluated, when the task says how many."""
+    return f"{label} evaluating {examples:,} examples" if examples > 0 else f"{label} evaluating"
 
 
 def print_result(result: GridResult) -> int:

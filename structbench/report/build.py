@@ -47,6 +47,7 @@ from structbench.report import suite_files
 from structbench.report.analysis import filters
 from structbench.report.analysis.baseline_target import targets_of
 from structbench.report.analysis.curve_index import CurveIndex
+from structbench.report.analysis.measurement import measurement_notes
 from structbench.report.analysis.profiles import Profile, Ranks, performance_profile, rank_table
 from structbench.report.analysis.provenance import untuned
 from structbench.report.analysis.selection import Selection, choose
@@ -361,6 +362,7 @@ def build_suite(
     )
     notes[:0] = [_split_note(report)]
     notes += _budget_notes(list(report.selected.values()))
+    notes += measurement_notes(variants)
     return report
 
 
