@@ -224,6 +224,10 @@ class RichEvents(Events):
         assert self.progress is not None
         self.progress.console.print(inert_markup(message))
 
+    def run_left(self, job: Job, message: str) -> None:
+        if not self.quiet and self.progress is not None:
+            self.progress.console.print(inert_markup(message))
+
     def slurm_submitted(self, count: int, array: str, partition: str | None, folder: Path, out: Path) -> None:
         console.print(
             f"submitted {count} runs as Slurm job array {array}"
@@ -258,6 +262,8 @@ def print_result(result: GridResult) -> int:
         return 0
     if result.training_rows:
         console.print(terminal.runs_table(result.training_rows))
+    for line in result.left_summary():
+        print(inert(line), file=sys.stderr)
     result.settle()
     if result.signum is not None:
         print(inert(interruption_summary(result.signum, result.stored_statuses, result.plan.planned)), file=sys.stderr)

@@ -7,12 +7,14 @@ process, in worker processes, on Slurm or across torch.distributed ranks never n
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from structbench.environment import command_line
+from structbench.store.run_claims import Commander
 
 if TYPE_CHECKING:
     from structbench.execution.runner import RunOutcome
@@ -41,6 +43,22 @@ class Job:
     """Nodes of that job (Slurm only: torchrun here runs on this machine alone)."""
     command: str = field(default_factory=command_line)
     """The command line that planned the run (a worker's own command line is the executor's, not the user's)."""
+    commander: Commander = field(default_factory=Commander.this_process)
+    """The command that planned the run, named in its key's claim (structbench.store.run_claims)."""
+
+
+@dataclass(frozen=True)
+class Elsewhere:
+    """A run this command left to another structbench on its store: its key was claimed by a live process of
+    `holder` (a command's pid and host), or a final run of it, `stored_as`, was stored meanwhile."""
+
+    holder: str | None = None
+    stored_as: str | None = None
+
+    def describe(self) -> str:
+        if self.holder is not None:
+            return f"left to another structbench on this store ({self.holder}), which is running it"
+        return f"stored meanwhile by another structbench on this store (run {self.stored_as})"
 
 
 @dataclass
@@ -54,6 +72,15 @@ class Finished:
     """The failure was the store's (StoreWriteError): the runs after it would fail to store too."""
     worker_died: bool = False
     """The pool broke (a worker was killed or crashed) before this run finished: it may start again."""
+    elsewhere: Elsewhere | None = None
+    """The run was left to another structbench on the store (run_job returned an Elsewhere)."""
+
+    @classmethod
+    def of(cls, job: Job, result: dict[str, Any] | Elsewhere) -> Finished:
+        """What `run_job` returned for `job`: a stored row, or the run left to another structbench."""
+        if isinstance(result, Elsewhere):
+            return cls(job, None, elsewhere=result)
+        return cls(job, result)
 
 
 def finish(out: Path, job: Job, outcome: RunOutcome) -> None:
@@ -70,8 +97,10 @@ def finish(out: Path, job: Job, outcome: RunOutcome) -> None:
             store.remove_runs(out, job.supersede)
 
 
-def run_job(job: Job, on_progress: Callable[[Any], None] | None = None) -> dict[str, Any]:
-    """Train one cell, store it, and return the stored row with `interrupted` and the cell's `setting` added.
+def run_job(job: Job, on_progress: Callable[[Any], None] | None = None) -> dict[str, Any] | Elsewhere:
+    """Train one cell, store it, and return the stored row with `interrupted` and the cell's `setting` added; or,
+    when another structbench on the store runs the cell's key or has stored it meanwhile, leave it and say so
+    (`Elsewhere`). The key is claimed while the run trains and is stored (structbench.store.run_claims).
 
     SIGINT and SIGTERM (and on Slurm the time-limit warning) interrupt the training only: the run is stored with
     status `interrupted` (or `timeout`) and a signal arriving while it is being stored waits until the write is done.
@@ -80,39 +109,70 @@ def run_job(job: Job, on_progress: Callable[[Any], None] | None = None) -> dict[
     The garbage of the process is collected first and what survives is frozen out of the collector for the run
     (`structbench.heap`): the memory probe's collections then walk only what the run made, not torch's whole heap.
     """
+    from structbench.execution import signals
+    from structbench.optim import plugins
+
+    plugins.ensure(job.cell.optim, job.cell.suite.plugins.get(job.cell.optim))
+    signals.install(job.time_limit_s)
+    with signals.armed(False), claimed(job) as elsewhere:
+        if elsewhere is not None:
+            return elsewhere
+        outcome = _train_and_store(job, Path(job.out), on_progress)
+    interrupted = outcome.interrupted or signals.received() is not None
+    return {**outcome.row, "interrupted": interrupted, "setting": job.cell.setting}
+
+
+@contextmanager
+def claimed(job: Job) -> Iterator[Elsewhere | None]:
+    """Hold the claim of the job's key for the block (structbench.store.run_claims): the block gets None, or, when
+    another structbench runs the key or has stored a final run of it meanwhile, why the run is left to it."""
+    from structbench.store import run_claims
+
+    out = Path(job.out)
+    claim = run_claims.claim(out, job.cell.key, job.commander)
+    if isinstance(claim, run_claims.Held):
+        yield Elsewhere(holder=claim.holder.describe())
+        return
+    with claim:
+        stored = run_claims.stored_final(out, job.cell.key, run_name_part(job), job.supersede)
+        yield None if stored is None else Elsewhere(stored_as=stored)
+
+
+def _train_and_store(job: Job, out: Path, on_progress: Callable[[Any], None] | None) -> RunOutcome:
+    """Train the job's cell in this process (its garbage collected first, what survives frozen out of the collector
+    for the run) and store it."""
     import gc
 
     import torch
 
     from structbench import heap, measure
-    from structbench.execution import signals
     from structbench.execution.runner import execute
-    from structbench.optim import plugins
 
-    plugins.ensure(job.cell.optim, job.cell.suite.plugins.get(job.cell.optim))
-    signals.install(job.time_limit_s)
-    with signals.armed(False):
-        if job.threads is not None:
-            torch.set_num_threads(job.threads)
-        device = measure.resolve_device(job.device)
-        out = Path(job.out)
-        gc.collect()
-        with heap.frozen():
-            outcome = execute(
-                job.cell.suite,
-                job.cell.optim,
-                job.cell.seed,
-                device,
-                Path(job.data_root),
-                on_progress,
-                run_key=job.cell.key,
-                executor=job.executor,
-                parallel_runs=job.parallel_runs,
-                checkpoints=out,
-            )
-        finish(out, job, outcome)
-    interrupted = outcome.interrupted or signals.received() is not None
-    return {**outcome.row, "interrupted": interrupted, "setting": job.cell.setting}
+    if job.threads is not None:
+        torch.set_num_threads(job.threads)
+    device = measure.resolve_device(job.device)
+    gc.collect()
+    with heap.frozen():
+        outcome = execute(
+            job.cell.suite,
+            job.cell.optim,
+            job.cell.seed,
+            device,
+            Path(job.data_root),
+            on_progress,
+            run_key=job.cell.key,
+            executor=job.executor,
+            parallel_runs=job.parallel_runs,
+            checkpoints=out,
+        )
+    finish(out, job, outcome)
+    return outcome
+
+
+def run_name_part(job: Job) -> str:
+    """What the file name of every run of the job's cell holds (runner.new_run_id): `-<suite>-<optimizer>-s<seed>-`."""
+    cell = job.cell
+    return f"-{cell.suite.name}-{cell.optim}-s{cell.seed}-"
 
 
 def one_line(error: BaseException) -> str:

@@ -85,7 +85,7 @@ def _run_pool(jobs: Sequence[Job], workers: int) -> Iterator[Finished]:
             job = futures[future]
             error = future.exception()
             if error is None:
-                yield Finished(job, future.result())
+                yield Finished.of(job, future.result())
             elif isinstance(error, StoreWriteError):
                 yield Finished(job, None, str(error), fatal=True)
             elif isinstance(error, BrokenProcessPool):

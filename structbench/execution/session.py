@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING, Any
 
 from structbench import heap
 from structbench.errors import DeviceUnusableError, Registry, StoreWriteError, UsageError, did_you_mean
-from structbench.execution.job import Finished, Job
+from structbench.execution.job import Elsewhere, Finished, Job
 
 if TYPE_CHECKING:
     from structbench.execution.runner import Progress, RunOutcome
@@ -71,6 +71,9 @@ class Events:
     def worker_failed(self, job: Job, message: str) -> None:
         """A worker raised instead of storing its run; `message` says so in one line."""
 
+    def run_left(self, job: Job, message: str) -> None:
+        """A run was left to another structbench on the store (structbench.store.run_claims); `message` says so."""
+
     def slurm_submitted(self, count: int, array: str, partition: str | None, folder: Path, out: Path) -> None:
         """The runs went to Slurm as one job array, logging under `folder`."""
 
@@ -90,10 +93,26 @@ class GridResult:
     """The error that stopped the grid (the device unusable, the store unwritable), as one line."""
     submitted: bool = False
     """The runs went to Slurm and the grid did not wait for them."""
+    left: list[Elsewhere] = field(default_factory=list)
+    """Runs left to another structbench on the store: running there, or stored there meanwhile."""
 
     @property
     def training_rows(self) -> list[dict[str, Any]]:
         return [r for r in self.rows if not r["task"].startswith("experiment:")]
+
+    def left_summary(self) -> list[str]:
+        """One line per other structbench that runs some of this grid's runs, and one for runs stored meanwhile."""
+        from collections import Counter
+
+        holders = Counter(e.holder for e in self.left if e.holder is not None)
+        lines = [
+            f"{count} run(s) left to another structbench on this store, {holder}: it is running them"
+            for holder, count in sorted(holders.items())
+        ]
+        stored = sum(e.holder is None for e in self.left)
+        if stored:
+            lines.append(f"{stored} run(s) stored meanwhile by another structbench on this store: not run again")
+        return lines
 
     def settle(self) -> None:
         """The command is done with the grid and its runs table (signals.settle): a signal received since the grid
@@ -225,6 +244,9 @@ class _Session:
         with heap.frozen(), self.events.runs(len(jobs), per_run=True):
             for index, job in enumerate(jobs):
                 row = job_module.run_job(job, self.events.run_started(job))
+                if isinstance(row, Elsewhere):
+                    self.leave(job, row)
+                    continue
                 self.result.rows.append(row)
                 self.events.run_stored(job, row, _run_file(job, row))
                 if row["interrupted"]:
@@ -273,12 +295,20 @@ class _Session:
                 self.events.run_finished(one.job)
                 if one.fatal:
                     raise StoreWriteError(one.failure)
+                if one.elsewhere is not None:
+                    self.leave(one.job, one.elsewhere)
+                    continue
                 if one.row is None:
                     self.result.failures.append(f"{one.job.cell.label}: the worker failed: {one.failure}")
                     self.events.worker_failed(one.job, self.result.failures[-1])
                     continue
                 self.result.rows.append(one.row)
                 self.events.run_stored(one.job, one.row, _run_file(one.job, one.row))
+
+    def leave(self, job: Job, elsewhere: Elsewhere) -> None:
+        """A run left to another structbench on the store: kept for the summary, and reported."""
+        self.result.left.append(elsewhere)
+        self.events.run_left(job, f"{job.cell.label}: {elsewhere.describe()}")
 
 
 EXECUTORS: Registry[Callable[[_Session], None]] = Registry(

@@ -236,7 +236,7 @@ def collect_slurm(
 def _collected(job: Job, sub: Any) -> Finished:
     try:
         # A distributed run's job has a task per rank: rank 0 (task 0) returns the stored row.
-        return Finished(job, sub.results()[0] if job.nproc_per_node else sub.result())
+        return Finished.of(job, sub.results()[0] if job.nproc_per_node else sub.result())
     except Exception as exc:  # a failed job is reported; the other runs are still collected
         return Finished(job, None, one_line(exc))
 

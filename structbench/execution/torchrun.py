@@ -30,7 +30,7 @@ from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from structbench.execution.job import Finished, Job, finish
+from structbench.execution.job import Finished, Job, claimed, finish
 
 if TYPE_CHECKING:
     from structbench.execution.distributed import Comm
@@ -169,8 +169,17 @@ def torchrun_command(job_file: Path, result_file: Path, nproc_per_node: int) -> 
 
 
 def run_torchrun(job: Job) -> Finished:
-    """Run `job` as a torch.distributed job on this machine and wait for it. A signal this process receives is
-    passed on to torchrun, which passes it on to the ranks (each stores nothing but rank 0, which stores the run)."""
+    """Run `job` as a torch.distributed job on this machine and wait for it, holding its key's claim (this command
+    runs it; structbench.store.run_claims); a run another structbench runs, or has stored meanwhile, is left to it."""
+    with claimed(job) as elsewhere:
+        if elsewhere is not None:
+            return Finished(job, None, elsewhere=elsewhere)
+        return _launch(job)
+
+
+def _launch(job: Job) -> Finished:
+    """Start torchrun for `job` and wait for it. A signal this process receives is passed on to torchrun, which
+    passes it on to the ranks (each stores nothing but rank 0, which stores the run)."""
     from structbench.execution import signals
 
     log = Path(job.out) / FAILURES / f"{job.cell.key}.log"
