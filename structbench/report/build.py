@@ -124,6 +124,11 @@ class SuiteReport:
         return list(seen.values())
 
     @property
+    def has_ok(self) -> bool:
+        """Whether any of the suite's runs ended ok (a suite without one is left out of the cross-suite aggregates)."""
+        return any(v.statuses.get("ok") for v in self.variants)
+
+    @property
     def timed(self) -> bool:
         """Whether any target has a value (a target from a baseline without ok runs has none)."""
         return any(t.available for t in self.targets)
@@ -196,6 +201,8 @@ class Report:
     """Every store read, in the order given."""
     left_out: tuple[str, ...] = ()
     """Suites left out of the cross-suite aggregates (smoke suites)."""
+    without_ok: tuple[str, ...] = ()
+    """Suites left out of the cross-suite aggregates because none of their runs ended ok: nothing there to rank."""
 
     @property
     def optims(self) -> list[str]:
@@ -204,7 +211,7 @@ class Report:
     @property
     def aggregated(self) -> list[SuiteReport]:
         """The suites the profiles and ranks are over."""
-        return [s for s in self.suites if s.name not in self.left_out]
+        return [s for s in self.suites if s.name not in (*self.left_out, *self.without_ok)]
 
     def _env_columns(self) -> list[str]:
         several = "store" in self.runs.columns and (self.runs["store"] != "").any()
@@ -521,7 +528,8 @@ def build_report(
     curves, curve_problems = _read_curves(stores, runs, plotted)
     reports = _build_suites(runs, curves, baseline, plotted, listeners)
     left_out = tuple(s.name for s in reports if s.smoke and not include_smoke)
-    aggregated = [s for s in reports if s.name not in left_out]
+    without_ok = tuple(s.name for s in reports if s.name not in left_out and not s.has_ok)
+    aggregated = [s for s in reports if s.name not in (*left_out, *without_ok)]
     optim_names = sorted({o for s in aggregated for o in s.selected})
     profile_seconds, profile_steps = _profiles(aggregated, optim_names)
     return Report(
@@ -535,9 +543,10 @@ def build_report(
         runs=runs,
         problems=problems + curve_problems,
         experiments=experiments.reset_index(drop=True),
-        notes=_report_notes(reports, baseline, left_out),
+        notes=_report_notes(reports, baseline, left_out, without_ok),
         stores=tuple(stores),
         left_out=left_out,
+        without_ok=without_ok,
     )
 
 
@@ -593,14 +602,22 @@ def _filters_text(
     }
 
 
-def _report_notes(reports: Sequence[SuiteReport], baseline: str, left_out: Sequence[str]) -> list[str]:
-    """The report's notes: smoke suites left out, and a baseline that ran nowhere; where the baseline ran some suites
-    but not others, each suite it missed (in some store) gets the note first among its own instead."""
+def _report_notes(
+    reports: Sequence[SuiteReport], baseline: str, left_out: Sequence[str], without_ok: Sequence[str]
+) -> list[str]:
+    """The report's notes: smoke suites and suites without an ok run left out, and a baseline that ran nowhere; where
+    the baseline ran some suites but not others, each suite it missed (in some store) gets the note first among its
+    own instead."""
     notes = []
     if left_out:
         notes.append(
             f"smoke suite(s) {', '.join(left_out)} are left out of the cross-suite profiles and ranks (a few dozen "
             "steps at default hyperparameters; --include-smoke counts them)."
+        )
+    if without_ok:
+        notes.append(
+            f"suite(s) {', '.join(without_ok)} have no ok run: left out of the cross-suite profiles and ranks "
+            "(nothing there to rank)."
         )
     if reports and not any(s.baselines for s in reports):
         notes.append(f"the baseline {baseline!r} has no runs in this report: no speed-ups or paired comparisons.")

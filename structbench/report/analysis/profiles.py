@@ -19,7 +19,8 @@ Rank table: on each suite, the optimizers that ran it are ranked by their median
 a metric that is minimised, higher for one that is maximised); equal medians share the mean of the ranks they span
 ("average" ties), and those without an `ok` run there tie for the last places among them in the same way. An
 optimizer that did not run a suite has no rank there. The table gives each optimizer's mean rank over the suites it
-ran.
+ran. A suite where no run ended ok is left out of both (build.Report.without_ok): with nothing to rank, its lone
+optimizer would "tie for last" and rank first.
 """
 
 from __future__ import annotations

@@ -41,7 +41,8 @@ def _draw(task: DrawTask) -> list[FigureFile]:
 def _across_slot(report: Report, looks: Mapping[str, Look]) -> tuple[str, str, dict[str, Look]]:
     """(name, digest, looks) under which the cross-suite figures are cached: the digest covers every suite's and which
     suites the aggregates leave out."""
-    lines = [f"{s.name}\t{s.digest}" for s in report.suites] + [f"left out\t{name}" for name in report.left_out]
+    left_out = (*report.left_out, *report.without_ok)
+    lines = [f"{s.name}\t{s.digest}" for s in report.suites] + [f"left out\t{name}" for name in left_out]
     return figure_cache.ACROSS, hashlib.sha256("\n".join(lines).encode()).hexdigest(), dict(looks)
 
 

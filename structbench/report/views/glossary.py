@@ -117,7 +117,8 @@ DEFINITIONS: tuple[tuple[str, str], ...] = (
         "On each suite, the optimizers that ran it ranked by median final test metric (ties share the mean rank; "
         "no ok run ties for last among them); an optimizer that did not run a suite has no rank there. The table "
         "averages each optimizer's ranks over the suites it ran and shows how many that is. Smoke suites (a few "
-        "dozen steps at default hyperparameters) are left out of profiles and ranks unless --include-smoke.",
+        "dozen steps at default hyperparameters) are left out of profiles and ranks unless --include-smoke, and so "
+        "is a suite where no run ended ok (nothing there to rank).",
     ),
     (
         "Memory and state",

@@ -622,6 +622,8 @@ def rank_table(report: Report) -> Table | None:
         if report.left_out
         else ""
     )
+    if report.without_ok:
+        left_out += f" Left out: {', '.join(report.without_ok)} (no ok run)."
     caption = (
         "Rank by median final metric (test split) on each suite among the optimizers that ran it (1 = best; ties "
         "share the mean rank; one without an ok run there ties for last among them); not run: no rank. Mean rank "
