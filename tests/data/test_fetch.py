@@ -278,10 +278,13 @@ def test_an_unreachable_source_is_one_line(tmp_path: Path, monkeypatch: pytest.M
 def test_an_archive_with_a_member_escaping_the_root_is_refused(
     tmp_path: Path, server: FileServer, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    source = tmp_path / "source"
+    write_cifar10(source, per_batch=1)
     buffer = io.BytesIO()
     with tarfile.open(fileobj=buffer, mode="w:gz") as tar:
+        tar.add(source / "cifar-10-batches-py", arcname="cifar-10-batches-py")
         payload = b"planted"
-        member = tarfile.TarInfo("../escaped-marker")
+        member = tarfile.TarInfo("cifar-10-batches-py/../../escaped-marker")
         member.size = len(payload)
         tar.addfile(member, io.BytesIO(payload))
     _serve(monkeypatch, server, "cifar10", {"cifar-10-python.tar.gz": buffer.getvalue()})
@@ -343,6 +346,23 @@ def test_the_gpt2_tokenizer_names_the_fetch_command(tmp_path: Path) -> None:
 
     with pytest.raises(MissingDataError, match=re.escape(f"`structbench data fetch gpt2 --data-dir {tmp_path}`")):
         gpt2_tokenizer(tmp_path, "gpt2")
+
+
+def test_a_rerun_after_a_failed_file_downloads_only_what_is_missing(
+    tmp_path: Path, server: FileServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    plan = _serve(monkeypatch, server, "mnist", _tiny_mnist(FETCHABLE["mnist"]))
+    paths = [urlsplit(remote.url).path for remote in plan.files]
+    withheld = server.files.pop(paths[2])
+    root = tmp_path / "data"
+
+    failed = invoke("data", "fetch", "mnist", "--data-dir", root)
+    server.files[paths[2]] = withheld
+    completed = invoke("data", "fetch", "mnist", "--data-dir", root)
+
+    assert failed.exit_code == 1 and "HTTP 404" in _error_line(failed.stderr)
+    assert completed.exit_code == 0, completed.stderr
+    assert [path for path, _ in server.requests] == [*paths[:3], *paths[2:]]
 
 
 def test_a_part_the_server_cannot_continue_is_downloaded_again(
