@@ -397,3 +397,14 @@ def test_a_full_disk_is_one_line_and_installs_nothing(
     assert result.exit_code == 1
     assert "disk full while writing" in _error_line(result.stderr)
     assert not (root / "digits" / "digits.csv.gz").exists()
+
+
+def test_a_data_dir_that_is_a_file_is_a_usage_error(tmp_path: Path, server: FileServer) -> None:
+    not_a_folder = tmp_path / "data"
+    not_a_folder.write_bytes(b"a file")
+
+    result = invoke("data", "fetch", "mnist", "--data-dir", not_a_folder)
+
+    assert result.exit_code == 2
+    assert _error_line(result.stderr).startswith(f"error: cannot use {not_a_folder} as the data root")
+    assert not_a_folder.read_bytes() == b"a file" and server.requests == []
