@@ -30,7 +30,8 @@ def test_twenty_one_optimizers_get_twenty_one_colours_and_no_two_look_alike():
     ("values", "scale", "threshold"),
     [
         ([1.0, 2.0, 100.0], "log", 0.0),  # positive, a factor 100
-        ([1.0, 2.0, 20.0], "linear", 0.0),  # positive, a factor 20
+        ([1.0, 2.0, 20.0], "log", 0.0),  # positive, a factor 20: more than a decade
+        ([1.0, 2.0, 9.0], "linear", 0.0),  # positive, within a decade
         ([-1000.0, -1.0, 0.0, 1.0, 1000.0], "symlog", 1.0),  # through zero; 10th percentile of 1, 1, 1000, 1000
         ([-2.0, -1.0, 1.0, 2.0], "linear", 0.0),  # through zero but within a factor 2
         ([0.0, 0.0], "linear", 0.0),
@@ -38,8 +39,8 @@ def test_twenty_one_optimizers_get_twenty_one_colours_and_no_two_look_alike():
     ],
 )
 def test_axis_scale(values, scale, threshold):
-    found, limit = plots.y_scale(np.array(values))
-    # Exact: the symlog threshold interpolates between two equal magnitudes (1 and 1), the others are 0.0 literals.
+    found, limit = plots.axis_scale(np.array(values))
+    # Exact: the symlog threshold is a magnitude present (1), the others are 0.0 literals.
     assert found == scale and limit == threshold
 
 
@@ -58,3 +59,35 @@ def test_one_noisy_curve_puts_the_loss_axis_on_a_log_scale(tmp_path, monkeypatch
     assert loss.axes[0].get_yscale() == "log"
     [png] = [f for f in figures if f.name == "vision-loss-vs-step"]
     assert png.width > 1000  # a 6.4-inch figure at DPI 200 (at 100 it would be under 640 pixels)
+
+
+def quality_memory_axes(out, monkeypatch) -> list:
+    """The axes (peak memory, optimizer state) of the quality-vs-memory figure a report of `out` draws."""
+    drawn: list[Figure] = []
+    original = plots._png
+    monkeypatch.setattr(plots, "_png", lambda fig, title, ids: drawn.append(fig) or original(fig, title, ids))
+    render.render_figures(build.build_report(out, plotted=True), workers=1, cache=False)
+    [figure] = [fig for fig in drawn if fig.get_suptitle() == "vision: quality vs memory"]
+    return figure.axes[:2]
+
+
+@pytest.mark.parametrize(
+    ("state_bytes", "state_scale"),
+    [
+        ((4096, 8192, 4 * 2**20), "log"),  # two optimizers kilobytes apart beside one with megabytes
+        ((0, 4096, 4 * 2**20), "symlog"),  # SGD without momentum keeps no state
+        ((4096, 8192, 16384), "linear"),  # within a decade
+    ],
+)
+def test_memory_spanning_decades_gets_a_log_axis_in_the_quality_vs_memory_figure(
+    tmp_path, monkeypatch, state_bytes, state_scale
+):
+    out = tmp_path / "results"
+    store.prepare(out)
+    for (optim, peak), state in zip((("sgd", 2**20), ("adamw", 2**21), ("shampoo", 2**30)), state_bytes, strict=True):
+        points = [Point(0, 0.0, 1.0, 0.5, 1.0, 0.5), Point(10, 1.0, 0.5, 0.6, 0.5, 0.6 + peak / 2**32)]
+        write_run(out, optim, optim, 0, points, peak_mem_bytes=peak, state_bytes=state)
+    peak_axes, state_axes = quality_memory_axes(out, monkeypatch)
+    assert peak_axes.get_xscale() == "log"  # 1 MiB to 1 GiB
+    assert state_axes.get_xscale() == state_scale
+    assert peak_axes.get_yscale() == "linear"  # final metrics 0.60 to 0.85: within a decade

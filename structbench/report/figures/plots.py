@@ -14,9 +14,10 @@ the step where it stopped, never a missing line. Every PNG carries the ids of th
 Readability: figures are drawn at twice the screen resolution (DPI 200); each optimizer keeps one look (colour and
 line style, figure_file.optimizer_looks) in every figure; legends sit outside the axes, in as many columns as keep
 them at most LEGEND_ROWS tall, and the saved image is cut to what the figure drew (canvas.py), legends included; a
-y axis is logarithmic when its values are positive and span more
-than a factor WIDE, and symmetric-log when they reach zero or below and span more than WIDE times their small
-magnitudes (so one noisy curve does not flatten the others).
+curve's y axis, and both axes of the quality-vs-memory figure, are logarithmic when their values are positive and span
+more than a factor WIDE (a decade), and symmetric-log when they reach zero or below and span more than WIDE times
+their small magnitudes (so one noisy curve does not flatten the others, and optimizers a few kilobytes of state apart
+do not sit on 0 beside one with megabytes).
 
 Speed (a 5,000-run report draws some hundred figures): each figure is laid out and drawn once, on a canvas with room
 around it (canvas.py), not measured first as savefig's bbox "tight" does; text is drawn without FreeType's hinting
@@ -55,8 +56,8 @@ SIZE = (6.4, 3.6)
 MAX_POINTS = 400
 LEGEND_CHARS = 40
 LEGEND_ROWS = 14
-WIDE = 30.0
-"""A y axis whose values span more than this factor is logarithmic (symmetric-log when they reach zero)."""
+WIDE = 10.0
+"""An axis whose values span more than this factor (a decade) is logarithmic (symmetric-log when they reach zero)."""
 PAD_INCHES = 0.08
 SWEEP_COLUMNS = 4
 """Panels to a row in a suite's sweeps figure."""
@@ -121,9 +122,10 @@ def _thin(steps: np.ndarray) -> np.ndarray:
     return steps[keep]
 
 
-def y_scale(values: np.ndarray) -> tuple[str, float]:
-    """("log", 0), ("symlog", its linear threshold) or ("linear", 0) for values on a y axis (module docstring). The
-    symmetric-log threshold is the 10th percentile of the nonzero magnitudes: below it the axis is linear."""
+def axis_scale(values: np.ndarray) -> tuple[str, float]:
+    """("log", 0), ("symlog", its linear threshold) or ("linear", 0) for values on an axis (module docstring). The
+    symmetric-log threshold is the 10th percentile of the nonzero magnitudes (the nearest one at or below it, so that
+    a few values are not blurred together): below it the axis is linear."""
     finite = values[np.isfinite(values)]
     if not len(finite):
         return "linear", 0.0
@@ -132,20 +134,23 @@ def y_scale(values: np.ndarray) -> tuple[str, float]:
     magnitudes = np.abs(finite[finite != 0])
     if not len(magnitudes):
         return "linear", 0.0
-    threshold = float(np.quantile(magnitudes, 0.1))
+    threshold = float(np.quantile(magnitudes, 0.1, method="lower"))
     return ("symlog", threshold) if magnitudes.max() / threshold > WIDE else ("linear", 0.0)
 
 
-def _log_if_wide(ax: Axes, values: np.ndarray) -> None:
-    """The y axis y_scale chooses (no minor ticks on a log axis, tick labels without mathtext: faster)."""
-    scale, threshold = y_scale(values)
+def _log_if_wide(ax: Axes, values: np.ndarray, which: str = "y") -> None:
+    """The scale axis_scale chooses for the `which` ("x" or "y") axis (no minor ticks on a log axis, tick labels
+    without mathtext: faster)."""
+    scale, threshold = axis_scale(values)
+    axis = ax.yaxis if which == "y" else ax.xaxis
+    set_scale = ax.set_yscale if which == "y" else ax.set_xscale
     if scale == "log":
-        ax.set_yscale("log")
-        ax.yaxis.set_minor_locator(NullLocator())
+        set_scale("log")
+        axis.set_minor_locator(NullLocator())
     elif scale == "symlog":
-        ax.set_yscale("symlog", linthresh=threshold)
+        set_scale("symlog", linthresh=threshold)
     if scale != "linear":
-        ax.yaxis.set_major_formatter(PlainLogFormatter(base=10))
+        axis.set_major_formatter(PlainLogFormatter(base=10))
 
 
 @dataclass(frozen=True)
@@ -425,6 +430,8 @@ def _quality_memory_figure(suite: SuiteReport, looks: dict[str, Look]) -> Figure
                     fontsize=7,
                     color="#b00020",
                 )
+        _log_if_wide(ax, xs / scale, "x")
+        _log_if_wide(ax, np.array([y for _, y in points], float))
         ax.margins(x=0.2, y=0.12)
         ax.set_xlabel(f"{name} ({unit})")
         split = "exact" if suite.eval_split == "exact" else "test"
