@@ -305,16 +305,13 @@ def grid_table(cells: list[Cell], cached: dict[str, str], rerun: bool) -> Table:
 
 
 def show_experiment(suite: str, seed: int, outcome: RunOutcome) -> None:
-    """Print an experiment's table and its verdict on each claim."""
-    from structbench.report.views import terminal
+    """Print an experiment's table (split into tables that fit the terminal, as the report's are) and its verdict on
+    each claim."""
+    from structbench.report.views import tables, terminal
 
     if outcome.table is not None:
-        table = Table(title=inert_markup(f"{suite} (seed {seed}) — run {outcome.row['run_id']}"))
-        for column in outcome.table.columns:
-            table.add_column(inert_markup(column))
-        for values in outcome.table.itertuples(index=False):
-            table.add_row(*(terminal.fmt_num(v) if isinstance(v, float) else inert_markup(v) for v in values))
-        console.print(table)
+        title = f"{suite} (seed {seed}) — run {outcome.row['run_id']}"
+        terminal.print_table(console, tables.frame_table(outcome.table, title))
     for claim in outcome.claims:
         mark = "[green]holds[/green]" if claim.holds else "[red]does not hold[/red]"
         console.print(

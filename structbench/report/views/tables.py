@@ -670,6 +670,24 @@ def runs_of_variant(variant: Variant, env_of: Mapping[str, str], superseded: boo
     return Table("runs", columns, rows)
 
 
+def frame_table(frame: pd.DataFrame, title: str) -> Table:
+    """A result table (an experiment's) as a Table the writers split to fit, never cutting a number: text columns
+    left-aligned, numbers right-aligned with 4 significant digits; the first column labels the rows."""
+    columns = [
+        Column(str(name), group="columns", left=not pd.api.types.is_numeric_dtype(frame[name]) or i == 0)
+        for i, name in enumerate(frame.columns)
+    ]
+    rows = [[Cell(_frame_value_text(value)) for value in values] for values in frame.itertuples(index=False)]
+    return Table(title, columns, rows)
+
+
+def _frame_value_text(value: object) -> str:
+    """A number with 4 significant digits, a missing value (None, NaN, NA) as "-", anything else as its text."""
+    if value is None or value is pd.NA or (isinstance(value, float) and math.isnan(value)):
+        return "-"
+    return fmt_num(value) if isinstance(value, float) else str(value)
+
+
 def _claims(text: object) -> list[dict[str, Any]]:
     try:
         claims = json.loads(text) if isinstance(text, str) else []
