@@ -64,3 +64,21 @@ def test_a_real_30_step_run_stores_the_shortened_budget_and_seven_evaluations(cl
     for split in ("val", "eval"):
         assert sorted(curves[curves.split == split].step) == [0, 5, 10, 15, 20, 25, 30]
     assert len(curves[curves.split == "train"]) == 30
+
+
+def test_three_steps_of_a_per_epoch_suite_are_evaluated_at_the_start_and_end_only():
+    # cifar10: 200 epochs evaluated at each epoch's end. 3 steps cannot hold 4 intervals of 2 steps: eval_every stays
+    # 0 (the old rule made it 1: 4 evaluations of the whole test split in a 3-step smoke check).
+    [kept], _ = spec.load_suites("cifar10", steps=3)
+    assert kept.budget["eval_every"] == 0
+    assert spec.evaluations(3, kept.budget["eval_every"]) == 2
+    assert "--steps 3 is too short for 5 evaluations at least 2 steps apart" in kept.budget_note
+    assert "evaluated 2 times" in kept.budget_note
+
+
+def test_forty_steps_of_a_long_suite_are_evaluated_every_other_step_at_most():
+    # cifar10's 200 intervals in 40 steps: floor(40 / 200) = 0, raised to the 2-step minimum: 1 + 40 / 2 = 21
+    # evaluations (the old rule: every step, 41).
+    [shortened], _ = spec.load_suites("cifar10", steps=40)
+    assert shortened.budget["eval_every"] == 2
+    assert "evaluated 21 times instead of 2" in shortened.budget_note
