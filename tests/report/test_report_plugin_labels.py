@@ -13,8 +13,9 @@ import pytest
 from rich.console import Console
 
 from structbench.report.views import tables, terminal
+from structbench.store import write
 from tests.optim.test_plugins import doc_command, site  # noqa: F401  (site: the doc's package, a pytest fixture)
-from tests.support.store import read_runs
+from tests.support.store import adamw_evals, hand_spec, read_runs, write_run
 
 PLUGIN = "mylion.plain:Lion"
 IDENTITY_WORDS = ("optim_plugin", "sha256", "None")
@@ -92,3 +93,21 @@ def test_a_label_wider_than_the_terminal_leaves_every_part_of_a_split_table_its_
         one.print(part)
         shown = one.export_text()
         assert any(number in shown for number in numbers), shown
+
+
+def test_a_setting_some_runs_lack_is_left_out_of_their_label_never_shown_as_none(cli, tmp_path):
+    """adamw run on the full evaluation split (a spec written before task_args.eval_examples existed) and on a
+    256-example subset: two settings, labelled "adamw" and "adamw task_args.eval_examples=256"."""
+    out = tmp_path / "results"
+    write.prepare(out)
+    for run_id, extra in (("full", {}), ("subset", {"eval_examples": 256})):
+        spec = hand_spec(suite="hand", task="t", steps=20, target=None, optim="adamw", hparams={"lr": 0.1}, seed=0)
+        spec["task_args"] = {**spec.get("task_args", {}), **extra}
+        write_run(out, run_id, "adamw", 0, adamw_evals(0), target=None, spec=json.dumps(spec))
+    result = cli("report", "--out", out, "--format", "md", "--to", tmp_path / "rep")
+    assert result.exit_code == 0, result.output
+    markdown = (tmp_path / "rep" / "report.md").read_text(encoding="utf-8")
+    rows = [line for line in markdown.splitlines() if line.startswith("| [adamw")]
+    labels = {re.match(r"\| \[([^\]]*)\]", row).group(1) for row in rows}
+    assert labels == {"adamw", "adamw task_args.eval_examples=256"}
+    assert "None" not in "".join(rows)
