@@ -24,8 +24,8 @@ PER_BATCH = 64
 """Tiny CIFAR-10 files: 5 x 64 = 320 training images (32 held out for validation by val_fraction 0.1), 64 test."""
 SUBSET = 24
 NARROW = "task_args.model_options={width_div = 16}"
-"""ResNet-18 with 1/16 of its channels: FISMO's factors stay at most 288 x 288, so a step takes a fraction of a second on
-a CPU (the full width's 4608 x 4608 factors take minutes)."""
+"""ResNet-18 with 1/16 of its channels: FISMO's factors stay at most 288 x 288, so a step takes a fraction of a
+second on a CPU (the full width's 4608 x 4608 factors take minutes)."""
 
 
 def tiny_split(count: int) -> ArraySplit:

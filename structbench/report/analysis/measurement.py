@@ -5,9 +5,9 @@
 - Contention: a run whose machine's 1-minute load average, at its start or its end (`load_avg_start`,
   `load_avg_end`), exceeded the cores it could use (`cpu_usable`) shared the CPU with other work, so its step times
   are inflated by an unknown amount (environment.contended).
-- Step-time outliers: within one setting, a seed whose median step time is more than OUTLIER_FACTOR times, or less
-  than 1 / OUTLIER_FACTOR of, the median of the setting's other seeds' median step times. Seeds of one setting do the
-  same work per step, so such a gap says the machine, not the optimizer, changed.
+- Step-time outliers: within one setting, a seed whose median step time is more than OUTLIER_FACTOR times the
+  fastest seed's. Seeds of one setting do the same work per step, so such a gap says the machine, not the optimizer,
+  changed; other work on the machine only ever slows a run down, so the fastest seed is the reference.
 
 Stores written before these columns existed have none of them: their runs get no note.
 """
@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import json
 import math
-import statistics
 from collections.abc import Sequence
 
 from structbench.environment import contended
@@ -95,15 +94,12 @@ def _contention_note(variants: Sequence[VariantSummary]) -> str:
 
 
 def _outlier_seeds(seeds: Sequence[int], times: Sequence[float]) -> list[int]:
-    """The seeds whose median step time is more than OUTLIER_FACTOR off the median of the others' (module
-    docstring)."""
+    """The seeds whose median step time is more than OUTLIER_FACTOR times the fastest seed's (module docstring)."""
     known = [(seed, t) for seed, t in zip(seeds, times, strict=True) if t > 0 and math.isfinite(t)]
-    outliers = []
-    for seed, time in known:
-        others = statistics.median([t for s, t in known if s != seed] or [math.nan])
-        if not math.isnan(others) and not 1 / OUTLIER_FACTOR <= time / others <= OUTLIER_FACTOR:
-            outliers.append(seed)
-    return outliers
+    if len(known) < 2:
+        return []
+    fastest = min(t for _, t in known)
+    return [seed for seed, t in known if t > OUTLIER_FACTOR * fastest]
 
 
 def _outlier_note(variants: Sequence[VariantSummary]) -> str:
@@ -117,6 +113,6 @@ def _outlier_note(variants: Sequence[VariantSummary]) -> str:
     if not flagged:
         return ""
     return (
-        f"step-time outliers: {'; '.join(flagged)}: a median step time more than {OUTLIER_FACTOR:g}x off the median "
-        "of its setting's other seeds; the machine's load, not the optimizer, likely differed."
+        f"step-time outliers: {'; '.join(flagged)}: a median step time more than {OUTLIER_FACTOR:g}x the fastest "
+        "seed's of its setting; the machine's load, not the optimizer, likely differed."
     )
