@@ -98,3 +98,12 @@ def test_progress_announces_each_evaluation_with_its_size(tmp_path: Path) -> Non
     stored = sorted(c["step"] for c in outcome.curves if c["split"] == "eval")
     assert evaluated == stored and evaluated[0] == 0 and evaluated[-1] == 9 and len(evaluated) >= 3
     assert {e.evaluating for e in events if e.evaluating is not None} == {2 * SUBSET}
+
+
+@pytest.mark.parametrize(
+    ("examples", "shown"), [(10_000, "cifar10 fismo evaluating 10,000 examples"), (0, "cifar10 fismo evaluating")]
+)
+def test_the_progress_label_names_the_evaluation_and_its_size(examples: int, shown: str) -> None:
+    from structbench.cli.run import evaluating_label
+
+    assert evaluating_label("cifar10 fismo", examples) == shown
