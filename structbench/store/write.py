@@ -35,7 +35,7 @@ import pyarrow.dataset as ds
 import pyarrow.parquet as pq
 
 from structbench.errors import StoreWriteError, UsageError
-from structbench.store import paths
+from structbench.store import paths, run_claims
 
 SCHEMA_VERSION = 1
 TEMPORARY_SUFFIX = ".tmp"
@@ -570,23 +570,26 @@ def checkpoints_dir(out: Path) -> Path:
 
 @dataclass
 class Debris:
-    """What a crash can leave in a store: temporaries, curve or table files without their run, and checkpoints of
-    runs that have since been stored with a final status. After `clean`: what was removed, and in `failures` what
-    could not be (a read-only store), each with why."""
+    """What a crash can leave in a store: temporaries, curve or table files without their run, checkpoints of
+    runs that have since been stored with a final status, and run claims whose holder is gone
+    (store.run_claims.stale_claims). After `clean`: what was removed, and in `failures` what could not be (a
+    read-only store), each with why."""
 
     temporaries: list[Path] = field(default_factory=list)
     orphans: list[Path] = field(default_factory=list)
     stale_checkpoints: list[Path] = field(default_factory=list)
+    stale_claims: list[Path] = field(default_factory=list)
     failures: list[Problem] = field(default_factory=list)
 
     def paths(self) -> list[Path]:
-        return [*self.temporaries, *self.orphans, *self.stale_checkpoints]
+        return [*self.temporaries, *self.orphans, *self.stale_checkpoints, *self.stale_claims]
 
     def describe(self) -> str:
         parts = [
             (len(self.temporaries), "leftover temporary file", "leftover temporary files"),
             (len(self.orphans), "curve/table file without its run", "curve/table files without their runs"),
             (len(self.stale_checkpoints), "checkpoint of a run already stored", "checkpoints of runs already stored"),
+            (len(self.stale_claims), "run claim of a process that is gone", "run claims of processes that are gone"),
         ]
         return ", ".join(f"{n} {one if n == 1 else many}" for n, one, many in parts if n)
 
@@ -596,6 +599,7 @@ class Debris:
             [p for p in self.temporaries if p not in kept],
             [p for p in self.orphans if p not in kept],
             [p for p in self.stale_checkpoints if p not in kept],
+            [p for p in self.stale_claims if p not in kept],
         )
 
 
@@ -627,6 +631,7 @@ def find_debris(out: Path) -> Debris:
                 debris.stale_checkpoints.append(directory)
             elif directory.is_dir():
                 debris.temporaries += sorted(p for p in directory.iterdir() if p.name.endswith(TEMPORARY_SUFFIX))
+    debris.stale_claims = run_claims.stale_claims(out)
     outside = {p for p in debris.paths() if not paths.inside(out, p)}
     return debris.without(outside)
 
@@ -636,10 +641,26 @@ def clean(out: Path) -> Debris:
     what could not be removed in `failures`."""
     with _locked(out, fcntl.LOCK_EX):
         debris = find_debris(out)
-        failures = [problem for path in debris.paths() if (problem := _remove(path)) is not None]
-    removed = debris.without({problem.path for problem in failures})
+        claims = set(debris.stale_claims)
+        failures = [problem for path in debris.paths() if path not in claims and (problem := _remove(path))]
+        live, claim_failures = _remove_stale_claims(out, claims)
+        failures += claim_failures
+    removed = debris.without({problem.path for problem in failures} | live)
     removed.failures = failures
     return removed
+
+
+def _remove_stale_claims(out: Path, found: set[Path]) -> tuple[set[Path], list[Problem]]:
+    """Remove the stale claims under the claims' own lock, where each is judged again (one found stale may have been
+    taken over since by a live run, and is kept). Returns the found claims kept as live, and the problems of those
+    that could not be removed."""
+    if not found:
+        return set(), []
+    try:
+        removed = set(run_claims.remove_stale_claims(out))
+    except (OSError, StoreWriteError) as exc:
+        return set(), [Problem(path, str(exc)) for path in sorted(found)]
+    return found - removed, []
 
 
 def _remove(path: Path) -> Problem | None:

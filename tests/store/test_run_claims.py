@@ -158,3 +158,17 @@ def test_claims_refuse_a_key_that_is_not_one_and_a_directory_that_leaves_the_sto
     with pytest.raises(StoreWriteError, match="leads out of the results store"):
         run_claims.claim(out, KEY, COMMAND)
     assert list(outside.iterdir()) == []
+
+
+def test_doctor_finds_a_stale_claim_as_debris_and_repair_removes_it_but_keeps_a_live_one(cli, tmp_path):
+    stale = plant_claim(tmp_path, pid=dead_pid())
+    found = cli("doctor", "--out", tmp_path)
+    assert found.exit_code == 1
+    assert f"found: {stale}" in found.stdout
+    repaired = cli("doctor", "--out", tmp_path, "--repair")
+    assert repaired.exit_code == 0, repaired.stderr
+    assert f"removed: {stale}" in repaired.stdout
+    assert not stale.exists()
+    with run_claims.claim(tmp_path, KEY, COMMAND):
+        assert cli("doctor", "--out", tmp_path, "--repair").exit_code == 0
+        assert claim_file(tmp_path).exists(), "a live claim is no debris"
