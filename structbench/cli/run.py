@@ -142,7 +142,6 @@ def run(
         done = len(plan.cells) - len(plan.todo)
         console.print(f"{len(plan.cells)} runs: {done} cached, {len(plan.todo)} to run; nothing was run.")
         return
-    warn_of_contention(events)
     code = print_result(session.run_grid(plan, events))
     if code:
         raise typer.Exit(code)
@@ -234,15 +233,6 @@ class RichEvents(Events):
             f"{f' to partition {partition}' if partition else ''}; logs under {inert_markup(folder)}; "
             f"`structbench status --out {inert_markup(out)}` shows progress."
         )
-
-
-def warn_of_contention(events: Events) -> None:
-    """Warn once, before the runs, when the machine is already busier than this process's usable cores."""
-    from structbench.environment import contention_warning
-
-    warning = contention_warning()
-    if warning is not None:
-        events.warning(warning)
 
 
 def evaluating_label(label: str, examples: int) -> str:

@@ -127,6 +127,7 @@ def claimed(job: Job) -> Iterator[Elsewhere | None]:
     """Hold the claim of the job's key for the block (structbench.store.run_claims): the block gets None, or, when
     another structbench runs the key or has stored a final run of it meanwhile, why the run is left to it."""
     from structbench.store import run_claims
+    from structbench.store import write as store
 
     out = Path(job.out)
     claim = run_claims.claim(out, job.cell.key, job.commander)
@@ -134,7 +135,7 @@ def claimed(job: Job) -> Iterator[Elsewhere | None]:
         yield Elsewhere(holder=claim.holder.describe())
         return
     with claim:
-        stored = run_claims.stored_final(out, job.cell.key, run_name_part(job), job.supersede)
+        stored = store.stored_final(out, job.cell.key, run_name_part(job), job.supersede)
         yield None if stored is None else Elsewhere(stored_as=stored)
 
 

@@ -137,6 +137,7 @@ class GridResult:
 
 def run_grid(plan: Plan, events: Events) -> GridResult:
     """Run `plan` on its executor into its store (module docstring); a signal or a fatal error ends it early."""
+    from structbench.environment import contention_warning
     from structbench.execution import signals
     from structbench.store import grids
     from structbench.store import write as store
@@ -156,6 +157,9 @@ def run_grid(plan: Plan, events: Events) -> GridResult:
         for version, count in store.newer_runs(out).items():
             newer = f"{count} run file(s) in {out} {store.newer_message(version)}"
             events.warning(f"{newer}; this command leaves them untouched.")
+        busy = contention_warning()
+        if busy is not None:
+            events.warning(busy)
         grids.write_manifest(out, grid_id, session.manifest)
         with signals.armed():
             session.run_experiments()

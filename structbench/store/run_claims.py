@@ -31,7 +31,7 @@ import socket
 import threading
 import time
 import uuid
-from collections.abc import Collection, Iterator
+from collections.abc import Iterator
 from dataclasses import asdict, dataclass
 from datetime import UTC, datetime
 from functools import cache
@@ -283,32 +283,3 @@ def _locked(out: Path) -> Iterator[None]:
             yield
         finally:
             fcntl.flock(handle, fcntl.LOCK_UN)
-
-
-def stored_final(out: Path, run_key: str, name_part: str, replacing: Collection[str]) -> str | None:
-    """The id of a run of `run_key` the store holds with a final status, other than the runs in `replacing` (a
-    forced rerun's); None when there is none. Only run files whose name holds `name_part` (the run's
-    `-<suite>-<optimizer>-s<seed>-`) are read: a claim is taken before every run, and the store may hold thousands."""
-    import pyarrow as pa
-    import pyarrow.parquet as pq
-
-    from structbench.store import write as store
-
-    directory = store.runs_dir(out)
-    try:
-        names = sorted(entry.name for entry in os.scandir(directory) if entry.is_file())
-    except OSError:
-        return None
-    for name in names:
-        run_id = name.removesuffix(".parquet")
-        if run_id == name or name_part not in run_id or run_id in replacing or not paths.is_run_id(run_id):
-            continue
-        try:
-            rows = pq.read_table(directory / name, columns=["run_key", "status", "schema_version"]).to_pylist()
-        except (pa.ArrowException, OSError, ValueError):
-            continue
-        for row in rows:
-            final = row["status"] in store.FINAL_STATUSES and row["schema_version"] == store.SCHEMA_VERSION
-            if row["run_key"] == run_key and final:
-                return run_id
-    return None

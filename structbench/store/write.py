@@ -23,7 +23,7 @@ import errno
 import fcntl
 import os
 import shutil
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -741,3 +741,28 @@ def quarantine(out: Path, files: Sequence[Path]) -> tuple[list[Path], list[Probl
             continue
         moved.append(path)
     return moved, failures
+
+
+def stored_final(out: Path, run_key: str, name_part: str, replacing: Collection[str]) -> str | None:
+    """The id of a run of `run_key` the store holds with a final status, other than the runs in `replacing` (a
+    forced rerun's); None when there is none. Only run files whose name holds `name_part` (the run's
+    `-<suite>-<optimizer>-s<seed>-`) are read: it is asked after every run claim (structbench.store.run_claims), and
+    the store may hold thousands."""
+    directory = runs_dir(out)
+    try:
+        names = sorted(entry.name for entry in os.scandir(directory) if entry.is_file())
+    except OSError:
+        return None
+    for name in names:
+        run_id = name.removesuffix(".parquet")
+        if run_id == name or name_part not in run_id or run_id in replacing or not paths.is_run_id(run_id):
+            continue
+        try:
+            rows = pq.read_table(directory / name, columns=["run_key", "status", "schema_version"]).to_pylist()
+        except (pa.ArrowException, OSError, ValueError):
+            continue
+        for row in rows:
+            final = row["status"] in FINAL_STATUSES and row["schema_version"] == SCHEMA_VERSION
+            if row["run_key"] == run_key and final:
+                return run_id
+    return None
