@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import os
 import signal
 from collections.abc import Iterator
 
@@ -44,6 +45,14 @@ def restore_signal_handlers():
     for signum, handler in saved.items():
         signal.signal(signum, handler)
     signals.reset()
+
+
+@pytest.fixture(autouse=True)
+def idle_machine(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A load average of 0 for commands run in-process: `run` warns once when the machine's load exceeds its usable
+    cores, and a loaded test machine (pytest's own workers) must not add that line to the output tests compare. The
+    contention tests set their own load over this one."""
+    monkeypatch.setattr(os, "getloadavg", lambda: (0.0, 0.0, 0.0))
 
 
 @pytest.fixture
