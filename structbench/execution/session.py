@@ -280,7 +280,11 @@ class _Session:
             return
         assert options is not None
         folder = out.resolve() / ".submitit" / self.grid_id
-        submitted = slurm.submit_slurm(jobs, options, folder)
+        try:
+            submitted = slurm.submit_slurm(jobs, options, folder)
+        except UsageError:
+            grids.remove_manifest(out, self.grid_id)
+            raise
         ids = {job.cell.key: sub.job_id for job, sub in zip(jobs, submitted, strict=True)}
         self.manifest["submitit_folder"] = str(folder / "%j")
         for cell in self.manifest["cells"]:

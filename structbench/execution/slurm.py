@@ -5,6 +5,8 @@ task per rank (`structbench.execution.torchrun.slurm_rank`).
 
 from __future__ import annotations
 
+import contextlib
+import io
 import math
 import shutil
 import time
@@ -131,8 +133,15 @@ def require_sbatch() -> None:
 
 
 def submit_slurm(jobs: Sequence[Job], options: SlurmOptions, folder: Path) -> list[Any]:
-    """Submit `jobs` as one Slurm job array through submitit; return submitit's jobs (one per run, in order)."""
+    """Submit `jobs` as one Slurm job array through submitit; return submitit's jobs (one per run, in order).
+
+    `folder` (the grid's, new) is made for this user alone (mode 0700): submitit pickles each job into it and the
+    compute nodes unpickle them, the one place where structbench loads pickles from a store, so nobody else who can
+    write to a shared store may plant one there. When sbatch refuses the array (no reachable controller, a bad
+    partition, rejected options), the folder is removed and the refusal is a UsageError with sbatch's last line."""
     submitit = quiet_submitit()
+    folder.parent.mkdir(parents=True, exist_ok=True)
+    folder.mkdir(mode=0o700)
     executor = submitit.AutoExecutor(folder=folder / "%j", cluster="slurm")
     parameters: dict[str, Any] = {
         "timeout_min": options.time_min,
@@ -156,7 +165,20 @@ def submit_slurm(jobs: Sequence[Job], options: SlurmOptions, folder: Path) -> li
     if options.extra:
         parameters["slurm_additional_parameters"] = dict(options.extra)
     executor.update_parameters(**parameters)
-    return executor.map_array(function, list(jobs))
+    try:
+        with contextlib.redirect_stderr(io.StringIO()):  # submitit echoes sbatch's whole stderr there
+            return executor.map_array(function, list(jobs))
+    except submitit.core.utils.FailedJobError as exc:
+        shutil.rmtree(folder, ignore_errors=True)
+        with contextlib.suppress(OSError):
+            folder.parent.rmdir()  # the store's .submitit, unless another grid's folder is in it
+        raise UsageError(f"sbatch refused the job array: {last_line(str(exc))}") from None
+
+
+def last_line(text: str) -> str:
+    """The last non-blank line of `text` (sbatch ends with its reason), or a placeholder when there is none."""
+    lines = [line.strip() for line in text.splitlines() if line.strip()]
+    return lines[-1] if lines else "no message"
 
 
 def slurm_states(folder: str | Path, job_ids: Sequence[str]) -> dict[str, str]:

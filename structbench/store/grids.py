@@ -88,6 +88,11 @@ def _read_manifest(path: Path) -> dict[str, Any]:
     return record
 
 
+def remove_manifest(out: Path, grid_id: str) -> None:
+    """Remove one grid's manifest (a grid whose submission was refused: it has no job to track)."""
+    (out / GRIDS_DIR / f"{grid_id}.json").unlink(missing_ok=True)
+
+
 def read_manifests(out: Path) -> tuple[list[dict[str, Any]], list[Problem]]:
     """Every usable manifest of the store, oldest first, and the manifest files that cannot be read or used (not
     JSON, or not shaped as write_manifest writes one), each with why."""
