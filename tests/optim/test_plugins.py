@@ -188,10 +188,12 @@ def test_check_by_import_path_runs_the_kit_on_the_class(cli, site):
         elif cells:  # a wrapped detail (the compile check's dynamo warnings can be long)
             rows[-1][3] += " " + cells[3]
     failed = {row[1]: row[3] for row in rows if row[2] == "FAIL"}
-    assert [row[0] for row in rows] == ["mylion.plain:Lion"] * 9 and len(failed) == 2, rows
-    # as docs/plugins.md says: no state formula for a bare class, and lr 1e-4 below bfloat16's resolution
-    assert failed["state-bytes"] == "the registry entry gives no analytic state_bytes formula"
+    skipped = {row[1]: row[3] for row in rows if row[2] == "SKIP"}
+    assert [row[0] for row in rows] == ["mylion.plain:Lion"] * 9 and list(failed) == ["shapes-dtypes"], rows
+    # as docs/plugins.md says: lr 1e-4 is below bfloat16's resolution, a defect the kit fails
     assert "left unchanged (torch.bfloat16)" in failed["shapes-dtypes"]
+    # a bare class declares no state formula: a missing declaration, not a defect, so SKIP with the reason
+    assert skipped["state-bytes"].startswith("no analytic state_bytes formula declared")
 
 
 def test_an_edited_plugin_file_is_a_new_run_key(cli, site, tmp_path):
