@@ -10,11 +10,14 @@ decompressed IDX bytes, or the batch files inside a CIFAR archive) when that dig
 from __future__ import annotations
 
 import hashlib
+import sys
 import warnings
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Literal
+from typing import Any, Literal, TextIO
+
+from structbench.inert import inert
 
 PUBLISHED_MD5: dict[str, dict[str, str]] = {
     # https://www.cs.toronto.edu/~kriz/cifar.html (archives); batch files as pinned by torchvision.
@@ -140,6 +143,32 @@ def warn_mismatches(verdicts: Iterable[Verdict]) -> None:
     for verdict in verdicts:
         if verdict.status == "mismatch":
             warnings.warn(verdict.note or str(verdict.file), ChecksumWarning, stacklevel=2)
+
+
+def show_checksum_warnings_as_lines() -> None:
+    """Print each :class:`ChecksumWarning` that reaches the terminal as one ``warning: ...`` line (no source line,
+    no category name); other warnings print as before. Called by the command line and its worker processes;
+    idempotent. Filters still apply (``-W error::...ChecksumWarning``, ``pytest.warns``)."""
+    previous = warnings.showwarning
+    if getattr(previous, "prints_checksum_lines", False):
+        return
+
+    def show(
+        message: Warning | str,
+        category: type[Warning],
+        filename: str,
+        lineno: int,
+        file: TextIO | None = None,
+        line: str | None = None,
+    ) -> None:
+        if issubclass(category, ChecksumWarning):
+            print(f"warning: {inert(' '.join(str(message).splitlines()))}", file=file or sys.stderr)
+        else:
+            previous(message, category, filename, lineno, file, line)
+
+    show_hook: Any = show
+    show_hook.prints_checksum_lines = True
+    warnings.showwarning = show_hook
 
 
 def notes_of(verdicts: Iterable[Verdict]) -> tuple[str, ...]:

@@ -22,6 +22,7 @@ from typing import Any
 
 import psutil
 
+from structbench.data.checksums import show_checksum_warnings_as_lines
 from structbench.environment import usable_cores
 from structbench.execution.job import Finished, Job, one_line, run_job
 
@@ -109,6 +110,7 @@ def run_worker_job(job: Job, command_pid: int) -> dict[str, Any]:
     The worker is not the command's child (the forkserver is its parent, and stays up while any worker does), so no
     parent-death signal tells it; a thread waits for the command's exit instead and kills the worker at once."""
     threading.Thread(target=_die_with, args=(command_pid,), name="command-watch", daemon=True).start()
+    show_checksum_warnings_as_lines()
     return run_job(job)
 
 
