@@ -35,9 +35,11 @@ class DeviceUnusableError(Exception):
 
 
 def did_you_mean(name: str, known: Sequence[str]) -> str:
-    """ " Did you mean 'x'?" for the known name closest to `name` (difflib's ratio of at least 0.6), else ""."""
-    close = difflib.get_close_matches(name, list(known), n=1)
-    return f" Did you mean {close[0]!r}?" if close else ""
+    """ " Did you mean 'x'?" for the known name closest to `name`, else "": the one that differs from it only in
+    case (`FISMO` means `fismo`), else the closest with case ignored (difflib's ratio of at least 0.6)."""
+    by_folded = {item.casefold(): item for item in known}
+    close = difflib.get_close_matches(name.casefold(), list(by_folded), n=1)
+    return f" Did you mean {by_folded[close[0]]!r}?" if close else ""
 
 
 def unknown_name_message(kind: str, name: str, known: Sequence[str]) -> str:

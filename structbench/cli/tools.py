@@ -295,7 +295,7 @@ def data_status(
     from structbench.data.root import resolve_data_root
     from structbench.data.text import corpus_status
 
-    root = resolve_data_root(existing_data_dir(data_dir, create=False))
+    root = resolve_data_root(_status_data_dir(data_dir))
     table = Table(title=escape(f"datasets under {root}"))
     for column in ("dataset", "present", "where", "note"):
         table.add_column(column)
@@ -312,6 +312,17 @@ def data_status(
         table.add_row(escape(str(row["name"])), present, escape(str(row["where"] or "-")), escape(note))
     console.print(table)
 
+
+
+def _status_data_dir(data_dir: Path | None) -> Path | None:
+    """--data-dir as `data status` takes it: an existing directory. `data status` creates nothing, so a missing one
+    is a usage error that names the command that creates it (`data fetch`), not run's --create-data-dir."""
+    if data_dir is not None and not data_dir.expanduser().exists():
+        raise UsageError(
+            f"--data-dir {data_dir} does not exist; check the path, or create it by fetching a dataset into it: "
+            f"structbench data fetch NAME --data-dir {data_dir}"
+        )
+    return existing_data_dir(data_dir, create=False)
 
 
 @data_app.command("fetch")

@@ -158,12 +158,17 @@ def load_suites(
     gives one spec per value (their Cartesian product); swept hyperparameters (`--set` lists and ranges, with `sweep`
     or a `search` the suite's `[sweep.<optim>]` tables or else each optimizer's declared tuning ranges) give one
     single-optimizer spec per setting. `steps` (`run --steps`) makes every budget that many steps, shortening
-    eval_every and log_every (module docstring) unless `overrides` sets either.
+    eval_every and log_every (module docstring) unless `overrides` sets either. Without `steps`, a suite file whose
+    eval_every exceeds its steps is a usage error unless `overrides` sets either (`_check_evaluation_fits`).
     """
     check_include_cycles(name_or_path)
-    if steps is None:
-        return _load_suites(name_or_path, overrides, optims, seeds, sweep, search, None)
     given = {assignment.partition("=")[0].strip() for assignment in overrides}
+    if steps is None:
+        specs, checks = _load_suites(name_or_path, overrides, optims, seeds, sweep, search, None)
+        if not given & {"budget.steps", "budget.eval_every"}:
+            for spec in specs:
+                _check_evaluation_fits(spec)
+        return specs, checks
     shorten_to = None if given & {f"budget.{k}" for k in SHORTENED} else steps
     overrides = [*overrides, f"budget.steps={steps}", "budget.epochs=0"]
     return _load_suites(name_or_path, overrides, optims, seeds, sweep, search, shorten_to)
@@ -234,6 +239,21 @@ def shorten(suite: SuiteSpec, steps: int, own: Mapping[str, Any]) -> SuiteSpec:
         f"{evaluations(steps, eval_every)} times instead of {evaluations(steps, int(budget['eval_every']))}."
     )
     return dataclasses.replace(suite, budget=shortened, budget_note=note)
+
+
+def _check_evaluation_fits(suite: SuiteSpec) -> None:
+    """A usage error for a suite file's budget in steps whose eval_every exceeds its steps: no evaluation would fall
+    between the one before training and the final one, which eval_every 0 says. Budgets in epochs (whose steps depend
+    on the data) and experiments (no budget) are left alone; so are budgets whose steps or eval_every the command
+    line sets (`--steps` applies the shortening rule, module docstring; `--set` is the user's own choice)."""
+    budget = suite.budget
+    if not budget or budget["epochs"] > 0 or budget["eval_every"] <= budget["steps"]:
+        return
+    raise UsageError(
+        f"suite {suite.name} ({suite.source}): budget.eval_every {budget['eval_every']} exceeds budget.steps "
+        f"{budget['steps']}, so no evaluation would fall between the first and the last; set eval_every to at most "
+        "steps, or to 0 to evaluate before training and at the end only."
+    )
 
 
 def _too_short(suite: SuiteSpec, steps: int) -> SuiteSpec:

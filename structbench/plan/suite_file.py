@@ -4,6 +4,7 @@ by field for type. What the fields mean, their defaults and the checks that need
 
 from __future__ import annotations
 
+import os
 import reprlib
 import tomllib
 from collections.abc import Callable
@@ -63,12 +64,7 @@ def suite_names() -> list[str]:
 def read_suite_file(name_or_path: str) -> tuple[str, Path, dict[str, Any]]:
     """Find a suite by name (structbench.plan.suite_lookup: the user's suite directories, then the built-in suites) or
     by path to a .toml file; return (the name its runs are stored under, path, raw table)."""
-    path = Path(name_or_path)
-    if not (name_or_path.endswith(".toml") and path.is_file()):
-        found = suite_lookup.find(name_or_path)
-        if found is None:
-            raise UsageError(unknown_name_message("suite", name_or_path, suite_names()))
-        path = found.path
+    path = _suite_path(name_or_path)
     raw = _parse_suite_file(path)
     unknown = set(raw) - SUITE_KEYS
     if unknown:
@@ -86,6 +82,30 @@ def read_suite_file(name_or_path: str) -> tuple[str, Path, dict[str, Any]]:
         raise UsageError(f"suite file {path} must name exactly one of task, experiment and include, got {named}.")
     check_name(f"suite file {path}: the suite name", path.stem)
     return path.stem, path, raw
+
+
+def looks_like_path(name_or_path: str) -> bool:
+    """Whether `--suite` was given a file's path (it ends in .toml, names a directory or starts with a dot) rather
+    than a suite's name, which never does (structbench.plan.suite_lookup.find)."""
+    return name_or_path.endswith(".toml") or "/" in name_or_path or os.sep in name_or_path or name_or_path[:1] == "."
+
+
+def _suite_path(name_or_path: str) -> Path:
+    """The suite file `--suite` means: a path to a .toml file as given, else the file a suite name leads to. A path
+    that leads to no .toml file is a usage error naming it; an unknown name, one suggesting the closest known one."""
+    if not looks_like_path(name_or_path):
+        found = suite_lookup.find(name_or_path)
+        if found is None:
+            raise UsageError(unknown_name_message("suite", name_or_path, suite_names()))
+        return found.path
+    path = Path(name_or_path)
+    if path.is_dir():
+        raise UsageError(f"suite file {name_or_path} is a directory; give the path of a .toml file in it.")
+    if not path.is_file():
+        raise UsageError(f"no such suite file: {name_or_path} (from {Path.cwd()}).")
+    if not name_or_path.endswith(".toml"):
+        raise UsageError(f"suite file {name_or_path} must be a .toml file.")
+    return path
 
 
 def _parse_suite_file(path: Path) -> dict[str, Any]:

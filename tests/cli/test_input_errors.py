@@ -158,11 +158,11 @@ def test_a_line_break_in_a_suite_file_name_stays_on_the_one_error_line(cli, tmp_
     assert f"suite file {tmp_path}/two lines.toml: field 'task' must be a string" in line
 
 
-def test_a_directory_named_like_a_suite_file_is_an_unknown_suite(cli, tmp_path, out):
+def test_a_directory_named_like_a_suite_file_is_named_as_a_directory(cli, tmp_path, out):
     folder = tmp_path / "folder.toml"
     folder.mkdir()
     line = usage_error(cli("run", "--suite", folder, "--dry-run", "--out", out), out)
-    assert f"unknown suite '{folder}'" in line
+    assert line == f"error: suite file {folder} is a directory; give the path of a .toml file in it."
 
 
 # ---- sizes -----------------------------------------------------------------------------------------------------
