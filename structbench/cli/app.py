@@ -7,6 +7,7 @@ status, env, claims), registered on the app by the package (structbench/cli/__in
 from __future__ import annotations
 
 import functools
+import os
 import signal
 import sys
 from collections.abc import Callable
@@ -143,6 +144,32 @@ def existing_data_dir(data_dir: Path | None, create: bool) -> Path | None:
         )
     data_dir.expanduser().mkdir(parents=True)
     return data_dir
+
+
+def directory_problem(path: Path) -> str | None:
+    """Why `path` cannot be written as a directory (it is a file, lies under a file, or is in a directory this user
+    may not write), or None when it is one or can be created; looks only, writes nothing."""
+    try:
+        if path.exists():
+            if not path.is_dir():
+                return "it is a file, not a directory"
+            return None if os.access(path, os.W_OK | os.X_OK) else "permission denied"
+        ancestor = path.parent
+        while not ancestor.exists() and ancestor != ancestor.parent:
+            ancestor = ancestor.parent
+        if not ancestor.is_dir():
+            return f"{ancestor} is a file, not a directory"
+        return None if os.access(ancestor, os.W_OK | os.X_OK) else f"permission denied in {ancestor}"
+    except OSError as exc:
+        return exc.strerror or str(exc)
+
+
+def writable_destination(path: Path, what: str) -> None:
+    """A UsageError (exit 2, before any work) unless `what` can be written to the directory `path`: an output the
+    user named that cannot be created is theirs to fix. A write that fails later (a full disk) is a run error, 1."""
+    problem = directory_problem(path.expanduser())
+    if problem is not None:
+        raise UsageError(f"cannot write {what} to {path}: {problem}.")
 
 
 def usage_errors_exit_2(command: F) -> F:

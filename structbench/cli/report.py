@@ -9,7 +9,15 @@ from typing import Annotated
 import typer
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn
 
-from structbench.cli.app import EXIT_RUN_ERROR, OutDir, console, err_console, path_value, usage_errors_exit_2
+from structbench.cli.app import (
+    EXIT_RUN_ERROR,
+    OutDir,
+    console,
+    err_console,
+    path_value,
+    usage_errors_exit_2,
+    writable_destination,
+)
 from structbench.inert import inert, inert_markup
 
 Outs = Annotated[
@@ -35,6 +43,10 @@ IncludeSmoke = Annotated[
 ]
 
 
+FILE_FORMATS = ("md", "html", "all")
+"""The --format values that write files under --to."""
+
+
 @usage_errors_exit_2
 def report(
     outs: Outs = None,
@@ -50,6 +62,8 @@ def report(
     from structbench.report import publish
 
     stores = list(outs or [Path("results")])
+    if fmt in FILE_FORMATS:
+        writable_destination(to if to is not None else stores[0] / "report", "the report")
     request = publish.Request(stores, suites or [], optims or [], baseline, fmt, to, since, include_smoke)
     publication = publish.publish(request, console)
     for line in publication.warnings:
@@ -84,6 +98,7 @@ def export_cmd(
     from structbench.store.health import skipped_line
 
     export.check_target(to)
+    writable_destination(export_directory(to, dest), "the export")
     wanted = {suite: suite_files.expand(suite) for suite in suites or []}
     selection = export.select(out, wanted, optims or [], options.since(since))
     for problem in selection.problems:
@@ -97,3 +112,13 @@ def export_cmd(
         print(inert(f"error: cannot write to {dest}: {exc.strerror or exc}"), file=sys.stderr)
         raise typer.Exit(EXIT_RUN_ERROR) from None
     print(inert(result.message()))
+
+
+def export_directory(target: str, dest: str) -> Path:
+    """The directory an export to `dest` writes in: `dest` itself, or for MLflow given a path (not a tracking URI)
+    the SQLite file's directory."""
+    if target != "mlflow":
+        return Path(dest)
+    if "://" in dest or dest.startswith("databricks"):
+        return Path(".")
+    return Path(dest).parent
