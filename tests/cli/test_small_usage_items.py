@@ -118,7 +118,7 @@ def test_a_suite_file_evaluating_within_its_budget_is_accepted(cli, out, tmp_pat
 
 
 @pytest.mark.parametrize(
-    "args", [("--steps", "4"), ("--set", "budget.steps=100"), ("--set", "budget.eval_every=5")]
+    "args", [("--steps", "4"), ("--set", "budget.steps=5"), ("--set", "budget.eval_every=5")]
 )
 def test_the_command_line_setting_steps_or_eval_every_takes_precedence_over_the_check(cli, out, tmp_path, args):
     suite = write_suite(tmp_path, "late-eval.toml", "steps = 10\neval_every = 50")
