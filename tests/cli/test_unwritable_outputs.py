@@ -55,6 +55,17 @@ def test_an_output_under_a_file_is_a_usage_error_before_any_work(cli, tmp_path, 
     assert tree(tmp_path) == before
 
 
+@pytest.mark.parametrize("command", ["report md", "report html", "report all", "export csv", "export mlflow"])
+def test_report_and_export_say_which_part_of_the_path_is_a_file(cli, places, command):
+    store, a_file = places
+    if command == "export mlflow":
+        pytest.importorskip("mlflow")
+    dest = a_file / "sub"
+    result = cli(*COMMANDS[command](store, dest))
+    what = command.split()[0]
+    assert result.stderr.strip() == f"error: cannot write the {what} to {dest}: {a_file} is a file, not a directory."
+
+
 @pytest.mark.parametrize("command", ["report md", "report html", "export csv"])
 def test_an_existing_file_as_the_output_directory_is_a_usage_error(cli, tmp_path, places, command):
     store, a_file = places
