@@ -214,7 +214,7 @@ def test_a_file_where_the_directory_goes_is_exit_2(cli, stored, tmp_path):
     dest = tmp_path / "taken"
     dest.write_text("mine")
     result = cli("export", "--to", "csv", dest, "--out", stored)
-    assert result.exit_code == 2 and "is not a directory" in result.stderr
+    assert result.exit_code == 2 and "is a file, not a directory" in result.stderr
     assert dest.read_text() == "mine"
 
 
