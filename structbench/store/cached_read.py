@@ -51,7 +51,7 @@ import pyarrow.parquet as pq
 
 from structbench.report.parallel import usable_cores
 from structbench.store.atomic import replacing
-from structbench.store.write import Problem
+from structbench.store.write import READ_ERRORS, Problem
 
 INDEX_FORMAT = "2"
 """Format 2: an Arrow IPC file followed by the checksum trailer (module docstring); format 1 had no trailer."""
@@ -113,7 +113,7 @@ def _parse_index(path: Path, schema: pa.Schema) -> tuple[pa.Table | None, str]:
         table.validate(full=True)
     except FileNotFoundError:
         return None, "missing"
-    except (pa.ArrowException, OSError) as exc:
+    except READ_ERRORS as exc:
         return None, str(exc).splitlines()[0] if str(exc) else type(exc).__name__
     meta = table.schema.metadata or {}
     if any(meta.get(k) != v for k, v in _index_meta(schema).items()):
@@ -195,7 +195,7 @@ def _read_chunk(
         path = directory / name
         try:
             tables.append(read_store_file(path, schema, required, validate))
-        except (pa.ArrowException, OSError, ValueError, KeyError) as exc:
+        except READ_ERRORS as exc:
             problems.append(Problem(path, str(exc).splitlines()[0] if str(exc) else type(exc).__name__))
             continue
         read.append((name, identity))

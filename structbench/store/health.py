@@ -22,8 +22,6 @@ from structbench.store.cached_read import Validate, index_damage, read_store_fil
 from structbench.store.read import REQUIRED_CURVE_COLUMNS, REQUIRED_RUN_COLUMNS, readable_runs
 from structbench.store.write import Problem
 
-READ_ERRORS = (pa.ArrowException, OSError, ValueError, KeyError)
-"""What reading a damaged file raises (the readers catch the same)."""
 NEWER_WORDS = "written by a newer structbench"
 """How store.write's reason for a newer structbench's file begins: such a file is skipped, never repaired."""
 
@@ -79,7 +77,7 @@ def _file_damage(out: Path) -> list[Problem]:
     for path in _listed(store.claims_dir(out)):
         try:
             pq.read_table(path)
-        except READ_ERRORS as exc:
+        except store.READ_ERRORS as exc:
             problems.append(Problem(path, _first_line(exc)))
     return problems
 
@@ -97,7 +95,7 @@ def _of_another_version(path: Path) -> bool:
     those)."""
     try:
         table = pq.read_table(path, columns=["schema_version"])
-    except READ_ERRORS:
+    except store.READ_ERRORS:
         return False
     return set(table.column("schema_version").to_pylist()) - {store.SCHEMA_VERSION} != set()
 
@@ -108,7 +106,7 @@ def _unreadable(
     """[the problem] when the reader cannot read `path` in full (or `validate` rejects what it reads), else []."""
     try:
         read_store_file(path, schema, required, validate)
-    except READ_ERRORS as exc:
+    except store.READ_ERRORS as exc:
         return [Problem(path, _first_line(exc))]
     return []
 

@@ -48,7 +48,7 @@ def refresh_index(out: Path) -> None:
     try:
         _read_runs(out)
         _read_curves(out, None)
-    except (OSError, pa.ArrowException):
+    except store.READ_ERRORS:
         return
 
 

@@ -38,6 +38,9 @@ from structbench.errors import StoreWriteError, UsageError
 from structbench.store import paths, run_claims
 
 SCHEMA_VERSION = 1
+READ_ERRORS = (pa.ArrowException, OSError, ValueError, KeyError)
+"""What reading a damaged store file raises (a flipped byte in a Parquet footer can surface as a UnicodeDecodeError,
+a ValueError): every reader of the store catches all of these."""
 TEMPORARY_SUFFIX = ".tmp"
 LOCK_FILE = ".lock"
 INDEX_DIR = "index"
@@ -463,7 +466,7 @@ def _read_dir(directory: Path) -> tuple[pd.DataFrame, list[Problem]]:
     for path in _store_files(directory):
         try:
             tables.append(pq.read_table(path))
-        except (pa.ArrowException, OSError, KeyError, ValueError) as exc:
+        except READ_ERRORS as exc:
             problems.append(_problem(path, exc))
     if not tables:
         return pd.DataFrame(), problems
@@ -497,12 +500,12 @@ def _key_table(out: Path) -> pa.Table:
     files = [str(p) for p in _store_files(runs_dir(out))]
     try:
         return _keyed_rows(files)
-    except (pa.ArrowException, OSError):
+    except READ_ERRORS:
         readable = []
         for path in files:
             try:
                 readable.append(_keyed_rows([path]))
-            except (pa.ArrowException, OSError):
+            except READ_ERRORS:
                 continue
         return pa.concat_tables(readable) if readable else _keyed_rows([])
 
@@ -698,12 +701,12 @@ def survey_files(out: Path) -> FileSurvey:
             _read_run_file(path, ["run_id"])
         except NewerSchema as exc:
             survey.newer.append(_problem(path, exc))
-        except (pa.ArrowException, OSError, KeyError, ValueError) as exc:
+        except READ_ERRORS as exc:
             survey.unreadable.append(_problem(path, exc))
     for path in _store_files(claims_dir(out)):
         try:
             newest = _newest_version(pq.read_table(path, columns=["schema_version"]))
-        except (pa.ArrowException, OSError, KeyError, ValueError) as exc:
+        except READ_ERRORS as exc:
             survey.unreadable.append(_problem(path, exc))
             continue
         if newest is not None:
@@ -711,7 +714,7 @@ def survey_files(out: Path) -> FileSurvey:
     for path in _store_files(curves_dir(out)):
         try:
             pq.read_metadata(path)
-        except (pa.ArrowException, OSError) as exc:
+        except READ_ERRORS as exc:
             survey.unreadable.append(_problem(path, exc))
     return survey
 
@@ -759,7 +762,7 @@ def stored_final(out: Path, run_key: str, name_part: str, replacing: Collection[
             continue
         try:
             rows = pq.read_table(directory / name, columns=["run_key", "status", "schema_version"]).to_pylist()
-        except (pa.ArrowException, OSError, ValueError):
+        except READ_ERRORS:
             continue
         for row in rows:
             final = row["status"] in FINAL_STATUSES and row["schema_version"] == SCHEMA_VERSION

@@ -116,3 +116,18 @@ def test_doctor_reports_and_repairs_what_the_readers_skip(cli, indexed_store):
     assert cli("doctor", "--out", out).exit_code == 0
     report = cli("report", "--out", out)
     assert report.exit_code == 0 and report.stderr == ""
+
+
+def test_a_column_name_that_is_not_utf8_is_unreadable_damage_not_a_traceback(cli, tmp_path):
+    """A flipped byte in a Parquet footer's column name makes pyarrow raise UnicodeDecodeError (a ValueError, not an
+    ArrowException) while it reads the metadata: doctor and the report name the file like any damaged one."""
+    out = adamw_and_muon_store(tmp_path / "store")
+    victim = sorted((out / "curves").glob("*.parquet"))[0]
+    data = victim.read_bytes()
+    assert b"step_time_s" in data
+    victim.write_bytes(data.replace(b"step_time_s", b"\xe5tep_time_s"))
+    for command in ("doctor", "report"):
+        result = cli(command, "--out", out)
+        assert "Traceback" not in result.output
+        assert result.exit_code in (0, 1)
+        assert str(victim) in result.stdout + result.stderr, command
