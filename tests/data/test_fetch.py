@@ -308,7 +308,8 @@ def test_an_unknown_name_is_a_usage_error_with_a_suggestion(tmp_path: Path, serv
     assert not root.exists() and server.requests == []
 
 
-def test_status_names_the_fetch_command_for_a_missing_dataset(tmp_path: Path) -> None:
+def test_status_names_the_fetch_command_for_a_missing_dataset(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("COLUMNS", "400")  # the table's cells hold the data root's path: no wrapping inside it
     result = invoke("data", "status", "--data-dir", tmp_path)
 
     assert result.exit_code == 0

@@ -26,9 +26,9 @@ def test_a_runs_memory_probe_collects_with_what_existed_before_frozen_and_gives_
     frozen_at_collection: list[int] = []
     original = measure.MemoryProbe.reset
 
-    def spying_reset(self: measure.MemoryProbe) -> None:
+    def spying_reset(self: measure.MemoryProbe, empty_cache: bool = False) -> None:
         frozen_at_collection.append(gc.get_freeze_count())
-        original(self)
+        original(self, empty_cache)
 
     monkeypatch.setattr(measure.MemoryProbe, "reset", spying_reset)
     before = gc.get_freeze_count()
