@@ -297,8 +297,10 @@ def data_status(
 
     root = resolve_data_root(_status_data_dir(data_dir))
     table = Table(title=escape(f"datasets under {root}"))
-    for column in ("dataset", "present", "where", "note"):
-        table.add_column(column)
+    table.add_column("dataset")
+    table.add_column("present")
+    for column in ("where", "note"):
+        table.add_column(column, overflow="fold")  # paths and commands in full, to copy: folded, never cut
     for row in dataset_status(root):
         present = "[green]yes[/green]" if row["present"] else "[red]no[/red]"
         get = [f"get it: {fetch_command(str(row['name']), root)}", "or by hand:", *row["fetch"]] if row["fetch"] else []  # type: ignore[misc]
