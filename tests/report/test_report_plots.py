@@ -61,14 +61,19 @@ def test_one_noisy_curve_puts_the_loss_axis_on_a_log_scale(tmp_path, monkeypatch
     assert png.width > 1000  # a 6.4-inch figure at DPI 200 (at 100 it would be under 640 pixels)
 
 
-def quality_memory_axes(out, monkeypatch) -> list:
-    """The axes (peak memory, optimizer state) of the quality-vs-memory figure a report of `out` draws."""
+def figure_axes(out, monkeypatch, title: str) -> list:
+    """The first two axes of the figure titled `title` that a report of `out` draws."""
     drawn: list[Figure] = []
     original = plots._png
     monkeypatch.setattr(plots, "_png", lambda fig, title, ids: drawn.append(fig) or original(fig, title, ids))
     render.render_figures(build.build_report(out, plotted=True), workers=1, cache=False)
-    [figure] = [fig for fig in drawn if fig.get_suptitle() == "vision: quality vs memory"]
+    [figure] = [fig for fig in drawn if fig.get_suptitle() == title]
     return figure.axes[:2]
+
+
+def quality_memory_axes(out, monkeypatch) -> list:
+    """The axes (peak memory, optimizer state) of the quality-vs-memory figure a report of `out` draws."""
+    return figure_axes(out, monkeypatch, "vision: quality vs memory")
 
 
 @pytest.mark.parametrize(
@@ -91,3 +96,31 @@ def test_memory_spanning_decades_gets_a_log_axis_in_the_quality_vs_memory_figure
     assert peak_axes.get_xscale() == "log"  # 1 MiB to 1 GiB
     assert state_axes.get_xscale() == state_scale
     assert peak_axes.get_yscale() == "linear"  # final metrics 0.60 to 0.85: within a decade
+
+
+@pytest.mark.parametrize(
+    ("state_bytes", "state_scale"),
+    [((4096, 8192, 4 * 2**20), "log"), ((0, 4096, 4 * 2**20), "symlog"), ((4096, 8192, 16384), "linear")],
+)
+def test_memory_bars_spanning_decades_get_a_log_axis(tmp_path, monkeypatch, state_bytes, state_scale):
+    out = tmp_path / "results"
+    store.prepare(out)
+    for (optim, peak), state in zip((("sgd", 2**20), ("adamw", 2**21), ("shampoo", 2**30)), state_bytes, strict=True):
+        points = [Point(0, 0.0, 1.0, 0.5, 1.0, 0.5), Point(10, 1.0, 0.5, 0.6, 0.5, 0.6)]
+        write_run(out, optim, optim, 0, points, peak_mem_bytes=peak, state_bytes=state)
+    peak_axes, state_axes = figure_axes(out, monkeypatch, "vision: memory")
+    assert peak_axes.get_xscale() == "log"  # 1 MiB to 1 GiB
+    low, high = peak_axes.get_xlim()
+    assert 0 < low <= 2**20 / 2**30 and high >= 1, "every bar inside the axis (1 MiB to 1 GiB, drawn in GiB)"
+    assert state_axes.get_xscale() == state_scale
+
+
+@pytest.mark.parametrize(
+    ("values", "threshold", "ticks"),
+    [
+        ([0.0, 0.0039, 4.0], 0.0039, [0.0, 0.01, 0.1, 1.0]),  # no decade inside the linear region, next to zero
+        ([-100.0, 0.0, 1.0, 100.0], 1.0, [-100.0, -10.0, -1.0, 0.0, 1.0, 10.0, 100.0]),
+    ],
+)
+def test_symlog_ticks_are_zero_and_the_decades_outside_the_linear_region(values, threshold, ticks):
+    assert plots._symlog_ticks(np.array(values), threshold) == pytest.approx(ticks)

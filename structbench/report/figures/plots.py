@@ -39,7 +39,7 @@ import numpy as np
 from matplotlib.axes import Axes
 from matplotlib.figure import Figure
 from matplotlib.lines import Line2D
-from matplotlib.ticker import NullLocator
+from matplotlib.ticker import FixedLocator, NullLocator
 
 from structbench.report.analysis.curve_index import CurveIndex
 from structbench.report.analysis.profiles import TAU_GRID, TAU_MAX, Profile
@@ -149,8 +149,18 @@ def _log_if_wide(ax: Axes, values: np.ndarray, which: str = "y") -> None:
         axis.set_minor_locator(NullLocator())
     elif scale == "symlog":
         set_scale("symlog", linthresh=threshold)
+        axis.set_major_locator(FixedLocator(_symlog_ticks(values, threshold)))
     if scale != "linear":
         axis.set_major_formatter(PlainLogFormatter(base=10))
+
+
+def _symlog_ticks(values: np.ndarray, threshold: float) -> list[float]:
+    """Zero and the powers of ten from the linear threshold out to the values' largest magnitude, on each side the
+    values reach (a decade inside the linear region would print on top of zero)."""
+    finite = values[np.isfinite(values)]
+    top = float(np.abs(finite).max())
+    decades = [10.0**k for k in range(math.ceil(math.log10(threshold)), math.floor(math.log10(top)) + 1)]
+    return sorted({0.0, *([-d for d in decades] if (finite < 0).any() else []), *decades})
 
 
 @dataclass(frozen=True)
@@ -318,6 +328,19 @@ def _bytes_axis(values: np.ndarray) -> tuple[float, str]:
     return 1.0, "B"
 
 
+def _bar_axis(ax: Axes, values: np.ndarray) -> None:
+    """The value axis of horizontal bars: log (symmetric-log with a zero) where the values span more than a decade
+    (axis_scale), with room to the right for the annotations; a log axis starts at half the smallest bar."""
+    finite = values[np.isfinite(values)]
+    if not len(finite) or finite.max() <= 0:
+        return
+    _log_if_wide(ax, values, "x")
+    if ax.get_xscale() == "log":
+        ax.set_xlim(finite.min() / 2, finite.max() * 3)
+    else:
+        ax.set_xlim(0, finite.max() * (3 if ax.get_xscale() == "symlog" else 1.35))
+
+
 def _memory_figure(suite: SuiteReport, looks: dict[str, Look]) -> FigureFile:
     chosen, labels = _bar_labels(suite)
     fig, (left, right) = _figure(2, (SIZE[0], max(SIZE[1], 0.9 + 0.28 * len(chosen))))
@@ -338,8 +361,7 @@ def _memory_figure(suite: SuiteReport, looks: dict[str, Look]) -> FigureFile:
                 color="#b00020",
                 fontsize=7,
             )
-    if np.isfinite(peak).any() and np.nanmax(peak) > 0:
-        left.set_xlim(0, np.nanmax(peak / scale) * 1.35)
+    _bar_axis(left, peak / scale)
     sources = sorted({v.mem_source for v in chosen})
     left.set_xlabel(f"peak memory ({unit}; source: {', '.join(sources)})")
     left.set_yticks(ys, labels)
@@ -348,6 +370,7 @@ def _memory_figure(suite: SuiteReport, looks: dict[str, Look]) -> FigureFile:
     analytic = np.array([v.analytic_state_bytes for v in chosen], float)
     sscale, sunit = _bytes_axis(np.concatenate([state, analytic]))
     _bars(right, ys, state / sscale, chosen, looks)
+    _bar_axis(right, np.concatenate([state, analytic]) / sscale)
     has_analytic = bool(np.isfinite(analytic).any())
     if has_analytic:
         right.scatter(analytic / sscale, ys, marker="|", s=260, color="black", zorder=4)
