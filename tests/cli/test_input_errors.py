@@ -6,20 +6,11 @@ from pathlib import Path
 
 import pytest
 
+from tests.support.cli import usage_error
 from tests.support.store import read_runs
 
 INT64_MAX = 2**63 - 1
 INT64_MIN = -(2**63)
-
-
-def usage_error(result, out: Path) -> str:
-    """The single stderr line of a usage error, after checking the exit code and that `out` was never created."""
-    assert result.exit_code == 2, result.output
-    lines = result.stderr.splitlines()
-    assert len(lines) == 1, result.stderr
-    assert lines[0].startswith("error: "), lines[0]
-    assert not out.exists()
-    return lines[0]
 
 
 @pytest.fixture

@@ -8,17 +8,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.support.cli import usage_error
 from tests.support.store import read_runs
-
-
-def one_error_line(result, out: Path) -> str:
-    """The single `error:` line of a usage error, after checking exit code 2 and that `out` was never created."""
-    assert result.exit_code == 2, result.output
-    lines = result.stderr.splitlines()
-    assert len(lines) == 1, result.stderr
-    assert lines[0].startswith("error: "), lines[0]
-    assert not out.exists()
-    return lines[0]
 
 
 @pytest.fixture
@@ -38,19 +29,19 @@ def write_suite(directory: Path, name: str, budget: str) -> Path:
 @pytest.mark.parametrize("given", ["mysuite.toml", "./x/s.toml", "x/s.toml"])
 def test_a_missing_suite_file_is_named_as_a_missing_file_not_an_unknown_suite(cli, out, tmp_path, monkeypatch, given):
     monkeypatch.chdir(tmp_path)
-    line = one_error_line(cli("run", "--suite", given, "--dry-run", "--out", out), out)
+    line = usage_error(cli("run", "--suite", given, "--dry-run", "--out", out), out)
     assert line.startswith(f"error: no such suite file: {given} "), line
     assert "unknown suite" not in line
     assert "Known:" not in line
 
 
 def test_a_directory_given_as_the_suite_file_is_named_as_one(cli, out, tmp_path):
-    line = one_error_line(cli("run", "--suite", tmp_path, "--dry-run", "--out", out), out)
+    line = usage_error(cli("run", "--suite", tmp_path, "--dry-run", "--out", out), out)
     assert line == f"error: suite file {tmp_path} is a directory; give the path of a .toml file in it."
 
 
 def test_a_bare_name_that_is_no_suite_keeps_the_did_you_mean(cli, out):
-    line = one_error_line(cli("run", "--suite", "quadratc", "--dry-run", "--out", out), out)
+    line = usage_error(cli("run", "--suite", "quadratc", "--dry-run", "--out", out), out)
     assert line.startswith("error: unknown suite 'quadratc'. Did you mean 'quadratic'? Known: ")
 
 
@@ -59,7 +50,7 @@ def test_a_bare_name_that_is_no_suite_keeps_the_did_you_mean(cli, out):
 
 def test_data_status_on_a_missing_data_dir_names_a_command_that_creates_it(cli, tmp_path):
     missing = tmp_path / "no-data"
-    line = one_error_line(cli("data", "status", "--data-dir", missing), missing)
+    line = usage_error(cli("data", "status", "--data-dir", missing), missing)
     assert "--create-data-dir" not in line
     suggested = line.rpartition(": ")[2]
     assert suggested == f"structbench data fetch NAME --data-dir {missing}"
@@ -94,7 +85,7 @@ def test_a_negative_seed_runs_and_is_stored_as_given(cli, tmp_path):
 
 @pytest.mark.parametrize(("given", "meant"), [("FISMO", "fismo"), ("AdamW", "adamw"), ("Shampoo-4Bit", "shampoo-4bit")])
 def test_an_optimizer_name_in_the_wrong_case_suggests_the_registered_one(cli, out, given, meant):
-    line = one_error_line(cli("run", "--suite", "quadratic", "--optim", given, "--dry-run", "--out", out), out)
+    line = usage_error(cli("run", "--suite", "quadratic", "--optim", given, "--dry-run", "--out", out), out)
     assert re.match(rf"error: unknown optimizer '{given}'\. Did you mean '{meant}'\? Known: ", line), line
 
 
@@ -103,7 +94,7 @@ def test_an_optimizer_name_in_the_wrong_case_suggests_the_registered_one(cli, ou
 
 def test_a_suite_file_whose_eval_every_exceeds_its_steps_is_a_usage_error_naming_both(cli, out, tmp_path):
     suite = write_suite(tmp_path, "late-eval.toml", "steps = 10\neval_every = 50")
-    line = one_error_line(cli("run", "--suite", suite, "--dry-run", "--out", out), out)
+    line = usage_error(cli("run", "--suite", suite, "--dry-run", "--out", out), out)
     assert f"suite late-eval ({suite})" in line
     assert "budget.eval_every 50 exceeds budget.steps 10" in line
 

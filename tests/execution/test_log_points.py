@@ -20,16 +20,16 @@ import pytest
 import torch
 from torch import nn
 
-from structbench import tasks
 from structbench.execution import loop
 from structbench.execution.runner import execute
 from structbench.plan import spec as spec_module
-from structbench.tasks.base import EvalResult, TaskContext, TaskDef
+from structbench.tasks.base import EvalResult, TaskContext
+from tests.support.tasks import SeededBatches, register_task
 
 STEPS = 12
 
 
-class Regression:
+class Regression(SeededBatches):
     """Least squares on a small MLP, batches from its own seeded generator; `poison_at` makes that step's loss NaN,
     `interrupt_at` raises KeyboardInterrupt at that step (both 0-based step indices, None: never)."""
 
@@ -61,17 +61,10 @@ class Regression:
         loss = float(nn.functional.mse_loss(self.model(self.test_x), self.test_y))
         return EvalResult(loss=loss, metric=loss)
 
-    def stream_state(self) -> dict[str, Any]:
-        return {"batch_gen": self.batch_gen.get_state()}
-
-    def load_stream_state(self, state: dict[str, Any]) -> None:
-        self.batch_gen.set_state(state["batch_gen"])
-
 
 @pytest.fixture
 def regression(monkeypatch):
-    definition = TaskDef(name="log-points-regression", summary="test", defaults={}, build=Regression)
-    monkeypatch.setitem(tasks.TASKS, definition.name, definition)
+    definition = register_task(monkeypatch, "log-points-regression", Regression)
     monkeypatch.setattr(Regression, "poison_at", None)
     monkeypatch.setattr(Regression, "interrupt_at", None)
     return definition

@@ -16,12 +16,12 @@ import pytest
 import torch
 from torch import nn
 
-from structbench import tasks
 from structbench.errors import UsageError
 from structbench.execution.runner import execute
 from structbench.plan import spec as spec_module
-from structbench.tasks.base import EvalResult, TaskContext, TaskDef
+from structbench.tasks.base import EvalResult, TaskContext
 from tests.support.store import read_runs
+from tests.support.tasks import register_task
 
 INPUTS = torch.tensor([[1.0, 2.0], [3.0, -1.0], [0.5, 0.5], [-2.0, 1.0]])
 TARGETS = torch.tensor([1.0, -1.0, 2.0, 0.0])
@@ -62,9 +62,7 @@ class FixedBatches:
 
 @pytest.fixture
 def fixed_task(monkeypatch):
-    definition = TaskDef(name="fixed-batches", summary="test", defaults={"calls_per_epoch": 4}, build=FixedBatches)
-    monkeypatch.setitem(tasks.TASKS, definition.name, definition)
-    return definition
+    return register_task(monkeypatch, "fixed-batches", FixedBatches, {"calls_per_epoch": 4})
 
 
 def _suite(tmp_path: Path, budget: str, hparams: str = "lr = 0.1\nmomentum = 0.0") -> Path:

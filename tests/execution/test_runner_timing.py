@@ -15,10 +15,10 @@ import pytest
 import torch
 from torch import nn
 
-from structbench import tasks
 from structbench.execution.runner import execute
 from structbench.plan import spec as spec_module
-from structbench.tasks.base import EvalResult, TaskContext, TaskDef
+from structbench.tasks.base import EvalResult, TaskContext
+from tests.support.tasks import register_task
 
 EVAL_SLEEP_S = 0.5
 
@@ -55,9 +55,7 @@ class SlowEvaluation:
 
 @pytest.fixture
 def slow_task(monkeypatch):
-    definition = TaskDef(name="slow-evaluation", summary="test", defaults={}, build=SlowEvaluation)
-    monkeypatch.setitem(tasks.TASKS, definition.name, definition)
-    return definition
+    return register_task(monkeypatch, "slow-evaluation", SlowEvaluation)
 
 
 def test_a_slow_evaluation_counts_in_eval_s_and_not_in_training_time(slow_task, tmp_path: Path):

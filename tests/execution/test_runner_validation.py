@@ -15,10 +15,10 @@ import pytest
 import torch
 from torch import nn
 
-from structbench import tasks
 from structbench.execution.runner import execute
 from structbench.plan import spec as spec_module
-from structbench.tasks.base import EvalResult, TaskContext, TaskDef
+from structbench.tasks.base import EvalResult, TaskContext
+from tests.support.tasks import register_task
 
 
 class ScriptedEvaluations:
@@ -49,9 +49,7 @@ class ScriptedEvaluations:
 
 @pytest.fixture
 def scripted(monkeypatch):
-    definition = TaskDef(name="scripted", summary="test", defaults={"nan_validation_at": 0}, build=ScriptedEvaluations)
-    monkeypatch.setitem(tasks.TASKS, definition.name, definition)
-    return definition
+    return register_task(monkeypatch, "scripted", ScriptedEvaluations, {"nan_validation_at": 0})
 
 
 def _run(tmp_path: Path, *overrides: str):

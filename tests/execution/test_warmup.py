@@ -20,12 +20,13 @@ import pytest
 import torch
 from torch import nn
 
-from structbench import measure, tasks
+from structbench import measure
 from structbench.errors import UsageError
 from structbench.execution.runner import execute
 from structbench.plan import grid
 from structbench.plan import spec as spec_module
-from structbench.tasks.base import EvalResult, TaskContext, TaskDef
+from structbench.tasks.base import EvalResult, TaskContext
+from tests.support.tasks import SeededBatches, register_task
 
 FIRST_LAUNCH_S = 1000.0
 """What the fake clock advances at the task's first training step in the process: far above what a few steps of a
@@ -43,7 +44,7 @@ class FakeClock:
         return self.real() + self.offset
 
 
-class Classifier:
+class Classifier(SeededBatches):
     """A small classifier with BatchNorm and dropout, fed by its own seeded generator; its first step in the process
     (counted on the class) advances `clock` by FIRST_LAUNCH_S when a clock is set."""
 
@@ -79,17 +80,10 @@ class Classifier:
         loss = float(nn.functional.cross_entropy(self.model(self.test_x), self.test_y))
         return EvalResult(loss=loss, metric=loss)
 
-    def stream_state(self) -> dict[str, Any]:
-        return {"batch_gen": self.batch_gen.get_state()}
-
-    def load_stream_state(self, state: dict[str, Any]) -> None:
-        self.batch_gen.set_state(state["batch_gen"])
-
 
 @pytest.fixture
 def classifier(monkeypatch):
-    definition = TaskDef(name="warmup-classifier", summary="test", defaults={}, build=Classifier)
-    monkeypatch.setitem(tasks.TASKS, definition.name, definition)
+    definition = register_task(monkeypatch, "warmup-classifier", Classifier)
     monkeypatch.setattr(Classifier, "clock", None)
     monkeypatch.setattr(Classifier, "stepped", False)
     return definition

@@ -3,18 +3,43 @@ quadratic task made to stop at a step as Ctrl-C would."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
 import torch
 
-from structbench.tasks.base import TaskContext
+from structbench import tasks
+from structbench.tasks.base import TaskContext, TaskDef
 from structbench.tasks.language.task import DEFAULTS as LANGUAGE_DEFAULTS
 from structbench.tasks.language.task import LanguageModelTask
 from structbench.tasks.quadratic import QuadraticTask
 from structbench.tasks.vision.task import DEFAULTS as VISION_DEFAULTS
 from structbench.tasks.vision.task import ImageClassificationTask
+
+
+def register_task(
+    monkeypatch: pytest.MonkeyPatch, name: str, build: Callable[..., Any], defaults: dict[str, Any] | None = None
+) -> TaskDef:
+    """`build` registered as task `name` while `monkeypatch` holds."""
+    definition = TaskDef(name=name, summary="test", defaults=defaults or {}, build=build)
+    monkeypatch.setitem(tasks.TASKS, definition.name, definition)
+    return definition
+
+
+class SeededBatches:
+    """A test task whose batches come from its own generator `batch_gen`: its stream state is that generator's
+    state (what checkpoints save and the warm-up restores)."""
+
+    batch_gen: torch.Generator
+
+    def stream_state(self) -> dict[str, Any]:
+        return {"batch_gen": self.batch_gen.get_state()}
+
+    def load_stream_state(self, state: dict[str, Any]) -> None:
+        self.batch_gen.set_state(state["batch_gen"])
 
 
 def vision_task(root: Path, batch_size: int, seed: int = 0, **args: object) -> ImageClassificationTask:
