@@ -353,6 +353,7 @@ def inverse_root_newton(
     *,
     relative_eps: bool = True,
     power_iters: int = 10,
+    symmetrize_input: bool = True,
 ) -> Tensor:
     """(A + ridge I)^{-1/p} for symmetric PSD A by the coupled Newton iteration (Guo & Higham 2006, Eq. 3.2).
 
@@ -360,12 +361,15 @@ def inverse_root_newton(
     lambda_max from `power_iters` power-iteration steps (else ridge = eps); z = (1 + p) / (2 ||A||_F),
     M = z A, X = z^{1/p} I; each step T = (1 + 1/p) I - M / p, X <- X T, M <- T^p M. A matrix stops once
     max|M - I| <= tol, and keeps its previous X (stops) when that error grows by more than 1.2x.
-    Computed and returned in float32. Raises SolverError if the result is not finite.
+    Computed and returned in float32. Raises SolverError if the result is not finite. A is replaced by
+    (A + A^T) / 2 first unless `symmetrize_input` is False, which iterates on A as given (scalable_shampoo's
+    ComputePower does not symmetrize: a dequantized statistic of naive 4-bit Shampoo is not symmetric).
     """
     if isinstance(p, bool) or not isinstance(p, int) or p < 1:
         raise ValueError(f"p must be a positive int; got {p!r}")
     _check_square(a, "a")
-    x = symmetrize(a.to(torch.float32))
+    x = a.to(torch.float32)
+    x = symmetrize(x) if symmetrize_input else x
     eye = torch.eye(x.size(-1), dtype=x.dtype, device=x.device)
     if relative_eps:
         lambda_max = power_iteration(x, iters=power_iters).clamp_min(_LAMBDA_MAX_FLOOR)

@@ -386,11 +386,20 @@ class Shampoo(StructuredOptimizer):
         return out
 
     @staticmethod
-    def _inverse_root(stats: Tensor, group: Mapping[str, Any]) -> Tensor:
+    def _inverse_root(stats: Tensor, group: Mapping[str, Any], symmetrize: bool = True) -> Tensor:
+        """(S + eps lambda_max I)^{-1/p} of each statistic S of `stats`. Newton iterates on (S + S^T) / 2, or on S
+        as given when `symmetrize` is False; eigh always decomposes (S + S^T) / 2."""
         p, eps = group["inverse_root_order"], group["matrix_eps"]
         if group["root_method"] == "newton":
             return linalg.inverse_root_newton(
-                stats, p, eps, max_iters=NEWTON_ITERS, tol=NEWTON_TOL, relative_eps=True, power_iters=NEWTON_ITERS
+                stats,
+                p,
+                eps,
+                max_iters=NEWTON_ITERS,
+                tol=NEWTON_TOL,
+                relative_eps=True,
+                power_iters=NEWTON_ITERS,
+                symmetrize_input=symmetrize,
             )
         root = linalg.inverse_root_eigh(stats, p, eps, relative_eps=True)
         if not bool(torch.isfinite(root).all()):

@@ -20,7 +20,12 @@ eigenvalues lambda and a block-quantized eigenvector matrix; the full-precision 
 with L, R, L^ and R^ themselves block-quantized. As the paper's "slightly improved" naive variant and the
 authors' `shampoo1.py`, the diagonal of each matrix stays fp32 and only the off-diagonal part is quantized
 (`keep_diagonal=False` quantizes the whole matrix). Every T1 the statistic is dequantized, the EMA applied
-and the result re-quantized; every T2 the root is computed by Schur-Newton from the dequantized statistic.
+and the result re-quantized; every T2 the root is computed by Schur-Newton from the dequantized statistic as it
+is, not symmetric (its (i, j) and (j, i) entries lie in different quantization blocks), as the paper's naive baseline
+is specified (Sec. 3.1: the inverse root of the dequantized statistic) and as the authors' `shampoo1.py` (lines
+175-176) computes it. `symmetrize_statistic=True` (ours, off by default) roots (S + S^T) / 2 instead: a slightly
+kinder baseline, whose root differs at the first root step by the size of the quantization's asymmetry
+(`tests/optim/test_shampoo4bit_authors_code.py` measures it).
 
 Details the paper leaves open follow the authors' code (Sike-Wang/low-bit-Shampoo `optimizers/shampoo2.py`
 and `shampoo1.py`, with `qtensor/utils.py`):
@@ -72,7 +77,7 @@ from structbench.errors import SolverError
 from structbench.optim import linalg, quant
 from structbench.optim import shampoo as shampoo32
 from structbench.optim.base import BATCH_MATRICES, gather, stacks_matrices
-from structbench.optim.hparams import Declaration, code, flag, integer, option, paper
+from structbench.optim.hparams import Declaration, code, flag, integer, option, ours, paper
 from structbench.optim.registry import OptimizerEntry, register
 from structbench.optim.shampoo import PAPER, REFERENCE, BlockSlices, Shampoo, shampoo_builder
 
@@ -343,6 +348,11 @@ class Shampoo4bitNaive(_LowBitShampoo):
         + BATCH_MATRICES
         + Declaration(
             flag("keep_diagonal", True, code(f"{REFERENCE}: the paper's 'slightly improved' naive variant")),
+            flag(
+                "symmetrize_statistic",
+                False,
+                ours(f"(S + S^T)/2 before the Newton root; {REFERENCE} l. 175-176 roots the dequantized S as is"),
+            ),
         )
     )
 
@@ -376,10 +386,15 @@ class Shampoo4bitNaive(_LowBitShampoo):
     def compute_inverse_roots(
         self, items: Sequence[tuple[dict[str, Any], BlockSlices]], group: Mapping[str, Any]
     ) -> None:
-        """L^ = Q((D(L_bar) + eps lambda_max I)^{-1/4}) (Alg. 4 lines 8-9 on quantized storage)."""
+        """L^ = Q((D(L_bar) + eps lambda_max I)^{-1/4}) (Alg. 4 lines 8-9 on quantized storage).
+
+        D(L_bar) is not symmetric (entries (i, j) and (j, i) lie in different quantization blocks, with different
+        scales); the Newton root iterates on it as given, as the authors' code; `symmetrize_statistic` roots
+        (D(L_bar) + D(L_bar)^T) / 2 instead (root_method eigh always does).
+        """
 
         def root_of(state: dict[str, Any], k: int, side: str, _: int) -> Tensor:
-            return self._inverse_root(_load(state, f"{side}_stat_{k}"), group)
+            return self._inverse_root(_load(state, f"{side}_stat_{k}"), group, group["symmetrize_statistic"])
 
         self._refresh_roots(items, group, root_of, group["keep_diagonal"])
 
@@ -470,7 +485,8 @@ SHAMPOO_4BIT_NAIVE = register(
         + (
             "root_method newton (Alg. 4: power iteration + coupled Schur-Newton on the dequantized statistic). "
             "keep_diagonal True keeps each matrix's diagonal fp32 and quantizes the off-diagonal part; False "
-            "quantizes the whole matrix."
+            "quantizes the whole matrix. The Newton root iterates on the dequantized statistic as it is (not "
+            "symmetric), as the authors' code; symmetrize_statistic True (ours) roots (S + S^T) / 2, a kinder baseline."
         ),
         lr_keys=("lr",),
         state_bytes=naive_state_bytes,
