@@ -47,8 +47,15 @@ fixed cost per launch): the bucket's gradients and projections are stacked (two 
 by one batched product each, the moments of all matrices advance by `torch._foreach_*` ops, and the update is added
 to the parameters by one foreach add per distinct step size. The arithmetic is the per-matrix one, with the same
 roundings except that the update is a product rounded then added to W (`add_stacked`), where an unbatched addmm
-could fuse the two. Same-shape matrices refreshed at the same step share one batched SVD call; a wide gradient
-is decomposed through its transpose (same subspaces, several times faster in LAPACK on CPU). A failed SVD keeps
+could fuse the two. Same-shape matrices refreshed at the same step share one batched SVD call. The SVD is taken as
+the reference's projector takes it (`galore_projector.py` lines 76-93: torch.linalg.svd of the float32 gradient
+itself, then U[:, :r] or Vh[:r]), so the singular vectors' signs are the reference's on every shape: with
+`reproject_moments=False` the moments are carried unchanged across a refresh, and a basis vector of the opposite
+sign would add that direction's old momentum with the opposite sign (decomposing a wide gradient through G^T, as
+this module once did, put the weights 0.24 to 0.79 of the update's size away from the reference's within 12 steps:
+issue 36, tests/optim/test_galore_authors_code.py). Only with `reproject_moments=True`,
+where the update does not depend on the signs, is a wide gradient decomposed through its transpose (same subspaces,
+faster in LAPACK on CPU). A failed SVD keeps
 the previous projection and counts the event in `solver_failures`; the SVD is retried at the next step and the
 third consecutive failure for one matrix
 raises `SolverError`. A matrix whose very first SVD fails takes no step (it has no projection yet).
@@ -160,6 +167,14 @@ def add_stacked(params: list[nn.Parameter], updates: Tensor, coefficients: list[
     for coefficient, members in by_coefficient.items():
         targets = [params[i] for i in members]
         torch._foreach_add_(targets, [rows[i].reshape(params[i].shape) for i in members], alpha=coefficient)
+
+
+def transposes_wide_gradients(stacked: Tensor, group: Mapping[str, Any]) -> bool:
+    """Whether a (k, m, n) stack of gradients is decomposed through its transpose: only a wide one (m < n), and only
+    when the moments are re-projected at a refresh (the update then does not depend on the singular vectors' signs,
+    and LAPACK's gesdd is faster on the tall orientation on CPU). Otherwise the stack is decomposed as it is, as the
+    reference's projector does, so that the moments carried across a refresh keep the reference's signs."""
+    return group["reproject_moments"] and stacked.size(-2) < stacked.size(-1)
 
 
 def _svd_failure(shape: tuple[int, ...], streak: int) -> str:
@@ -341,19 +356,19 @@ class GaLore(StructuredOptimizer):
     def _bases(stacked: Tensor, rank: int, right: bool, group: Mapping[str, Any], step: int) -> list[Tensor]:
         """Top-r singular vectors: rows of V^T (r x n) for the right side, columns of U (m x r) for the left.
 
-        A wide gradient is decomposed as its (tall) transpose, G^T = U' S V'^T, so U = V' and V = U': the
-        same singular subspaces, several times faster in LAPACK's gesdd on CPU (singular-vector signs are
-        arbitrary either way and may differ from those of the SVD of G itself).
+        The gradient is decomposed as it is, as the reference's projector does (`galore_projector.py` line 81), so
+        the signs are the reference's; `transposes_wide_gradients` says when a wide one is decomposed as its
+        transpose, G^T = U' S V'^T, U = V' and V = U' (same subspaces, other signs).
         """
         generator = None
         if group["svd_method"] == "randomized":
             generator = torch.Generator(device=stacked.device)
             generator.manual_seed((group["svd_seed"] * 1_000_003 + step) % (2**63))
-        tall = stacked.size(-2) >= stacked.size(-1)
+        transposed = transposes_wide_gradients(stacked, group)
         u, _, vh = linalg.truncated_svd(
-            stacked if tall else stacked.mT, rank, method=group["svd_method"], generator=generator
+            stacked.mT if transposed else stacked, rank, method=group["svd_method"], generator=generator
         )
-        left, right_rows = (u, vh) if tall else (vh.mT, u.mT)
+        left, right_rows = (vh.mT, u.mT) if transposed else (u, vh)
         basis = right_rows if right else left
         return [b.clone(memory_format=torch.contiguous_format) for b in basis]
 

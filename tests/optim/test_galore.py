@@ -36,7 +36,6 @@ from tests.support.lowrank_helpers import (
     known_matrix,
     step_together,
     steps_beside_oracle,
-    svd_through_tall_orientation,
     top_basis,
 )
 from tests.support.newton_schulz import gamma
@@ -303,7 +302,7 @@ def test_refresh_happens_exactly_on_schedule(monkeypatch, schedule: str, expecte
         assert all(changed) or not any(changed)
         if any(changed):
             refreshed.append(t)
-            assert sorted(spy.calls) == [(1, 7, 3), (2, 6, 4)]  # one batched SVD per shape; wide ones transposed
+            assert sorted(spy.calls) == [(1, 3, 7), (2, 6, 4)]  # one batched SVD per shape; wide ones as they are
         else:
             assert spy.calls == []
     assert refreshed == expected
@@ -460,24 +459,21 @@ def test_sign_of_singular_vectors_matters_only_without_reprojection(monkeypatch,
 # --- parity with the oracle -----------------------------------------------------------------------------
 
 
-def test_parity_with_pytorch_optimizer(monkeypatch) -> None:
+def test_parity_with_pytorch_optimizer() -> None:
     """pytorch_optimizer 4.1.0 GaLore, projection_type 'std', over 8 steps with T = 3 (refreshes at 1, 3, 6).
 
     Switches used: refresh_schedule='paper' (the oracle refreshes when its step counter, 1-based, is 1 or a
     multiple of T), reproject_moments=False, svd_method='exact', proj_type='std'.
-    Singular-vector signs: LAPACK's signs for G and for G^T differ, and structbench decomposes a wide G
-    through G^T. Both are valid SVDs, but without re-projection the carried-over moments depend on the
-    signs, so the oracle's torch.linalg.svd is wrapped to take the same orientation (for tall inputs, ours
-    included, the wrapper is torch.linalg.svd itself). Remaining differences, none exercised here: the
-    oracle counts steps per group (ours per parameter, as the official code; equal when every parameter has
-    a gradient at every step); it projects bfloat16 gradients in bfloat16 (ours float32, so the test is
-    float32); it gives non-2-D parameters plain Adam (ours projects conv filters as matrices, so the test is
-    2-D); it keeps a Python projector object in the state (no state_dict round trip). Rounding differs in
+    Singular-vector signs: both take torch.linalg.svd of the gradient itself, wide ones included, so their
+    signs agree (without re-projection the carried-over moments depend on them). Remaining differences, none
+    exercised here: the oracle counts steps per group (ours per parameter, as the official code; equal when
+    every parameter has a gradient at every step); it projects bfloat16 gradients in bfloat16 (ours float32, so
+    the test is float32); it gives non-2-D parameters plain Adam (ours projects conv filters as matrices, so the
+    test is 2-D); it keeps a Python projector object in the state (no state_dict round trip). Rounding differs in
     the last bits: the oracle updates m with lerp_ and decays with p *= 1 - lr*wd, ours with the reference's
     m*b1 + (1-b1)g and p += -lr*wd*p, and adds the projected-back update with one addmm. Gradients are fixed
     tensors (not recomputed from the parameters), so both see identical SVD inputs; the tolerance is a measured
     kernel spread (below)."""
-    monkeypatch.setattr(torch.linalg, "svd", svd_through_tall_orientation)
     from pytorch_optimizer import GaLore as OracleGaLore
 
     # (c) Measured, not bounded (an Adam step divides rounding by sqrt(v) + eps entrywise): across AVX2, SSE4.2-only,

@@ -16,8 +16,6 @@ F64 = torch.float64
 U32 = 2.0**-24
 """float32 unit roundoff."""
 Svd = tuple[Tensor, Tensor, Tensor]
-TORCH_SVD = torch.linalg.svd
-"""torch.linalg.svd itself, kept for `svd_through_tall_orientation` while a test monkeypatches the original."""
 
 
 def known_matrix(m: int, n: int, singular: list[float], seed: int) -> Tensor:
@@ -63,14 +61,6 @@ def growth_outside_the_subspace(seed: int) -> tuple[Tensor, Tensor, Tensor, Tens
     z = torch.randn(6, 10, generator=torch.Generator().manual_seed(seed + 2), dtype=F64)
     g2 = (g1.to(F64) + 0.2 * (z - basis @ basis.T @ z)).float()
     return w0, g1, g2, basis
-
-
-def svd_through_tall_orientation(a: Tensor, full_matrices: bool = True) -> Svd:
-    """torch.linalg.svd, a wide matrix decomposed through its transpose (as structbench's GaLore does)."""
-    if a.size(-2) >= a.size(-1):
-        return tuple(TORCH_SVD(a, full_matrices=full_matrices))
-    u, s, vh = TORCH_SVD(a.mT, full_matrices=full_matrices)
-    return vh.mT, s, u.mT
 
 
 class Rounding:
