@@ -24,8 +24,8 @@ and the result re-quantized; every T2 the root is computed by Schur-Newton from 
 is, not symmetric (its (i, j) and (j, i) entries lie in different quantization blocks), as the paper's naive baseline
 is specified (Sec. 3.1: the inverse root of the dequantized statistic) and as the authors' `shampoo1.py` (lines
 175-176) computes it. `symmetrize_statistic=True` (ours, off by default) roots (S + S^T) / 2 instead: a slightly
-kinder baseline, whose root differs at the first root step by the size of the quantization's asymmetry
-(`tests/optim/test_shampoo4bit_authors_code.py` measures it).
+kinder baseline: in `tests/optim/test_shampoo4bit_authors_code.py`'s problems (orders 64-96, 4 bits) its roots
+differ from the authors' by 4 % to 19 % of their largest entry, against a float32 noise floor of about 1e-6.
 
 Details the paper leaves open follow the authors' code (Sike-Wang/low-bit-Shampoo `optimizers/shampoo2.py`
 and `shampoo1.py`, with `qtensor/utils.py`):
