@@ -27,8 +27,10 @@ ADAMW_FALLBACK = Declaration(
 )
 """torch.optim.AdamW for the parameters a hybrid's structured method leaves to it, declared once for every hybrid:
 its valid values are torch AdamW's (betas in [0, 1), eps and weight decay >= 0) and its defaults Keller Jordan's Muon
-reference code's auxiliary Adam. An entry whose paper or reference code treats those parameters otherwise states
-its own defaults with `adamw_fallback` (or `ADAMW_FALLBACK.with_defaults`, field by field)."""
+reference code's auxiliary Adam, whose arithmetic torch AdamW shares (muon.py `adam_update`, commit 857d1ad: eps added
+to the bias-corrected sqrt(v), decay before the update; tests/optim/test_muon_authors_code.py). An entry whose paper
+or reference code treats those parameters otherwise states its own defaults with `adamw_fallback` (or
+`ADAMW_FALLBACK.with_defaults`, field by field)."""
 
 
 def adamw_fallback(

@@ -2,8 +2,9 @@
 
 Paper: K. Jordan, Y. Jin, V. Boza, J. You, F. Cesista, L. Newhouse, J. Bernstein, "Muon: An optimizer for
 hidden layers in neural networks" (2024, kellerjordan.github.io/posts/muon), Algorithm 1; reference code
-KellerJordan/Muon `muon.py` (`muon_update`, `SingleDeviceMuon`) and `torch.optim.Muon`
-(both read for their semantics). For each matrix W (a conv filter viewed as (out, in*kh*kw)) with
+KellerJordan/Muon `muon.py` (`muon_update`, `SingleDeviceMuon`; commit 857d1ad) and `torch.optim.Muon`
+(both read for their semantics; tests/optim/test_muon_authors_code.py steps beside a transcription of the former).
+For each matrix W (a conv filter viewed as (out, in*kh*kw)) with
 gradient G_t, this module implements the reference code's form of Algorithm 1:
 
     B_t = B_{t-1}.lerp(G_t, 1 - mu)             EMA momentum (`momentum_form="sum"`: B_t = mu B_{t-1} + G_t)

@@ -541,7 +541,12 @@ SUMO_FALLBACK = adamw_fallback(
     eps=1e-6,
     weight_decay=0.0,
 )
-"""GaLore's recipe, which the paper follows: the other parameters in the same AdamW at the same lr (Table 7's)."""
+"""GaLore's recipe, which the paper follows: the other parameters in the same AdamW at the same lr (Table 7's). Its
+values only: the optimizer is torch.optim.AdamW, which adds eps to the bias-corrected sqrt(v). GaLore's own AdamW
+(galore_torch/adamw.py, commit 2cc66f8, lines 120-126) adds it to the uncorrected sqrt(v) and folds the corrections
+into the step, an effective eps / sqrt(1 - beta2^t) (32 eps at t = 1), and decays the updated weights. At eps 0 and no
+weight decay the two agree to rounding; with gradients near eps / sqrt(1 - beta2) the first updates differ
+(tests/optim/test_sumo_authors_code.py measures both)."""
 
 HEAD_SWITCH = head_switch(True, ours("the paper follows GaLore, whose recipe trains the head with AdamW"))
 
