@@ -10,7 +10,7 @@ only). Per matrix W (m x n; conv filters as (out, in*kh*kw)), the projected side
 
     if t == 1 or t mod T == 0:                                                       (Alg. 9 line 4)
         U ~ N(0, 1/r) (m x r, or r x n on the right side), from a new seed               (lines 5-6)
-        -- or, Apollo-svd: the top-r singular vectors of G, as GaLore
+        -- or, Apollo-svd: the top-r singular vectors of G, as GaLore (`GaLore._bases`)
     sigma = U^T G (r x n) or G V (m x r)                                             (line 10)
     m = b1 m + (1 - b1) sigma;  v = b2 v + (1 - b2) sigma^2;  N = m / (sqrt(v) + eps)  (line 11, HF-style)
     s_c = ||N_c|| / (||sigma_c|| + 1e-8)  per channel c (norms along r: columns of a left projection, rows of
@@ -46,6 +46,11 @@ Reading of Alg. 9 against the reference code (each in the registry notes or a de
   operations: a score of launches per bucket, more than the one per matrix at GPT-2's buckets of 12 and 24, and
   a different stream from torch's.)
 - Refresh schedule "paper" (Alg. 9 line 4); "reference" is the code's 0-based counter (t = 1, T + 1, ...).
+- Apollo-svd's SVD is GaLore's, of the gradient itself as the reference's `svd_projector.py` (line 128) takes it, so
+  the singular vectors' signs are the reference's on every shape: the moments are carried unchanged across a
+  refresh, and opposite signs would add the old momentum of a direction with the opposite sign. The random
+  projection's seeds are ours (the reference chains torch.randint draws from the parameter's index), so Apollo-mini
+  agrees with the reference given the same draws (tests/optim/test_apollo_authors_code.py), not draw for draw.
 - `scaled_gradient="raw"` is Alg. 9 and the reference (a full-rank update); "projected" is pytorch_optimizer's
   APOLLO (4.1.0): sigma Diag(s) is limited in the low-rank space and projected back, U (sigma Diag(s)), a
   rank-r update — a different algorithm, offered for comparison only. (pytorch_optimizer also multiplies the

@@ -31,7 +31,10 @@ Switches (each declared in `Fira.hparams` with its source):
   no-compensation baseline).
 - `gamma` (1.01) is the threshold the reference code hard-codes.
 - Everything GaLore has: `refresh_schedule` ("paper" = t == 1 or t mod T == 0 as in Alg. 8; "reference" = the
-  official code's 0-based counter, t = 1, T + 1, ...), `proj_type`, `reproject_moments`, `svd_method`.
+  official code's 0-based counter, t = 1, T + 1, ...), `proj_type`, `reproject_moments`, `svd_method`. The SVD is
+  GaLore's (`GaLore._bases`), taken of the gradient itself as the reference's `gradient_projection.py` does (lines
+  93-116), so the singular vectors' signs, and with them the moments carried across a refresh, are the reference's
+  on wide matrices too (tests/optim/test_fira_authors_code.py steps both side by side).
 
 Differences from the reference code: the limiter divides by psi rather than psi + 1e-8 (`racs.limiter_factor`,
 shared with RACS and Alice) and skips when psi = 0 rather than only at the first step; the reference takes
