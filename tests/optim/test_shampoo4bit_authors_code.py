@@ -25,7 +25,8 @@ import pytest
 import torch
 from torch import Tensor, nn
 
-from structbench.optim.shampoo4bit import Shampoo4bitNaive
+from structbench.optim import linalg
+from structbench.optim.shampoo4bit import Shampoo4bit, Shampoo4bitNaive
 from tests.support.low_bit_shampoo_code import compute_power
 
 SHAPES = {"wide": (64, 96), "tall": (96, 64), "square": (64, 64), "conv": (64, 8, 3, 3)}
@@ -86,3 +87,70 @@ def test_the_symmetrising_switch_roots_the_symmetric_part() -> None:
         reference, bound = float32_bound((stat + stat.mT) / 2)
         assert relative(root, reference) <= bound
         assert relative(root, compute_power(stat.double(), 4)) > 10 * bound
+
+
+# ---- shampoo-4bit's QR sign convention against the authors' raw QR (information: measured, documented) ----
+
+QR_SHAPES = {"wide": (64, 96), "conv": (64, 8, 3, 3)}
+QR_STEPS, NOISE_SEEDS = 12, (0, 1)
+
+
+def raw_subspace_step(a: Tensor, q: Tensor, iters: int = 1) -> Tensor:
+    """The authors' PU subspace step, qtensor/utils.py l. 115: torch.linalg.qr(A V) with its own signs."""
+    basis = q.to(torch.float32)
+    for _ in range(iters):
+        basis, _ = torch.linalg.qr(a.to(torch.float32) @ basis)
+    return basis.to(q.dtype)
+
+
+def low_rank_gradients(shape: tuple[int, ...], seed: int = 0) -> list[Tensor]:
+    gen = torch.Generator().manual_seed(seed)
+    rows, cols = shape[0], torch.Size(shape[1:]).numel()
+    out = []
+    for _ in range(QR_STEPS):
+        low_rank = torch.randn(rows, 4, generator=gen) @ torch.randn(4, cols, generator=gen)
+        out.append((low_rank + 0.3 * torch.randn(rows, cols, generator=gen)).reshape(shape))
+    return out
+
+
+def one_ulp_apart(grads: list[Tensor], seed: int) -> list[Tensor]:
+    """Each entry moved one float32 ulp up or down, the direction drawn with `seed`."""
+    gen = torch.Generator().manual_seed(seed)
+    out = []
+    for grad in grads:
+        up = torch.rand(grad.shape, generator=gen) < 0.5
+        out.append(torch.nextafter(grad, torch.where(up, torch.inf, -torch.inf)))
+    return out
+
+
+def final_delta(shape: tuple[int, ...], grads: list[Tensor]) -> Tensor:
+    """W_T - W_0 of Shampoo4bit (T1 = 1, T2 = 3) on `grads`."""
+    w0 = torch.randn(shape, generator=torch.Generator().manual_seed(1))
+    param = nn.Parameter(w0.clone())
+    optimizer = Shampoo4bit([param], lr=0.1, stat_interval=1, root_interval=3)
+    for grad in grads:
+        param.grad = grad.clone()
+        optimizer.step()
+    return param.detach() - w0
+
+
+def noise_floor(shape: tuple[int, ...], grads: list[Tensor]) -> float:
+    """The largest relative move of W_T - W_0 under one-ulp perturbations of the gradients."""
+    base = final_delta(shape, grads)
+    return max(relative(final_delta(shape, one_ulp_apart(grads, seed)), base.double()) for seed in NOISE_SEEDS)
+
+
+@pytest.mark.parametrize("shape_name", sorted(QR_SHAPES))
+def test_qr_sign_convention_stays_inside_the_one_ulp_noise_floor(
+    shape_name: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Positive diag(R) (ours) against raw QR (the authors'): W_T - W_0 after four root refreshes differ by no more
+    than twice what one-ulp gradient perturbations move either convention (the numbers in shampoo4bit's docstring
+    come from this problem)."""
+    shape = QR_SHAPES[shape_name]
+    grads = low_rank_gradients(shape)
+    positive, positive_floor = final_delta(shape, grads), noise_floor(shape, grads)
+    monkeypatch.setattr(linalg, "subspace_iteration", raw_subspace_step)
+    raw, raw_floor = final_delta(shape, grads), noise_floor(shape, grads)
+    assert relative(raw, positive.double()) > 0, "the conventions are expected to differ"
+    assert relative(raw, positive.double()) <= 2 * max(positive_floor, raw_floor)
