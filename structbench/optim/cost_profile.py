@@ -181,9 +181,10 @@ def count(step: Callable[[], Any], optimizer: torch.optim.Optimizer | None = Non
     return cost
 
 
-AS_ON_CUDA = {"batch_matrices": "on", "ns_dtype": "bfloat16"}
+AS_ON_CUDA = {"batch_matrices": "on", "ns_dtype": "bfloat16", "root_check": "deferred"}
 """Hyperparameters whose default "auto" resolves by device, set as it resolves on CUDA (same-shape matrices stacked,
-Muon's Newton–Schulz in bfloat16), so that the counts are a GPU's, not this device's."""
+Muon's Newton–Schulz in bfloat16, FISMO's root checks read a step later), so that the counts are a GPU's, not this
+device's."""
 SHORT_INTERVAL = 3
 """The refresh interval the profile runs at, so that every path is reached in a few steps; what the refreshes add is
 then spread over the default interval."""

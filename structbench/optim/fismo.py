@@ -29,7 +29,7 @@ Implementation (each choice exact in exact arithmetic, within a stated tolerance
   path: warm updates with a host check after each, at most `NEWTON_WARM_ITERS`, then a cold coupled start, at most
   `NEWTON_COLD_ITERS`, then the eigendecomposition below; a first refresh is "checked"). A root passes when its
   residual ||Z X Z - I||_F / sqrt(d) is at most `root_tol` (for a kept root: its probe estimate at most
-  root_tol / PROBE_MARGIN). With `root_check="deferred"` (default) "kept" and "warm" read nothing on the host: their
+  root_tol / PROBE_MARGIN). With `root_check="deferred"` "kept" and "warm" read nothing on the host: their
   pass/fail flags go to a DeferredCheck and are read at the next step, which first repairs each root that failed by
   the host-checked path (an eigendecomposition there adds one to the matrix's `root_fallbacks` and to the
   optimizer's, recorded in the runs table's `root_fallbacks` column) and refreshes that stack "checked" next. The
@@ -38,14 +38,19 @@ Implementation (each choice exact in exact arithmetic, within a stated tolerance
   about 1 % off the exact update for the steps after it), and a matrix's solver failures are counted, and the third
   in a row raised, one step later. `state_dict()` makes the pending repairs first, so a resumed run continues
   exactly. With `root_check="immediate"` every refresh is "checked" at once (host reads every step: the behaviour
-  before the deferred check). No eigenvalue floor is applied to Newton–Schulz roots (in exact arithmetic the damping
-  already bounds the spectrum below). A root with residual r is about r / 2 from the exact root, relative, so each
-  step's update stays within about root_tol (default 1e-3) of the exact form; tests/optim/test_matrix_roots.py checks
-  3 root_tol against float64 eigendecompositions over several steps. Where the gradients are small (tr L << m) the
-  factors move little per step and the roots stay "kept": a step then costs the products above, the polar step and
-  the probes (3 products of d x d by d x 64 per factor), and the warm updates' 2 + 3 NEWTON_STEADY_UPDATES d x d
-  products only when a probe residual passes root_tol / PROBE_MARGIN^2. (Warm updates every step would cost about
-  5x the rest of the step in d^3 products at GPT-2-small's 3072 x 768 matrices: hence the probe-kept mode.)
+  before the deferred check). The default `root_check="auto"` is "deferred" on a device that queues work (CUDA), where a
+  host read waits for every queued kernel, and "immediate" on the CPU, where it waits for nothing: there the deferred
+  path's "warm" refresh (2 + 3 NEWTON_STEADY_UPDATES d x d products, however close the root already is) costs more than
+  a host-checked one, which stops at the first iterate that passes (ResNet-18's 4608 x 4608 factors on a 2-core CPU:
+  about 100 s for the "warm" second step against 6 s host-checked). No eigenvalue floor is applied to Newton–Schulz
+  roots (in exact arithmetic the damping already bounds the spectrum below). A root with residual r is about r / 2 from
+  the exact root, relative, so each step's update stays within about root_tol (default 1e-3) of the exact form;
+  tests/optim/test_matrix_roots.py checks 3 root_tol against float64 eigendecompositions over several steps. Where the
+  gradients are small (tr L << m) the factors move little per step and the roots stay "kept": a step then costs the
+  products above, the polar step and the probes (3 products of d x d by d x 64 per factor), and the warm updates' 2 + 3
+  NEWTON_STEADY_UPDATES d x d products only when a probe residual passes root_tol / PROBE_MARGIN^2. (Warm updates every
+  step would cost about 5x the rest of the step in d^3 products at GPT-2-small's 3072 x 768 matrices: hence the
+  probe-kept mode.)
 - `root_method="eigh"` (exact): one symmetric eigendecomposition per factor (linalg.eigh_with_retry: float32,
   float64 retry; `root_dtype="float64"` solves in float64). Eigenvalues are clamped at the floor
   (1 - gamma) d m / tr P~_t that damping d = mu tr(P_{t-1})/m guarantees (proof of Lemma D.2, Eq. 28), which only
@@ -117,7 +122,9 @@ ORDERS = ("gauss_seidel", "jacobi")
 DAMPINGS = ("algorithm", "theorem")
 ROOT_DTYPES: dict[str, torch.dtype] = {"float32": torch.float32, "float64": torch.float64}
 ROOT_METHODS = ("eigh", "newton")
-ROOT_CHECKS = ("deferred", "immediate")
+ROOT_CHECKS = ("auto", "deferred", "immediate")
+"""`root_check`: "auto" is "deferred" where the device queues work (CUDA), "immediate" on the CPU
+(`_checked_at_once`)."""
 NEWTON_WARM_ITERS = 6
 """Warm-started Newton–Schulz updates before a cold start (one step's factor moves by about 1 - gamma)."""
 NEWTON_PROBES = 64
@@ -286,9 +293,12 @@ class Fismo(EagerStructuredOptimizer):
             ),
             option(
                 "root_check",
-                "deferred",
+                "auto",
                 ROOT_CHECKS,
-                ours("'newton' roots checked a step later (no host read); 'immediate': at once, every refresh"),
+                ours(
+                    "'auto': 'deferred' on a device that queues work (CUDA), 'immediate' on the CPU; 'deferred': "
+                    "'newton' roots checked a step later (no host read); 'immediate': at once, every refresh"
+                ),
             ),
             real(
                 "root_tol",
@@ -465,7 +475,7 @@ class Fismo(EagerStructuredOptimizer):
             return self._eigh_side(stack, side, select, factor, floor, old_root, pending)
         dtype = ROOT_DTYPES[group["root_dtype"]]
         mode = max(stack.modes[row][SIDES.index(side)] for row in select.rows)
-        if mode == CHECKED or group["root_check"] == "immediate":
+        if mode == CHECKED or _checked_at_once(group["root_check"], factor.device):
             return self._checked_side(stack, side, select, factor, floor, old_root, pending)
         pending.floors[side] = floor
         probes = self._probe_matrix(dim, dtype, factor.device)
@@ -743,6 +753,13 @@ class _Roots:
     """Whether some matrix needed more than NEWTON_STEADY_UPDATES warm updates, or a cold start."""
 
 
+def _checked_at_once(root_check: str, device: torch.device) -> bool:
+    """Whether every refresh is host-checked at once: root_check "immediate", or "auto" on the CPU, where a host read
+    waits for nothing (the CPU runs each operator to its end before the next) and the host-checked refresh stops as
+    soon as its root passes, while a "warm" refresh always makes all NEWTON_STEADY_UPDATES updates."""
+    return root_check == "immediate" or (root_check == "auto" and device.type == "cpu")
+
+
 def _newton_inverse_roots(factors: Tensor, previous: Tensor, floor: Tensor, dtype: torch.dtype, tol: float) -> _Roots:
     """X^{-1/2} per matrix of a (k, d, d) SPD stack by Newton–Schulz: warm from `previous` (the last roots, host
     checks after each update), then cold, then by eigendecomposition (`_inverse_roots`) for the matrices still above
@@ -837,7 +854,8 @@ _NOTES = (
     "'newton' (default; matrix products only: the previous root kept on a probe check, or fixed warm Newton–Schulz "
     "updates, their checks read a step later (root_check 'deferred': no host sync; a root that failed its check is "
     "used for that step and repaired at the next by the host-checked warm, cold, then eigh path) or at once "
-    "(root_check 'immediate'); eigh fallbacks counted in root_fallbacks and the run's root_fallbacks column) or "
+    "(root_check 'immediate'; the default 'auto' is 'deferred' on CUDA, 'immediate' on the CPU); eigh fallbacks "
+    "counted in root_fallbacks and the run's root_fallbacks column) or "
     "'eigh' (exact). matmul_precision float32 (default) | tf32 | bfloat16 for the large non-root products. Newton "
     "roots have residual RMS(Z X Z - I) within root_tol (1e-3); each step's update stays within 3 root_tol of the "
     "float64 eigh form where the roots it used passed their check (tests/optim/test_matrix_roots.py)."

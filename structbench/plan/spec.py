@@ -25,8 +25,10 @@ sets its own eval_every (its length in steps depends on the data), is left as it
 eval_every or log_every the command line sets itself (`--set budget.eval_every=...`). So is a budget whose N steps are
 too few to hold MIN_EVALUATIONS - 1 intervals of MIN_EVAL_INTERVAL steps: such a run is a smoke check, evaluated
 before training and at the end only (eval_every 0), and the note says so (`--steps 3` on a per-epoch suite gives 2
-evaluations, not 4). The shortened values are part of the effective spec each run stores; each spec says what
-changed, or why nothing did, in its `budget_note`.
+evaluations, not 4). A smoke check also runs without warm-up steps (budget.warmup_steps 0: its timings include the
+first steps' setup, which it has no steady state to separate from) unless the suite file or the command line sets
+budget.warmup_steps; the note says so. The shortened values are part of the effective spec each run stores; each spec
+says what changed, or why nothing did, in its `budget_note`.
 """
 
 from __future__ import annotations
@@ -171,7 +173,8 @@ def load_suites(
         return specs, checks
     shorten_to = None if given & {f"budget.{k}" for k in SHORTENED} else steps
     overrides = [*overrides, f"budget.steps={steps}", "budget.epochs=0"]
-    return _load_suites(name_or_path, overrides, optims, seeds, sweep, search, shorten_to)
+    warmup_given = "budget.warmup_steps" in given
+    return _load_suites(name_or_path, overrides, optims, seeds, sweep, search, shorten_to, warmup_given)
 
 
 def _load_suites(
@@ -182,6 +185,7 @@ def _load_suites(
     sweep: bool,
     search: Search | None,
     shorten_to: int | None,
+    warmup_given: bool = False,
 ) -> tuple[list[SuiteSpec], dict[str, Any]]:
     name, path, raw = suite_file.read_suite_file(name_or_path)
     checks = _merge("checks", CHECK_DEFAULTS, raw.get("checks", {}))
@@ -189,14 +193,15 @@ def _load_suites(
         specs = [
             s
             for child in raw["include"]
-            for s in _load_suites(child, overrides, optims, seeds, sweep, search, shorten_to)[0]
+            for s in _load_suites(child, overrides, optims, seeds, sweep, search, shorten_to, warmup_given)[0]
         ]
         return specs, checks
     specs = resolve_suite(name, path, raw, overrides, optims, seeds, checks, sweep, search)
     if shorten_to is None or "experiment" in raw:
         return specs, checks
     own = {**BUDGET_DEFAULTS, **raw.get("budget", {})}
-    return [shorten(s, shorten_to, own) for s in specs], checks
+    keep_warmup = warmup_given or "warmup_steps" in raw.get("budget", {})
+    return [shorten(s, shorten_to, own, keep_warmup) for s in specs], checks
 
 
 MIN_EVALUATIONS = 5
@@ -212,9 +217,10 @@ def evaluations(steps: int, eval_every: int) -> int:
     return 1 + math.ceil(steps / eval_every)
 
 
-def shorten(suite: SuiteSpec, steps: int, own: Mapping[str, Any]) -> SuiteSpec:
+def shorten(suite: SuiteSpec, steps: int, own: Mapping[str, Any], keep_warmup: bool = False) -> SuiteSpec:
     """The suite with eval_every and log_every shortened for `steps` steps (module docstring) from `own`, the budget
-    its file declares with the defaults filled in; what changed is its `budget_note`."""
+    its file declares with the defaults filled in; what changed is its `budget_note`. A smoke check (`_too_short`)
+    also runs without warm-up unless `keep_warmup` (the suite file or the command line sets budget.warmup_steps)."""
     budget = suite.budget
     if evaluations(steps, int(budget["eval_every"])) >= MIN_EVALUATIONS:
         return suite
@@ -226,7 +232,7 @@ def shorten(suite: SuiteSpec, steps: int, own: Mapping[str, Any]) -> SuiteSpec:
     else:
         return suite
     if steps < MIN_EVAL_INTERVAL * (MIN_EVALUATIONS - 1):
-        return _too_short(suite, steps)
+        return _too_short(suite, steps, keep_warmup)
     eval_every = max(MIN_EVAL_INTERVAL, steps // max(intervals, MIN_EVALUATIONS - 1))
     log_every = int(budget["log_every"])
     if own_epochs <= 0:
@@ -256,16 +262,23 @@ def _check_evaluation_fits(suite: SuiteSpec) -> None:
     )
 
 
-def _too_short(suite: SuiteSpec, steps: int) -> SuiteSpec:
-    """The suite evaluated before training and at the end only: `steps` cannot hold the minimum curve (module
-    docstring)."""
+def _too_short(suite: SuiteSpec, steps: int, keep_warmup: bool) -> SuiteSpec:
+    """The suite evaluated before training and at the end only: `steps` cannot hold the minimum curve, and without
+    warm-up unless `keep_warmup` (module docstring)."""
     evaluated = evaluations(steps, int(suite.budget["eval_every"]))
     note = (
         f"{suite.name}: --steps {steps} is too short for {MIN_EVALUATIONS} evaluations at least {MIN_EVAL_INTERVAL} "
         f"steps apart, so eval_every is left at {suite.budget['eval_every']} and each run is evaluated {evaluated} "
-        "times (before training and at the end): a smoke check, with no curve to time a target on."
+        "times (before training and at the end): a smoke check, with no curve to time a target on"
     )
-    return dataclasses.replace(suite, budget_note=note)
+    warmup = int(suite.budget["warmup_steps"])
+    if keep_warmup or warmup == 0:
+        return dataclasses.replace(suite, budget_note=f"{note}.")
+    note += (
+        f"; its {warmup} warm-up steps are dropped (its times include the first steps' setup: "
+        "--set budget.warmup_steps=N keeps them)."
+    )
+    return dataclasses.replace(suite, budget={**suite.budget, "warmup_steps": 0}, budget_note=note)
 
 
 def check_include_cycles(name_or_path: str, chain: tuple[Path, ...] = ()) -> None:

@@ -8,10 +8,11 @@
 - matmul_precision: every large non-root product goes through precision.matmul with the group's precision, and one
   step's update stays within the error bound derived from precision.product_error_bound through the whitening,
   the SVD polar factor and the unwhitening, against float64.
-- 20-step trajectories (48 x 192 and 64 x 64, N(0, scale^2) gradients at scales 1 and 3): the default (Newton–Schulz
-  roots, deferred check, float32) against root_method "eigh" with root_dtype "float64", and matmul_precision "tf32" /
-  "bfloat16" against float32, each step within a bound carried link by link (roots, momentum, update, weights) from
-  the roots' residuals and the products' unit roundoffs (`_compare` states which parts are measured).
+- 20-step trajectories (48 x 192 and 64 x 64, N(0, scale^2) gradients at scales 1 and 3): the default on CUDA
+  (Newton–Schulz roots, deferred check, float32) against root_method "eigh" with root_dtype "float64", and
+  matmul_precision "tf32" / "bfloat16" against float32, each step within a bound carried link by link (roots, momentum,
+  update, weights) from the roots' residuals and the products' unit roundoffs (`_compare` states which parts are
+  measured).
 """
 
 from __future__ import annotations
@@ -33,6 +34,8 @@ from tests.support.newton_schulz import root_residual_less_rounding, worst_fismo
 F64 = torch.float64
 U32 = 2.0**-24
 SHAPES = [(12, 20), (12, 20), (20, 8), (8, 8)]
+AS_ON_CUDA = {"root_check": "deferred"}
+"""The GPU path: root_check "auto" (the default) is "deferred" on CUDA, "immediate" on the CPU these tests run on."""
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 
@@ -52,7 +55,7 @@ def test_a_steady_step_reads_no_value_on_the_host_and_decomposes_nothing() -> No
     and one warm one, the roots are kept: the step reads only the three stacks' deferred checks, decomposes nothing,
     and its only matrix products whose inner dimension is the factor's side d are the probes' (d x 64 operands)."""
     params = _params(SHAPES)
-    optimizer = Fismo(params)
+    optimizer = Fismo(params, **AS_ON_CUDA)
     gen = torch.Generator().manual_seed(1)
     for _ in range(3):
         _grads(params, 1e-3, gen)
@@ -67,7 +70,7 @@ def test_a_steady_step_reads_no_value_on_the_host_and_decomposes_nothing() -> No
 
 def test_state_tensors_are_views_of_one_stack_and_a_saved_state_dict_is_written_once() -> None:
     params = _params(SHAPES)
-    optimizer = Fismo(params)
+    optimizer = Fismo(params, **AS_ON_CUDA)
     gen = torch.Generator().manual_seed(2)
     for _ in range(2):
         _grads(params, 1.0, gen)
@@ -91,7 +94,7 @@ def _kept_roots_then_a_jump() -> tuple[list[nn.Parameter], Fismo, torch.Generato
     """FISMO (gamma 0.9) after three steps of small gradients (1e-3: the roots are kept) and one of large ones (scale
     30: its roots fail their deferred check, to be repaired at the next step); the generator, to draw on."""
     params = _params(SHAPES)
-    optimizer = Fismo(params, gamma=0.9)
+    optimizer = Fismo(params, gamma=0.9, **AS_ON_CUDA)
     gen = torch.Generator().manual_seed(3)
     for scale in (1e-3, 1e-3, 1e-3, 30.0):
         _grads(params, scale, gen)
@@ -123,7 +126,7 @@ def test_a_checkpoint_with_a_failed_root_pending_resumes_bit_identically() -> No
     buffer.seek(0)
     saved = torch.load(buffer, weights_only=False)
     fresh = [nn.Parameter(w.clone()) for w in saved["params"]]
-    reloaded = Fismo(fresh, gamma=0.9)
+    reloaded = Fismo(fresh, gamma=0.9, **AS_ON_CUDA)
     reloaded.load_state_dict(saved["optim"])
     assert all(torch.equal(a, b) for a, b in zip(continued, resume(reloaded, fresh), strict=True))
     assert optimizer.root_fallbacks == reloaded.root_fallbacks
@@ -251,7 +254,7 @@ def _trajectory(scale: float, **hparams: object) -> tuple[list[Tensor], list[lis
     each step's snapshots, the group's hyperparameters, and after each step the root modes the next one takes."""
     gen = torch.Generator().manual_seed(0)
     params = [nn.Parameter(torch.randn(*s, generator=gen) * 0.02) for s in TRAJECTORY_SHAPES]
-    optimizer = Fismo(params, **hparams)
+    optimizer = Fismo(params, **{**AS_ON_CUDA, **hparams})
     group = optimizer.param_groups[0]
     grads, snapshots, modes = [], [], []
     for _ in range(TRAJECTORY_STEPS):
@@ -432,12 +435,12 @@ def _compare(ours: tuple, theirs: tuple, chosen: tuple[str, str]) -> list[float]
 
 @pytest.mark.parametrize("scale", [0.1, 1.0, 3.0])
 def test_20_steps_of_the_default_stay_within_the_carried_bound_of_the_float64_eigh_run(scale: float) -> None:
-    """The default FISMO (root_method "newton", root_check "deferred", float32 products) against the exact-method run
-    (root_method "eigh", root_dtype "float64"), 20 steps, 48 x 192 and 64 x 64, N(0, scale^2) gradients, link by link
-    as `_compare` derives: at scales 1 and 3 the factors move by about 1 % and 8 % per step and the roots take the
-    "warm" refresh; at scale 0.1 (about 1e-4 per step) they are "kept" on their probe check (asserted). Every root a
-    step used passed root_tol (the deferred check's claim where the factors move by at most ~8 % per step; a kept
-    root passes above it with probability below 2e-9, linalg.inverse_sqrt_newton_schulz).
+    """The default FISMO on CUDA (root_method "newton", root_check "deferred", float32 products) against the
+    exact-method run (root_method "eigh", root_dtype "float64"), 20 steps, 48 x 192 and 64 x 64, N(0, scale^2)
+    gradients, link by link as `_compare` derives: at scales 1 and 3 the factors move by about 1 % and 8 % per step
+    and the roots take the "warm" refresh; at scale 0.1 (about 1e-4 per step) they are "kept" on their probe check
+    (asserted). Every root a step used passed root_tol (the deferred check's claim where the factors move by at most
+    ~8 % per step; a kept root passes above it with probability below 2e-9, linalg.inverse_sqrt_newton_schulz).
     The bound stays below 1 % of the update at every step (a root of the wrong power or a stale one moves the update
     by more: link 1 fails first, its bound is the residuals' ~1e-3 relative)."""
     ours = _trajectory(scale)

@@ -14,6 +14,7 @@ import pytest
 import torch
 from torch import nn
 
+import structbench.optim.fismo as fismo_module
 from structbench import measure
 from structbench.optim import linalg, registry
 from structbench.optim.cost_profile import count
@@ -211,7 +212,7 @@ def test_a_deferred_root_check_uses_a_failed_root_for_one_step_and_repairs_it() 
     shapes = [(48, 192), (64, 64)]
     tol = 1e-4
     reference, _ = _fismo_run(6, 10.0, shapes, root_method="eigh", root_dtype="float64")
-    newton, residuals, _ = _fismo_run_with_residuals(6, 10.0, shapes, root_tol=tol)
+    newton, residuals, _ = _fismo_run_with_residuals(6, 10.0, shapes, root_tol=tol, root_check="deferred")
     late = next(step for step, residual in enumerate(residuals) if residual > tol)
     assert residuals[late] > 10 * tol
     assert all(residual <= tol for residual in residuals[late + 1 :]), residuals
@@ -252,8 +253,35 @@ def test_a_run_records_root_method_and_the_fallbacks(cli, tmp_path) -> None:
     (run,) = read_runs(tmp_path).itertuples()
     hparams = json.loads(run.hparams)
     assert hparams["root_method"] == "newton"
-    assert (hparams["root_check"], hparams["matmul_precision"]) == ("deferred", "float32")
+    assert (hparams["root_check"], hparams["matmul_precision"]) == ("auto", "float32")
     assert run.status == "ok" and run.root_fallbacks == 2 * 5
+
+
+def _same_updates(ours: list[list[torch.Tensor]], theirs: list[list[torch.Tensor]]) -> bool:
+    """Whether two runs' per-step updates are equal bit for bit."""
+    steps = zip(ours, theirs, strict=True)
+    return all(torch.equal(a, b) for mine, other in steps for a, b in zip(mine, other, strict=True))
+
+
+@pytest.mark.parametrize("scale", [1.0, 10.0])
+def test_the_default_root_check_on_the_cpu_is_the_immediate_one(scale: float) -> None:
+    """root_check "auto" (the default) on CPU tensors takes the host-checked refresh at every step: six steps equal
+    root_check "immediate"'s bit for bit, so no stack takes the deferred path's fixed "warm" updates (which at these
+    scales give other roots, hence other updates, than the host-checked refresh: the deferred run differs)."""
+    shapes = [(48, 192), (64, 64)]
+    auto, _, optimizer = _fismo_run_with_residuals(6, scale, shapes)
+    immediate, _, _ = _fismo_run_with_residuals(6, scale, shapes, root_check="immediate")
+    deferred, _, _ = _fismo_run_with_residuals(6, scale, shapes, root_check="deferred")
+    assert _same_updates(auto, immediate) and not _same_updates(auto, deferred)
+    assert optimizer.param_groups[0]["root_check"] == "auto"
+
+
+@pytest.mark.parametrize(("check", "device", "at_once"), [
+    ("auto", "cpu", True), ("auto", "cuda", False), ("auto", "mps", False),
+    ("deferred", "cpu", False), ("immediate", "cuda", True),
+])  # fmt: skip
+def test_auto_defers_root_checks_only_where_the_device_queues_work(check: str, device: str, at_once: bool) -> None:
+    assert fismo_module._checked_at_once(check, torch.device(device)) is at_once
 
 
 def test_a_warm_start_is_kept_within_tol_and_iterated_above_it() -> None:

@@ -76,6 +76,39 @@ def test_three_steps_of_a_per_epoch_suite_are_evaluated_at_the_start_and_end_onl
     assert "evaluated 2 times" in kept.budget_note
 
 
+def test_a_smoke_check_runs_without_warm_up_unless_the_command_line_or_the_suite_sets_it(tmp_path):
+    # A smoke check has no steady state for a warm-up to separate from the first steps: its 2 default warm-up steps
+    # would take 2 of the run's 5 optimizer steps (FISMO's first steps on ResNet-18 cost minutes on a CPU).
+    assert spec.BUDGET_DEFAULTS["warmup_steps"] == 2
+    [smoke], _ = spec.load_suites("cifar10", steps=3)
+    assert smoke.budget["warmup_steps"] == 0
+    assert "its 2 warm-up steps are dropped" in smoke.budget_note
+    [asked], _ = spec.load_suites("cifar10", ["budget.warmup_steps=2"], steps=3)
+    assert asked.budget["warmup_steps"] == 2 and "warm-up" not in asked.budget_note
+    [longer], _ = spec.load_suites("cifar10", steps=40)
+    assert longer.budget["warmup_steps"] == 2
+    own = tmp_path / "own.toml"
+    own.write_text(
+        'task = "quadratic"\noptims = ["sgd"]\n[budget]\nsteps = 100\neval_every = 10\nwarmup_steps = 1\n'
+    )
+    [declared], _ = spec.load_suites(str(own), steps=3)
+    assert declared.budget["warmup_steps"] == 1 and "too short" in declared.budget_note
+
+
+def test_the_report_says_which_runs_were_timed_without_warm_up(cli, tmp_path):
+    smoke = ("run", "--suite", "quadratic", "--optim", "adamw", "--seed", "0", "--steps", "3", "--quiet")
+    first = cli(*smoke, "--out", tmp_path / "smoke")
+    assert first.exit_code == 0, first.output
+    assert "its 2 warm-up steps are dropped" in " ".join(first.output.split())
+    report = cli("report", "--out", tmp_path / "smoke")
+    assert "without warm-up (budget.warmup_steps 0): adamw" in " ".join(report.stdout.split())
+    kept = cli(*smoke, "--set", "budget.warmup_steps=1", "--out", tmp_path / "kept")
+    assert kept.exit_code == 0, kept.output
+    [run] = read_runs(tmp_path / "kept").itertuples()
+    assert json.loads(run.spec)["budget"]["warmup_steps"] == 1 and run.warmup_s > 0
+    assert "without warm-up" not in " ".join(cli("report", "--out", tmp_path / "kept").stdout.split())
+
+
 def test_forty_steps_of_a_long_suite_are_evaluated_every_other_step_at_most():
     # cifar10's 200 intervals in 40 steps: floor(40 / 200) = 0, raised to the 2-step minimum: 1 + 40 / 2 = 21
     # evaluations (the old rule: every step, 41).

@@ -1,7 +1,11 @@
-"""Notes on how a suite's runs were measured: an evaluation subset, contention for the CPU, step-time outliers.
+"""Notes on how a suite's runs were measured: an evaluation subset, no warm-up, contention for the CPU, step-time
+outliers.
 
 - Evaluation subset: a run whose `task_args.eval_examples` is positive was evaluated on a fixed subset of its test
   and validation splits (its spec's `task_args_resolved` says how many examples each had), not on the whole splits.
+- No warm-up: a run whose spec's `budget.warmup_steps` is 0 (a `run --steps N` smoke check drops it: plan/spec.py)
+  timed its first steps, whose setup (optimizer state built, first kernels) the warm-up otherwise keeps off the
+  clock, in its wall-clock, step times and time to target.
 - Contention: a run whose machine's 1-minute load average, at its start or its end (`load_avg_start`,
   `load_avg_end`), exceeded the cores it could use (`cpu_usable`) shared the CPU with other work, so its step times
   are inflated by an unknown amount (environment.contended).
@@ -26,7 +30,7 @@ OUTLIER_FACTOR = 2.0
 
 def measurement_notes(variants: Sequence[VariantSummary]) -> list[str]:
     """The suite's notes on evaluation subsets, contended runs and step-time outliers (module docstring)."""
-    notes = [_subset_note(variants), _contention_note(variants), _outlier_note(variants)]
+    notes = [_subset_note(variants), _warmup_note(variants), _contention_note(variants), _outlier_note(variants)]
     return [note for note in notes if note]
 
 
@@ -37,13 +41,19 @@ def _column(summary: VariantSummary, column: str) -> list[object]:
     return summary.variant.values(column).tolist()
 
 
-def _eval_sizes(spec_text: object) -> tuple[int, int] | None:
-    """(test, validation) examples each evaluation read when the run's spec sets an evaluation subset, else None."""
+def _spec(spec_text: object) -> dict:
+    """A run's stored spec, {} when it is not a JSON object."""
     try:
         spec = json.loads(str(spec_text))
     except ValueError:
-        return None
-    if not isinstance(spec, dict) or int((spec.get("task_args") or {}).get("eval_examples") or 0) <= 0:
+        return {}
+    return spec if isinstance(spec, dict) else {}
+
+
+def _eval_sizes(spec_text: object) -> tuple[int, int] | None:
+    """(test, validation) examples each evaluation read when the run's spec sets an evaluation subset, else None."""
+    spec = _spec(spec_text)
+    if not spec or int((spec.get("task_args") or {}).get("eval_examples") or 0) <= 0:
         return None
     resolved = spec.get("task_args_resolved") or {}
     count = int(spec["task_args"]["eval_examples"])
@@ -62,6 +72,22 @@ def _subset_note(variants: Sequence[VariantSummary]) -> str:
     return (
         f"evaluation subset (task_args.eval_examples): {listed}; their losses and metrics come from a fixed subset "
         "of the splits, not the whole splits."
+    )
+
+
+def _without_warmup(spec_text: object) -> bool:
+    """Whether the run's spec sets budget.warmup_steps to 0 (a spec from before warm-up existed has no such key)."""
+    budget = _spec(spec_text).get("budget") or {}
+    return isinstance(budget, dict) and budget.get("warmup_steps") == 0
+
+
+def _warmup_note(variants: Sequence[VariantSummary]) -> str:
+    marked = [s.label for s in variants if any(_without_warmup(spec) for spec in _column(s, "spec"))]
+    if not marked:
+        return ""
+    return (
+        f"without warm-up (budget.warmup_steps 0): {'; '.join(marked)}: their wall-clock, step times and time to "
+        "target include the first steps' setup (optimizer state built, first kernels)."
     )
 
 
