@@ -1,4 +1,9 @@
-"""Naive 4-bit Shampoo's inverse roots against a float64 transcription of the authors' code.
+"""4-bit Shampoo and its naive baseline against a float64 transcription of the authors' code.
+
+Three parts: the naive variant's roots at every root step (below); shampoo-4bit's QR sign convention against the
+authors' raw QR, measured against the one-ulp noise floor; shampoo-4bit at bits = 32 (PU's QR step and Rayleigh
+eigenvalues, PIRU's root from eigenpairs, grafting and both bases) stepped beside `shampoo2.py` at prec_bits = 32.
+The 4-bit quantizer itself is not transcribed here (tests/optim/test_shampoo4bit_reference.py checks it by bounds).
 
 Reference: Sike-Wang/low-bit-Shampoo at commit fc46867b3afbc8e4f72a541475bb883ce94e8d4c. The naive variant is
 `optimizers/shampoo1.py` with prec_bits=4: every T2 `compute_preconditioners` (l. 170-176) dequantizes the statistic
@@ -27,7 +32,7 @@ from torch import Tensor, nn
 
 from structbench.optim import linalg
 from structbench.optim.shampoo4bit import Shampoo4bit, Shampoo4bitNaive
-from tests.support.low_bit_shampoo_code import compute_power
+from tests.support.low_bit_shampoo_code import Shampoo4bitCode, compute_power
 
 SHAPES = {"wide": (64, 96), "tall": (96, 64), "square": (64, 64), "conv": (64, 8, 3, 3)}
 STEPS, T1, T2 = 6, 1, 3
@@ -154,3 +159,38 @@ def test_qr_sign_convention_stays_inside_the_one_ulp_noise_floor(
     raw, raw_floor = final_delta(shape, grads), noise_floor(shape, grads)
     assert relative(raw, positive.double()) > 0, "the conventions are expected to differ"
     assert relative(raw, positive.double()) <= 2 * max(positive_floor, raw_floor)
+
+
+# ---- shampoo-4bit's PU / PIRU at bits = 32 against shampoo2.py at prec_bits = 32, step by step ----
+
+FULL_PRECISION_SHAPES = {"wide": (8, 20), "tall": (20, 8), "square": (12, 12), "conv": (6, 3, 3, 3)}
+FULL_PRECISION_BASES = {"sgd": (0.1, 5e-4), "adamw": (1e-3, 0.05)}
+
+
+@pytest.mark.parametrize("base", sorted(FULL_PRECISION_BASES))
+@pytest.mark.parametrize("shape_name", sorted(FULL_PRECISION_SHAPES))
+def test_full_precision_eigenpair_shampoo_follows_the_authors_code(base: str, shape_name: str) -> None:
+    """bits = 32: every statistic held as fp32 eigenpairs, updated by one warm QR step and Rayleigh quotients, roots
+    from the eigenpairs (shampoo2.py inv_root_mode 0), nine steps with T1 = 1, T2 = 3 and blocks of at most 16.
+    Without quantization the QR's signs cancel (V Diag(S) V^T and the roots do not depend on them), so W_t - W_0 is
+    compared at every step within FLOAT32_SLACK x the transcription's own float32-vs-float64 gap (up to 1e-2 of the
+    largest weight change on the wide and tall cases, whose near-null eigenvalues float32 cannot resolve)."""
+    shape = FULL_PRECISION_SHAPES[shape_name]
+    lr, weight_decay = FULL_PRECISION_BASES[base]
+    w0 = torch.randn(shape, generator=torch.Generator().manual_seed(1))
+    param = nn.Parameter(w0.clone())
+    settings = dict(base=base, lr=lr, stat_interval=1, root_interval=3, max_order=16)
+    ours = Shampoo4bit([param], bits=32, **settings, **{f"{base}_weight_decay": weight_decay})
+    code64 = Shampoo4bitCode(w0.double(), weight_decay=weight_decay, **settings)
+    code32 = Shampoo4bitCode(w0.clone(), weight_decay=weight_decay, **settings)
+    gen = torch.Generator().manual_seed(0)
+    for step in range(1, 10):
+        grad = torch.randn(shape, generator=gen)
+        param.grad = grad.clone()
+        ours.step()
+        code64.step(grad.double())
+        code32.step(grad.clone())
+        reference = code64.param - w0.double()
+        bound = FLOAT32_SLACK * relative(code32.param - w0, reference)
+        gap = relative(param.detach() - w0, reference)
+        assert gap <= bound, f"step {step}: W_t - W_0 differs by {gap:.3g} (float32 bound {bound:.3g})"

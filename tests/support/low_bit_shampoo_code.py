@@ -3,8 +3,11 @@
 Read from Sike-Wang/low-bit-Shampoo at commit fc46867b3afbc8e4f72a541475bb883ce94e8d4c (2025-02-13):
 `optimizers/matrix_functions.py` (PowerIter l. 22-48, MatPower l. 52-76, ComputePower l. 80-141) and
 `optimizers/shampoo1.py` at prec_bits=32 (Preconditioner l. 102-209, ShampooSGD.step l. 250-296,
-ShampooAdamW.step l. 337-392). Written anew for these tests, in whatever dtype the inputs carry (float64 for the
-reference, float32 to measure what the code's own float32 arithmetic changes). Nothing of theirs is copied.
+ShampooAdamW.step l. 337-392), and `optimizers/shampoo2.py` (4-bit Shampoo, Preconditioner l. 102-215) with
+`qtensor/utils.py` (QTensorSVDFast l. 90-146) and `qtensor/functional.py` (compute_power l. 270-275) at
+prec_bits=32, where every matrix is kept in full precision. Written anew for these tests, in whatever dtype the
+inputs carry (float64 for the reference, float32 to measure what the code's own float32 arithmetic changes). Nothing
+of theirs is copied.
 
 One deliberate choice: PowerIter draws its start vector from the global RNG (l. 36); any draw is the code's
 computation, so `power_iter` takes the draw the project's `linalg.power_iteration` makes (uniform in (-1, 1) from a
@@ -126,7 +129,7 @@ class Shampoo32Code:
         if self.step_count % self.stat_interval == 0:
             self._add_statistics(matrix)
         if self.step_count % self.root_interval == 0:
-            self.roots = [compute_power(stat, 4, ridge=self.matrix_eps) for stat in self.stats]
+            self._compute_roots()
         direction = self._preconditioned(matrix)
         direction = direction * (torch.linalg.vector_norm(grad) / (torch.linalg.vector_norm(direction) + 1e-12))
         direction = direction.reshape(self.param.shape)
@@ -143,6 +146,10 @@ class Shampoo32Code:
             g = matrix[rs, cs]
             self.stats[2 * j] = self.stats[2 * j] * w1 + w2 * (g @ g.T)
             self.stats[2 * j + 1] = self.stats[2 * j + 1] * w1 + w2 * (g.T @ g)
+
+    def _compute_roots(self) -> None:
+        """l. 170-176: every root by ComputePower of its statistic (exp 4, ridge matrix_eps lambda_max)."""
+        self.roots = [compute_power(stat, 4, ridge=self.matrix_eps) for stat in self.stats]
 
     def _preconditioned(self, matrix: Tensor) -> Tensor:
         """l. 188-209: L^ G R^ per block, merged back."""
@@ -171,3 +178,38 @@ def _edges(sizes: list[int]) -> list[slice]:
     """Consecutive slices of the given sizes."""
     starts = list(itertools.accumulate(sizes, initial=0))
     return [slice(a, b) for a, b in itertools.pairwise(starts)]
+
+
+@dataclass
+class Shampoo4bitCode(Shampoo32Code):
+    """shampoo2.py with inv_root_mode 0 at prec_bits=32: each statistic held as eigenpairs (QTensorSVDFast).
+
+    At 32 bits QTensorSVDFast keeps V^T unquantized and never rectifies it (utils.py l. 99-101, 129, 137-139).
+    """
+
+    def __post_init__(self) -> None:
+        """utils.py l. 96-97: V^T = I and eigenvalues eps (the diagonal of the initial eps I)."""
+        super().__post_init__()
+        self.eigvecs_t = [torch.eye(stat.shape[0], dtype=stat.dtype) for stat in self.stats]
+        self.eigvals = [stat.diagonal().clone() for stat in self.stats]
+
+    def _add_statistics(self, matrix: Tensor) -> None:
+        """shampoo2.py l. 158-171 with utils.py l. 114-121 and 129-131: A = beta V Diag(S) V^T + w2 G G^T,
+        V = QR(A V) (torch.linalg.qr's own signs), S = diag(V^T A V)."""
+        w1 = self.stat_decay
+        w2 = 1.0 if w1 == 1.0 else 1.0 - w1
+        for j, (rs, cs) in enumerate(self.blocks):
+            g = matrix[rs, cs]
+            for index, outer in ((2 * j, g @ g.T), (2 * j + 1, g.T @ g)):
+                vt, values = self.eigvecs_t[index], self.eigvals[index]
+                a = (vt.T @ values.diag() @ vt) * w1 + w2 * outer
+                v, _ = torch.linalg.qr(a @ vt.T)
+                self.eigvals[index] = (v.T @ a @ v).diagonal()
+                self.eigvecs_t[index] = v.T
+
+    def _compute_roots(self) -> None:
+        """shampoo2.py l. 177-179, functional.py l. 270-275 (iter_count 0): V Diag((S + eps max S)^(-1/4)) V^T."""
+        self.roots = [
+            vt.T @ (1 / (values + self.matrix_eps * values.max()).pow(1 / 4)).diag() @ vt
+            for vt, values in zip(self.eigvecs_t, self.eigvals, strict=True)
+        ]
