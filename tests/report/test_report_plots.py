@@ -115,6 +115,24 @@ def test_memory_bars_spanning_decades_get_a_log_axis(tmp_path, monkeypatch, stat
     assert state_axes.get_xscale() == state_scale
 
 
+@pytest.mark.parametrize(("step_times", "scale"), [((0.002, 0.004, 0.5), "log"), ((0.002, 0.004, 0.01), "linear")])
+def test_step_time_bars_spanning_decades_get_a_log_axis_that_shows_every_part(tmp_path, monkeypatch, step_times, scale):
+    """SGD's 2 ms beside Shampoo's 500 ms (a factor 250): a log axis whose left end is below every bar's parts,
+    optimizer shares (a tenth of each step) included; within a decade, linear from zero."""
+    out = tmp_path / "results"
+    store.prepare(out)
+    for optim, step_time in zip(("sgd", "adamw", "shampoo"), step_times, strict=True):
+        points = [Point(0, 0.0, 1.0, 0.5, 1.0, 0.5), Point(10, 1.0, 0.5, 0.6, 0.5, 0.6)]
+        write_run(
+            out, optim, optim, 0, points, step_time_median_s=step_time, optim_time_median_s=step_time / 10
+        )  # fmt: skip
+    [axes, *_] = figure_axes(out, monkeypatch, "vision: step time")
+    assert axes.get_xscale() == scale
+    low, high = axes.get_xlim()
+    assert high >= 1e3 * max(step_times)
+    assert low <= (1e3 * min(step_times) / 10 if scale == "log" else 0)
+
+
 @pytest.mark.parametrize(
     ("values", "threshold", "ticks"),
     [

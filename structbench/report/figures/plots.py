@@ -503,11 +503,17 @@ def _step_time_figure(suite: SuiteReport, looks: dict[str, Look]) -> FigureFile 
     ax.set_yticks(ys, labels)
     ax.invert_yaxis()
     ax.set_xlabel("median step time (ms); coloured: optimizer step, grey: the rest")
-    ax.set_xlim(0, np.nanmax(step) * 1.35)
+    _bar_axis(ax, step)
+    if ax.get_xscale() == "log":
+        parts = np.concatenate([step, optim_ms])
+        ax.set_xlim(left=np.nanmin(parts[parts > 0]) / 2)
     run_ids = [r for v in chosen for r in v.variant.run_ids]
-    caption = (
-        "Median step time split into the optimizer step and the rest; the first timed step is apart."
-    )
+    caption = "Median step time split into the optimizer step and the rest; the first timed step is apart."
+    if ax.get_xscale() != "linear":
+        caption += (
+            " The times span more than a decade: on this log axis the coloured part ends at the optimizer step's time"
+            " and the grey one at the whole step's; their lengths are not in proportion."
+        )
     return _finish(fig, f"{suite.name}: step time", f"{_slug(suite.name)}-step-time", caption, run_ids, suite.name)
 
 
