@@ -28,6 +28,12 @@ Switches (each off, i.e. at the paper's Algorithm 2, by default):
   "newton" (coupled Newton, 50 iterations, Fig. 7c).
 - `update_rms` > 0 rescales each update to Frobenius norm update_rms * sqrt(mn), and `weight_decay` is
   decoupled (W *= 1 - lr wd first): the released code's 0.2 and 0.1 (infinity-stars/ASGO), not the paper's.
+  The released code (d3ef14b, `optimizers/asgo.py`, `dasgo.py`) also runs beta2 0.8, eps 1e-10 and a root every
+  step (DASGO: beta2 0.95, eps 1e-8) and rejects conv filters; its root is not one of ours: 10 PolarExpress
+  iterations (`optimizers/utils/matrix_decom.py`) approximate V^{-1/2}, eps entering only the normaliser, equal to
+  (V + eps I)^{-1/2} only where they converge (relative 5e-5 for eigenvalues down to 1e-6 of ||V||_F, 4e-3 at 1e-8,
+  0.7 at 1e-10). tests/optim/test_asgo_authors_code.py steps ASGO (root "eigh") and DASGO with these values beside a
+  float64 transcription of that code, on statistics where PolarExpress has converged.
 
 Roots (eps > 0): (lambda + eps)^{-1/2} for each eigenvalue lambda of V clamped at 0 (rounding can make it
 negative), exactly line 13. `eigenvalue_floor="resolution"` (structbench numerics, not the paper) first raises

@@ -12,6 +12,11 @@ matrix G (conv filters viewed as (out, in*kh*kw); the reference instead keeps on
     W <- W - lr sqrt(1-b2^t)/(1-b1^t) Q_L (m' / (sqrt(v) + eps)) Q_R^T
     W <- W - lr wd W                                             (decoupled, after the update, raw lr)
 
+Checked side by side with a float64 transcription of that file (tests/optim/test_soap_authors_code.py): with its
+switches, `orthonormalize="householder"` and `momentum_in_eigenbasis=True`, and with the paper's moment, W follows it
+to float32 rounding through every refresh on wide, tall, square and conv parameters; the reference's
+`merge_dims=True`, with a max_precond_dim that in*kh*kw reaches and out*in exceeds, gives our conv view.
+
 Reference order (`basis_from_current_grad=False`, SOAP's default): the first step only sets L, R and
 Q = eigh (columns by descending eigenvalue) and leaves W unchanged; t counts the steps after it; L and R
 take the current gradient after the update; every `precondition_frequency` steps the basis is refreshed
