@@ -332,3 +332,22 @@ def test_embeddings_and_vectors_take_the_released_codes_adam(name, switches):
         w_max = float(start[n].abs().max()) + STEPS * lr
         tolerance = STEPS * (8 * U32 * lr + 2 * U32 * w_max)
         torch.testing.assert_close(p.detach().double(), expected, rtol=0, atol=tolerance)
+
+
+@pytest.mark.parametrize(("smallest", "low", "high"), [(1e-6, 1e-5, 1e-4), (1e-8, 1e-3, 1e-2), (1e-10, 0.5, 0.9)])
+def test_polar_express_root_error_is_the_scalar_maps_and_grows_below_its_convergence_range(smallest, low, high):
+    """The tolerance above rests on the PolarExpress iteration acting on each eigenvalue alone: on a V with known
+    eigenvalues (1, 0.5, `smallest`) in a random basis, the matrix iteration's root (transcribed) has the eigenvalues
+    the scalar map gives, to float64 rounding (u ||V|| moves the smallest eigenvalue, 1e-10, by a relative 1e-6:
+    1e-5 of the error allowed); and its relative error against (lambda + eps)^{-1/2}, as
+    docs/optimizers.md and the asgo module doc state, is 5e-5, 4e-3 and 0.7 at smallest = 1e-6, 1e-8, 1e-10."""
+    eps = ASGO_CODE["eps"]
+    basis, _ = torch.linalg.qr(torch.randn(3, 3, generator=torch.Generator().manual_seed(3), dtype=F64))
+    lam = torch.tensor([1.0, 0.5, smallest], dtype=F64)
+    v = basis @ torch.diag(lam) @ basis.T
+    root = code_polar_express_inverse_root(v, eps)
+    exact = (lam + eps).rsqrt()
+    matrix_error = float(((basis.T @ root @ basis).diagonal() / exact - 1).abs().max())
+    scalar_error = polar_express_root_error(v, eps)
+    assert abs(matrix_error - scalar_error) <= 1e-5 * max(scalar_error, 1e-3)
+    assert low <= scalar_error <= high
