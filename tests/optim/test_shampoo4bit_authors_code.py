@@ -1,9 +1,11 @@
 """4-bit Shampoo and its naive baseline against a float64 transcription of the authors' code.
 
-Three parts: the naive variant's roots at every root step (below); shampoo-4bit's QR sign convention against the
+Four parts: the naive variant's roots at every root step (below); shampoo-4bit's QR sign convention against the
 authors' raw QR, measured against the one-ulp noise floor; shampoo-4bit at bits = 32 (PU's QR step and Rayleigh
-eigenvalues, PIRU's root from eigenpairs, grafting and both bases) stepped beside `shampoo2.py` at prec_bits = 32.
-The 4-bit quantizer itself is not transcribed here (tests/optim/test_shampoo4bit_reference.py checks it by bounds).
+eigenvalues, PIRU's root from eigenpairs, grafting and both bases) stepped beside `shampoo2.py` at prec_bits = 32;
+the naive statistic's EMA, step by step, through a transcription of the authors' 4-bit CUDA kernel
+(`cudaC_python/csrc/kernels.cu`, with the codebook of `qtensor/functional.py`). Quantized eigenvectors (shampoo-4bit
+at 4 bits) are not compared with the kernel here; tests/optim/test_shampoo4bit_reference.py bounds them.
 
 Reference: Sike-Wang/low-bit-Shampoo at commit fc46867b3afbc8e4f72a541475bb883ce94e8d4c. The naive variant is
 `optimizers/shampoo1.py` with prec_bits=4: every T2 `compute_preconditioners` (l. 170-176) dequantizes the statistic
@@ -30,9 +32,15 @@ import pytest
 import torch
 from torch import Tensor, nn
 
-from structbench.optim import linalg
+from structbench.optim import linalg, quant
 from structbench.optim.shampoo4bit import Shampoo4bit, Shampoo4bitNaive
-from tests.support.low_bit_shampoo_code import Shampoo4bitCode, compute_power
+from tests.support.low_bit_shampoo_code import (
+    Shampoo4bitCode,
+    code_margins,
+    compute_power,
+    linear2_codebook,
+    quantize_diagreal,
+)
 
 SHAPES = {"wide": (64, 96), "tall": (96, 64), "square": (64, 64), "conv": (64, 8, 3, 3)}
 STEPS, T1, T2 = 6, 1, 3
@@ -194,3 +202,70 @@ def test_full_precision_eigenpair_shampoo_follows_the_authors_code(base: str, sh
         bound = FLOAT32_SLACK * relative(code32.param - w0, reference)
         gap = relative(param.detach() - w0, reference)
         assert gap <= bound, f"step {step}: W_t - W_0 differs by {gap:.3g} (float32 bound {bound:.3g})"
+
+
+# ---- the naive statistic's update through the authors' 4-bit kernel, step by step ----
+
+UNIT_ROUNDOFF = 2.0**-24
+STAT_FIELDS = ("codes", "scales", "shape", "bits", "block_size", "codebook_id", "diag")
+
+
+def stored_statistic(state: dict[str, Any], name: str) -> Tensor:
+    """D(statistic) as stored under `name`, read through the documented state fields, in float64."""
+    fields = {key: state[f"{name}.{key}"] for key in STAT_FIELDS if f"{name}.{key}" in state}
+    return quant.dequantize(quant.from_state(fields)).double()
+
+
+def gamma(n: int) -> float:
+    return n * UNIT_ROUNDOFF / (1 - n * UNIT_ROUNDOFF)
+
+
+@pytest.mark.parametrize("shape_name", sorted(SHAPES))
+def test_naive_statistic_is_the_authors_kernel_quantization_of_the_ema(shape_name: str) -> None:
+    """Teacher-forced, each of five steps: from the statistic we stored at the previous step and the gradient, the
+    authors' update (shampoo1.py l. 155-168) in float64, quantized by a transcription of their CUDA kernel
+    (`quantize_diagreal`: per row, fp32 diagonal, blocks of 64 columns, nearest linear-2 code). The stored diagonal
+    and block scales must lie within the float32 error bound of the update, gamma_{k+2} (beta |S| + w |G| |G|^T)
+    entrywise (k the inner dimension); a stored code may differ from the kernel's only where the float64 entry lies
+    within that bound (relative to its scale, plus 4 u for the scaling) of a decision midpoint."""
+    shape = SHAPES[shape_name]
+    gen = torch.Generator().manual_seed(0)
+    param = nn.Parameter(torch.randn(shape, generator=gen))
+    optimizer = Shampoo4bitNaive([param], lr=0.1, stat_interval=1, root_interval=100)
+    rows, cols = shape[0], param[0].numel()
+    codebook = linear2_codebook()
+    previous: dict[str, Tensor] = {}
+    for step in range(5):
+        grad = torch.randn(rows, 4, generator=gen) @ torch.randn(4, cols, generator=gen)
+        param.grad = (grad + 0.3 * torch.randn(rows, cols, generator=gen)).reshape(shape)
+        optimizer.step()
+        g = param.grad.reshape(rows, cols).double()
+        for side, outer, inner in (("left", g @ g.T, cols), ("right", g.T @ g, rows)):
+            stat = stored_statistic(optimizer.state[param], f"{side}_stat_0")
+            if step:
+                abs_outer = g.abs() @ g.abs().T if side == "left" else g.abs().T @ g.abs()
+                expected = 0.95 * previous[side] + 0.05 * outer
+                bound = gamma(inner + 2) * (0.95 * previous[side].abs() + 0.05 * abs_outer)
+                check_against_kernel(stat, expected, bound, codebook, f"step {step + 1} {side}")
+            previous[side] = stat
+
+
+def check_against_kernel(stat: Tensor, expected: Tensor, bound: Tensor, codebook: Tensor, where: str) -> None:
+    codes, scales, diagonal = quantize_diagreal(expected)
+    assert bool(((stat.diagonal() - diagonal).abs() <= bound.diagonal() + UNIT_ROUNDOFF * diagonal.abs()).all()), where
+    off = stat - torch.diag(stat.diagonal())
+    stored_scales = torch.empty_like(off)
+    block_bound = torch.empty_like(off)
+    for start in range(0, stat.shape[0], 64):
+        columns = slice(start, min(start + 64, stat.shape[0]))
+        stored_scales[:, columns] = off[:, columns].abs().amax(dim=1, keepdim=True)
+        block_bound[:, columns] = bound[:, columns].amax(dim=1, keepdim=True)
+    assert bool(((stored_scales - scales).abs() <= block_bound + UNIT_ROUNDOFF * scales).all()), f"{where}: scales"
+    normalized = off / torch.where(stored_scales > 0, stored_scales, 1.0)
+    stored_codes = (normalized.unsqueeze(-1) - codebook).abs().argmin(dim=-1)
+    stored_codes.diagonal().copy_(codes.diagonal())
+    slack = 2 * (bound + block_bound) / torch.where(scales > 0, scales, 1.0) + 4 * UNIT_ROUNDOFF
+    differ = stored_codes != codes
+    assert bool((code_margins(expected - torch.diag(diagonal), scales)[differ] <= slack[differ]).all()), (
+        f"{where}: {int(differ.sum())} codes differ from the kernel's, some far from a decision midpoint"
+    )

@@ -213,3 +213,36 @@ class Shampoo4bitCode(Shampoo32Code):
             vt.T @ (1 / (values + self.matrix_eps * values.max()).pow(1 / 4)).diag() @ vt
             for vt, values in zip(self.eigvecs_t, self.eigvals, strict=True)
         ]
+
+
+def linear2_codebook(bits: int = 4) -> Tensor:
+    """qtensor/functional.py l. 96-103 (create_linear_map, signed, power 2): linspace(-1, 1, 2^bits) with entry
+    2^(bits-1) - 1 set to 0, then sign(x) x^2. Not symmetric about 0: code 7 is 0 and code 8 is (1/15)^2."""
+    data = torch.linspace(-1, 1, 2**bits, dtype=torch.float64)
+    data[2 ** (bits - 1) - 1] = 0
+    return data.sign() * data.abs().pow(2)
+
+
+def quantize_diagreal(matrix: Tensor, block: int = 64, bits: int = 4) -> tuple[Tensor, Tensor, Tensor]:
+    """kernels.cu l. 310-372 (kQuantizeBlockwise4bitDiagReal) in float64: per row, the diagonal entry is kept apart
+    and zeroed, the row is cut into blocks of `block` columns, each block scaled by its absmax and every entry given
+    the nearest code (dQuantize, l. 6-55, is a nearest-code search). Returns (codes, per-entry absmax, diagonal)."""
+    codebook = linear2_codebook(bits)
+    order = matrix.shape[0]
+    diagonal = matrix.diagonal().clone()
+    off = matrix - torch.diag(diagonal)
+    scales = torch.empty_like(off)
+    for start in range(0, order, block):
+        columns = slice(start, min(start + block, order))
+        scales[:, columns] = off[:, columns].abs().amax(dim=1, keepdim=True)
+    normalized = off / torch.where(scales > 0, scales, 1.0)
+    codes = (normalized.unsqueeze(-1) - codebook).abs().argmin(dim=-1)
+    return codes, scales, diagonal
+
+
+def code_margins(matrix: Tensor, scales: Tensor, bits: int = 4) -> Tensor:
+    """How far each normalized entry lies from the nearest decision midpoint between adjacent codes."""
+    codebook = linear2_codebook(bits)
+    midpoints = (codebook[1:] + codebook[:-1]) / 2
+    normalized = matrix / torch.where(scales > 0, scales, 1.0)
+    return (normalized.unsqueeze(-1) - midpoints).abs().amin(dim=-1)
