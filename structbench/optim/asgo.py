@@ -24,16 +24,22 @@ Switches (each off, i.e. at the paper's Algorithm 2, by default):
 - `accumulation` "sum" (V_t = V_{t-1} + G G^T) and `eps_placement` "outside" ((V^{1/2} + eps I)^{-1}) give
   Algorithm 1, the theoretical ASGO (= "one-sided Shampoo" of Xie et al. 2025), with beta1 = 0, tau = 1,
   side = "left".
-- `root`: "newton-schulz" (default; structbench's numerics, below), "eigh" (exact; App. C.3 uses an SVD of V) or
-  "newton" (coupled Newton, 50 iterations, Fig. 7c).
+- `root`: "newton-schulz" (default; structbench's numerics, below), "eigh" (exact; App. C.3 uses an SVD of V),
+  "newton" (coupled Newton, 50 iterations, Fig. 7c) or "polar-express" (the released code's root, below).
 - `update_rms` > 0 rescales each update to Frobenius norm update_rms * sqrt(mn), and `weight_decay` is
   decoupled (W *= 1 - lr wd first): the released code's 0.2 and 0.1 (infinity-stars/ASGO), not the paper's.
   The released code (d3ef14b, `optimizers/asgo.py`, `dasgo.py`) also runs beta2 0.8, eps 1e-10 and a root every
-  step (DASGO: beta2 0.95, eps 1e-8) and rejects conv filters; its root is not one of ours: 10 PolarExpress
-  iterations (`optimizers/utils/matrix_decom.py`) approximate V^{-1/2}, eps entering only the normaliser, equal to
-  (V + eps I)^{-1/2} only where they converge (relative 5e-5 for eigenvalues down to 1e-6 of ||V||_F, 4e-3 at 1e-8,
-  0.7 at 1e-10). tests/optim/test_asgo_authors_code.py steps ASGO (root "eigh") and DASGO with these values beside a
-  float64 transcription of that code, on statistics where PolarExpress has converged.
+  step (DASGO: beta2 0.95, eps 1e-8) and rejects conv filters. Its root is `root="polar-express"`
+  (linalg.inverse_sqrt_polar_express, `POLAR_EXPRESS_STEPS` = 10 iterations of `_matrix_inverse_root_PolarExpress`,
+  `optimizers/utils/matrix_decom.py` lines 98-125, in float32, a non-finite root replaced by I as asgo.py lines 61-64
+  do): it approximates V^{-1/2}, eps entering only the normaliser 1.01 ||V + eps I||_F, and equals
+  (V + eps I)^{-1/2} only where the iteration converges (relative 5e-5 for eigenvalues down to 1e-6 of ||V||_F, 4e-3
+  at 1e-8, 0.7 at 1e-10: there the code's gain is three times below the exact root's). It costs 40 k x k products
+  per root (4 per iteration), no host read and no decomposition; it has no residual check and no fallback. It needs
+  eps_placement "inside" and eigenvalue_floor "none" (eps is the code's, in the normaliser). DASGO's released code
+  takes no matrix root. tests/optim/test_asgo_authors_code.py steps ASGO (root "eigh" where PolarExpress has
+  converged) and DASGO, and tests/optim/test_asgo_polar_express.py steps ASGO with root "polar-express" on an
+  ill-conditioned statistic, beside a float64 transcription of that code.
 
 Roots (eps > 0): (lambda + eps)^{-1/2} for each eigenvalue lambda of V clamped at 0 (rounding can make it
 negative), exactly line 13. `eigenvalue_floor="resolution"` (structbench numerics, not the paper) first raises
@@ -102,6 +108,7 @@ from structbench.optim.linalg import (
     from_eigenpairs,
     inverse_root_newton,
     inverse_sqrt_cold_updates,
+    inverse_sqrt_polar_express,
 )
 from structbench.optim.partition import matrix_shape, matrix_view, parameter_kinds
 from structbench.optim.registry import NamedParams, OptimizerEntry, Routing, register
@@ -112,9 +119,12 @@ PRECONDITION_SOURCES = ("grad", "momentum")
 ACCUMULATIONS = ("ema", "sum")
 EPS_PLACEMENTS = ("inside", "outside")
 EIGENVALUE_FLOORS = ("none", "resolution")
-ROOTS = ("newton-schulz", "eigh", "newton")
+ROOTS = ("newton-schulz", "eigh", "newton", "polar-express")
 NEWTON_ITERS = 50
 """Coupled Newton iterations for `root="newton"` (App. C.3, Fig. 7c: 50 iterations)."""
+POLAR_EXPRESS_STEPS = 10
+"""PolarExpress iterations of `root="polar-express"`: infinity-stars/ASGO `optimizers/asgo.py` (commit d3ef14b) line
+23 (`matalg_steps`), also its `LLMmodels/config/optimizer/asgo.yaml`."""
 NEWTON_SCHULZ_CONDITION = 1e6
 """||V + eps I||_F / lambda_min up to which `root="newton-schulz"` converges in exact arithmetic (the cond 1e6 of
 the statistics measured on a tiny language model; Table 4's eps 1e-6 reaches it when ||V||_F is about 1)."""
@@ -203,6 +213,15 @@ def uses_newton_schulz(group: Mapping[str, Any], size: int) -> bool:
     )
 
 
+def _released_code_roots(stack: Tensor, eps: float) -> Tensor:
+    """The released code's inverse roots of a (k, d, d) stack: `POLAR_EXPRESS_STEPS` PolarExpress iterations
+    (linalg.inverse_sqrt_polar_express), and the identity for a root with a non-finite entry (infinity-stars/ASGO
+    `optimizers/asgo.py`, commit d3ef14b, lines 61-64; e.g. V = 0 with eps = 0), chosen on the device."""
+    roots = inverse_sqrt_polar_express(stack, eps, POLAR_EXPRESS_STEPS)
+    finite = roots.isfinite().all(dim=-1, keepdim=True).all(dim=-2, keepdim=True)
+    return torch.where(finite, roots, torch.eye(stack.size(-1), dtype=roots.dtype, device=roots.device))
+
+
 def _damped(stack: Tensor, eps: float) -> Tensor:
     """V + eps I for a (k, d, d) stack, as a new tensor."""
     damped = stack.clone()
@@ -252,7 +271,9 @@ class ASGO(EagerStructuredOptimizer):
                 ours(
                     f"matrix products only, no host read (an eigh per matrix per step is {PAPER}'s cost on a GPU); "
                     "within root_tol of Alg. 2 line 13's exact root, eigh where the check fails; 'eigh' is exact "
-                    "(App. C.3: an exact decomposition of V)"
+                    "(App. C.3: an exact decomposition of V); 'polar-express' is the released code's "
+                    "(infinity-stars/ASGO d3ef14b optimizers/utils/matrix_decom.py lines 98-125: 10 PolarExpress "
+                    "iterations for V^(-1/2), eps in the normaliser only)"
                 ),
             ),
             real(
@@ -283,6 +304,13 @@ class ASGO(EagerStructuredOptimizer):
     def check_group(self, group: dict[str, Any]) -> None:
         if group["root"] == "newton" and (group["eps"] <= 0.0 or group["eps_placement"] != "inside"):
             raise ValueError('root="newton" computes (V + eps I)^{-1/2}: it needs eps > 0 and eps_placement="inside"')
+        if group["root"] == "polar-express" and (
+            group["eps_placement"] != "inside" or group["eigenvalue_floor"] != "none"
+        ):
+            raise ValueError(
+                'root="polar-express" is the released code\'s root, eps in its normaliser only: it takes '
+                'eps_placement="inside" and eigenvalue_floor="none"'
+            )
 
     def step_group(self, group: dict[str, Any]) -> None:
         params = [p for p in group["params"] if p.grad is not None]
@@ -398,6 +426,8 @@ class ASGO(EagerStructuredOptimizer):
     def _inverse_roots(stack: Tensor, group: Mapping[str, Any]) -> Tensor:
         eps, placement = group["eps"], group["eps_placement"]
         floor = group["eigenvalue_floor"] == "resolution"
+        if group["root"] == "polar-express":
+            return _released_code_roots(stack, eps)
         if stack.size(-1) == 1:
             return inverse_root_from_eigenpairs(stack[..., 0], torch.ones_like(stack), eps, placement, floor)
         if group["root"] == "newton":
@@ -542,6 +572,8 @@ ASGO_ENTRY = register(
             "eps outside take eigh; root 'eigh' is the exact decomposition. "
             "root 'newton' is the coupled Newton of Fig. 7c (50 iterations). "
             "Switches for the released code (infinity-stars/ASGO): update_rms 0.2, weight_decay 0.1, beta2 0.8, "
+            "eps 1e-10, root 'polar-express' (its 10 PolarExpress iterations for V^(-1/2), eps only in the "
+            "normaliser: within 5e-5 of (V + eps I)^(-1/2) down to eigenvalues 1e-6 ||V||_F, 0.7 off at 1e-10), "
             "one_d/embeddings 'adamw' (the adamw_* keys). accumulation 'sum' + eps_placement 'outside' + beta1 0 + "
             "side 'left' is Algorithm 1. Head-wise Q/K preconditioning (App. B) is not implemented."
         ),
@@ -563,7 +595,7 @@ DASGO_ENTRY = register(
             "The paper does not say how DASGO treats 1-D params and embeddings: as in the released code "
             "(infinity-stars/ASGO) they go to Adam (the adamw_* keys); embeddings='dasgo' keeps embedding tables in "
             "DASGO. The head is DASGO's (code). Switches for the code: update_rms 0.2 (update RMS), weight_decay "
-            "0.1, beta2 0.95."
+            "0.1, beta2 0.95, eps 1e-8 (the code takes no matrix root)."
         ),
         lr_keys=("lr", "adamw_lr"),
         state_bytes=dasgo_state_bytes,
