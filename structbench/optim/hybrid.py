@@ -13,7 +13,8 @@ from typing import Any
 import torch
 
 from structbench.optim.base import StructuredOptimizer
-from structbench.optim.hparams import Declaration, Source, code, decade_around, real
+from structbench.optim.hf_adamw import HFAdamW, hf_adamw_state_bytes
+from structbench.optim.hparams import Declaration, Source, code, decade_around, option, real
 from structbench.optim.registry import Builder, NamedParams, Routing
 
 AUX_ADAM = "KellerJordan/Muon muon.py, its auxiliary Adam"
@@ -31,6 +32,18 @@ reference code's auxiliary Adam, whose arithmetic torch AdamW shares (muon.py `a
 to the bias-corrected sqrt(v), decay before the update; tests/optim/test_muon_authors_code.py). An entry whose paper
 or reference code treats those parameters otherwise states its own defaults with `adamw_fallback` (or
 `ADAMW_FALLBACK.with_defaults`, field by field)."""
+
+
+ADAMW_FORMS = ("torch", "hf", "hf-skip-first")
+"""The fallback's arithmetic: torch.optim.AdamW; the transformers-style AdamW of GaLore's and SOAP's code
+(`hf_adamw.HFAdamW`: eps on the uncorrected sqrt(v), weight decay after the update); the same with SOAP's code's
+skipped first step."""
+
+
+def adamw_form(default: str, source: Source) -> Declaration:
+    """The declared switch `adamw_form` (one of `ADAMW_FORMS`) of an entry whose fallback names a code's AdamW; an
+    entry without it gets torch.optim.AdamW."""
+    return Declaration(option("adamw_form", default, ADAMW_FORMS, source))
 
 
 def adamw_fallback(
@@ -80,8 +93,19 @@ class HybridOptimizer(torch.optim.Optimizer):
         return sum(int(getattr(part, "root_fallbacks", 0)) for part in self.parts.values())
 
 
-def fallback_adamw(params: list[torch.nn.Parameter], hp: Mapping[str, Any]) -> torch.optim.AdamW:
-    """`torch.optim.AdamW` from the `adamw_*` hyperparameters of a hybrid entry."""
+def fallback_adamw(params: list[torch.nn.Parameter], hp: Mapping[str, Any]) -> torch.optim.Optimizer:
+    """The fallback from the `adamw_*` hyperparameters of a hybrid entry: `torch.optim.AdamW`, or `HFAdamW` where the
+    entry's `adamw_form` asks for the code's arithmetic."""
+    form = hp.get("adamw_form", "torch")
+    if form != "torch":
+        return HFAdamW(
+            params,
+            lr=hp["adamw_lr"],
+            betas=(hp["adamw_beta1"], hp["adamw_beta2"]),
+            eps=hp["adamw_eps"],
+            weight_decay=hp["adamw_weight_decay"],
+            skip_first_step=form == "hf-skip-first",
+        )
     return torch.optim.AdamW(
         params,
         lr=hp["adamw_lr"],
@@ -121,6 +145,14 @@ def hybrid_builder(cls: type[StructuredOptimizer]) -> Builder:
 def adamw_state_bytes(shapes: list[tuple[int, ...]]) -> int:
     """torch.optim.AdamW's state: exp_avg and exp_avg_sq in float32 per element, a float32 step scalar each."""
     return sum(2 * 4 * _numel(s) + 4 for s in shapes)
+
+
+def fallback_state_bytes(shapes: list[tuple[int, ...]], hp: Mapping[str, Any]) -> int:
+    """The state bytes of the fallback `fallback_adamw` builds for `hp` (torch AdamW's float32 step scalars
+    included; `HFAdamW` counts its steps in Python ints)."""
+    if hp.get("adamw_form", "torch") == "torch":
+        return adamw_state_bytes(shapes)
+    return hf_adamw_state_bytes(shapes)
 
 
 def _numel(shape: tuple[int, ...]) -> int:

@@ -83,7 +83,13 @@ from structbench.errors import SolverError
 from structbench.optim.base import BATCH_MATRICES, EagerStructuredOptimizer, gather, stacks_matrices
 from structbench.optim.distributed import DISTRIBUTED
 from structbench.optim.hparams import Declaration, code, decade_around, flag, integer, lin, option, ours, paper, real
-from structbench.optim.hybrid import ADAMW_FALLBACK, adamw_fallback, adamw_state_bytes, hybrid_builder
+from structbench.optim.hybrid import (
+    ADAMW_FALLBACK,
+    adamw_fallback,
+    adamw_form,
+    fallback_state_bytes,
+    hybrid_builder,
+)
 from structbench.optim.linalg import cholesky_qr2, eigh_with_retry
 from structbench.optim.partition import matrix_shape, matrix_view, split
 from structbench.optim.precision import MATMUL_PRECISIONS, matmul
@@ -446,13 +452,14 @@ def _route(model: torch.nn.Module | None, named: NamedParams, hp: Any) -> Routin
 
 def state_bytes(structured: list[tuple[int, ...]], fallback: list[tuple[int, ...]], hp: Any) -> int:
     """float32 exp_avg and exp_avg_sq (rows*cols each), and per rotated side of size k a k x k statistic and
-    basis; `step` and `failures_in_a_row` are Python ints (no tensor bytes); plus torch AdamW's state."""
+    basis; `step` and `failures_in_a_row` are Python ints (no tensor bytes); plus the fallback's state (torch AdamW's,
+    or `HFAdamW`'s for `adamw_form` other than "torch")."""
     total = 0
     for shape in structured:
         rows, cols = matrix_shape(shape)
         left, right = rotated_sides(rows, cols, hp["sides"], hp["max_precond_dim"])
         total += 4 * (2 * rows * cols + 2 * left * rows * rows + 2 * right * cols * cols)
-    return total + adamw_state_bytes(fallback)
+    return total + fallback_state_bytes(fallback, hp)
 
 
 SOAP_ADAMW = adamw_fallback(
@@ -462,8 +469,15 @@ SOAP_ADAMW = adamw_fallback(
     beta2=0.95,
     eps=1e-8,
     weight_decay=0.01,
+) + adamw_form(
+    "hf-skip-first",
+    code(
+        f"{REFERENCE} lines 139-204: a 1-D parameter's first step only creates its state; then Adam with eps added to "
+        "the uncorrected sqrt(v), lr sqrt(1-b2^t)/(1-b1^t), weight decay after the update with the raw lr"
+    ),
 )
-"""The SOAP reference runs 1-D parameters through its own (unrotated) Adam: SOAP's lr, betas, eps and wd."""
+"""The SOAP reference runs 1-D parameters through its own (unrotated) Adam: SOAP's lr, betas, eps and wd, and its
+arithmetic (`hf_adamw.HFAdamW` with the skipped first step; `adamw_form="torch"` gives torch.optim.AdamW)."""
 
 _CHECK_HPARAMS = {"precondition_frequency": 2}
 
@@ -482,9 +496,11 @@ SOAP_ENTRY = register(
             "(rotated only on a refresh); both are equal in exact arithmetic. basis_from_current_grad/refresh switch "
             "to the order and full EVD of Gong et al.'s Alg. 6. Deviations: conv filters viewed as (out, in*kh*kw) "
             "(the reference "
-            "keeps one factor per tensor dim); 1-D parameters, embeddings and the head go to torch AdamW whose "
-            "adamw_* defaults copy SOAP's own values (the reference runs them through its unrotated Adam, with "
-            "the skipped first step and HF eps); precondition_1d, merge_dims and data_format are not offered; "
+            "keeps one factor per tensor dim); 1-D parameters, embeddings and the head go to the fallback, by default "
+            "the reference's unrotated Adam for 1-D parameters (adamw_form 'hf-skip-first': skipped first step, eps "
+            "on the uncorrected sqrt(v), decay after the update; 'torch' gives torch AdamW) with SOAP's own values "
+            "(the reference rotates embeddings and the head on their sides <= max_precond_dim); "
+            "precondition_1d, merge_dims and data_format are not offered; "
             "moments kept in float32 (the reference keeps them in the parameter dtype)."
         ),
         lr_keys=("lr", "adamw_lr"),

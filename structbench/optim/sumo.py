@@ -99,7 +99,7 @@ from structbench.optim import linalg
 from structbench.optim.base import EagerStructuredOptimizer
 from structbench.optim.deferred import DeferredCheck
 from structbench.optim.hparams import Declaration, code, decade_around, flag, integer, lin, option, ours, paper, real
-from structbench.optim.hybrid import adamw_fallback, adamw_state_bytes, hybrid_builder
+from structbench.optim.hybrid import adamw_fallback, adamw_form, fallback_state_bytes, hybrid_builder
 from structbench.optim.partition import head_switch, matrix_shape, matrix_view, route_with_head_switch
 from structbench.optim.registry import OptimizerEntry, register
 
@@ -508,13 +508,14 @@ COUNTER_BYTES = 8 * len(_COUNTERS)
 
 
 def sumo_state_bytes(structured: list[tuple[int, ...]], fallback: list[tuple[int, ...]], hp: Mapping[str, Any]) -> int:
-    """Table 1's (m + n) r floats per matrix (basis + moment) + prev_norm (4 B) + four int64 counters, + AdamW."""
+    """Table 1's (m + n) r floats per matrix (basis + moment) + prev_norm (4 B) + four int64 counters, + the
+    fallback's state (torch AdamW's, or `HFAdamW`'s for `adamw_form` "hf")."""
     total = 0
     for shape in structured:
         rows, cols = matrix_shape(shape)
         rank = effective_rank(hp["rank"], (rows, cols))
         total += 4 * rank * (rows + cols) + 4 + COUNTER_BYTES
-    return total + adamw_state_bytes(fallback)
+    return total + fallback_state_bytes(fallback, hp)
 
 
 _NOTES = (
@@ -529,8 +530,9 @@ _NOTES = (
     "values <= max(r, n) eps s_1 of the moment count as zero (matrix_rank's tolerance): no update along "
     "them. Not implemented: the adaptive switch ||G^|| <= varsigma, per-layer updates in backward (AdaLomo), "
     "the README's 'original space update'. Routing (unstated in the paper: GaLore's): SUMO on hidden matrices and conv "
-    "filters (out, in*kh*kw); 1-D params, embeddings and the head (head_to_fallback) to torch AdamW with "
-    "GaLore's settings. State: float32 basis and moment for any parameter dtype."
+    "filters (out, in*kh*kw); 1-D params, embeddings and the head (head_to_fallback) to an AdamW with "
+    "GaLore's settings: torch AdamW (adamw_form 'torch', default) or GaLore's code's (adamw_form 'hf': eps on the "
+    "uncorrected sqrt(v), decay after the update). State: float32 basis and moment for any parameter dtype."
 )
 
 SUMO_FALLBACK = adamw_fallback(
@@ -540,12 +542,21 @@ SUMO_FALLBACK = adamw_fallback(
     beta2=0.999,
     eps=1e-6,
     weight_decay=0.0,
+) + adamw_form(
+    "torch",
+    ours(
+        "the paper says nothing of the other parameters' optimizer (no AdamW variant, no code); torch AdamW as in "
+        "the galore entry's fallback, so both share it; 'hf' is GaLore's code's AdamW"
+    ),
 )
 """GaLore's recipe, which the paper follows: the other parameters in the same AdamW at the same lr (Table 7's). Its
-values only: the optimizer is torch.optim.AdamW, which adds eps to the bias-corrected sqrt(v). GaLore's own AdamW
-(galore_torch/adamw.py, commit 2cc66f8, lines 120-126) adds it to the uncorrected sqrt(v) and folds the corrections
-into the step, an effective eps / sqrt(1 - beta2^t) (32 eps at t = 1), and decays the updated weights. At eps 0 and no
-weight decay the two agree to rounding; with gradients near eps / sqrt(1 - beta2) the first updates differ
+values, and by default not its arithmetic: `adamw_form="torch"` is torch.optim.AdamW, which adds eps to the
+bias-corrected sqrt(v) and decays before the update. GaLore's own AdamW (galore_torch/adamw.py, commit 2cc66f8, lines
+120-126, 145-146; `adamw_form="hf"`, `hf_adamw.HFAdamW`) adds it to the uncorrected sqrt(v) and folds the corrections
+into the step, an effective eps / sqrt(1 - beta2^t) (32 eps at t = 1), and decays the updated weights. The paper names
+neither, so the default is the fallback the project's galore entry runs (torch AdamW, its documented deviation), which
+keeps SUMO-against-GaLore comparisons on one fallback. At eps 0 and no weight decay the two agree to rounding; with
+gradients near eps / sqrt(1 - beta2) the first updates differ by a large part of an update
 (tests/optim/test_sumo_authors_code.py measures both)."""
 
 HEAD_SWITCH = head_switch(True, ours("the paper follows GaLore, whose recipe trains the head with AdamW"))

@@ -546,16 +546,20 @@ def test_rejects_vectors_skips_missing_gradients_and_returns_the_closure_loss():
 
 def test_state_bytes_match_the_format():
     """Hand counts: float32 exp_avg + exp_avg_sq (2*rows*cols), per rotated side of size k 2*k*k (GG and Q),
-    ints carry no tensor bytes; AdamW: 2*numel floats + a float32 step per tensor."""
+    ints carry no tensor bytes; torch AdamW: 2*numel floats + a float32 step per tensor (eigen-adam, soap's
+    adamw_form 'torch'); soap's default fallback (the code's Adam, HFAdamW): 2*numel floats, its step an int."""
     structured = [(12, 64), (4, 2, 3, 3)]
     fallback = [(12,), (3, 20)]
     adamw = (2 * 12 + 1) * 4 + (2 * 60 + 1) * 4
+    code_adam = 2 * 12 * 4 + 2 * 60 * 4
     soap_hp = registry.resolve_hparams("soap", {})
     eigen_hp = registry.resolve_hparams("eigen-adam", {})
-    assert soap.state_bytes(structured, fallback, soap_hp) == 4 * (1536 + 288 + 8192) + 4 * (144 + 32 + 648) + adamw
+    soap_bytes = 4 * (1536 + 288 + 8192) + 4 * (144 + 32 + 648)
+    assert soap.state_bytes(structured, fallback, soap_hp) == soap_bytes + code_adam
+    assert soap.state_bytes(structured, fallback, {**soap_hp, "adamw_form": "torch"}) == soap_bytes + adamw
     assert soap.state_bytes(structured, fallback, eigen_hp) == 4 * (1536 + 288) + 4 * (144 + 32) + adamw
     limited = {**soap_hp, "max_precond_dim": 10}
-    assert soap.state_bytes(structured, fallback, limited) == 4 * 1536 + 4 * (144 + 32) + adamw
+    assert soap.state_bytes(structured, fallback, limited) == 4 * 1536 + 4 * (144 + 32) + code_adam
 
     class Net(nn.Module):
         def __init__(self) -> None:
@@ -575,7 +579,7 @@ def test_state_bytes_match_the_format():
         net(torch.randn(2, 2, 6, 6)).square().sum().backward()
         opt.step()
     # structured: conv (4, 18) and hidden (12, 64); fallback: hidden.bias (12), head.weight (3, 12), head.bias (3)
-    expected = 4 * (144 + 32 + 648) + 4 * (1536 + 288 + 8192) + (25 + 73 + 7) * 4
+    expected = 4 * (144 + 32 + 648) + 4 * (1536 + 288 + 8192) + (24 + 72 + 6) * 4
     assert measure.state_bytes(opt) == expected
 
 

@@ -6,8 +6,9 @@ SUMO itself has no released code (structbench/optim/sumo.py); two of its parts n
   tests/support/muon_reference.py. SUMO runs NS in its state dtype, float64 for float64 parameters, so the
   transcription runs in float64 too.
 - The fallback's defaults name jiaweizzhao/GaLore `galore_torch/adamw.py`, commit
-  2cc66f88cce189e505affbb91042a8e77f5bf4e9, `AdamW.step` (lines 105-146); the fallback itself is torch.optim.AdamW,
-  which places eps differently (the second test measures that).
+  2cc66f88cce189e505affbb91042a8e77f5bf4e9, `AdamW.step` (lines 105-146); the fallback itself is torch.optim.AdamW by
+  default (`adamw_form="torch"`), which places eps differently (the second test measures that), and GaLore's code's
+  AdamW with `adamw_form="hf"` (the third test steps it beside the transcription).
 The basis refresh and the moment are SUMO's own (tests/optim/test_sumo*.py); here they are read from the state.
 """
 
@@ -84,19 +85,23 @@ def test_sumo_ns5_orthogonalizes_as_keller_jordans_code(momentum_form: str) -> N
             assert gap <= allowed, (tuple(p.shape), gap, allowed)
 
 
-def _fallback_run(eps: float, steps: int) -> tuple[list[Tensor], list[Tensor], list[Tensor], list[Tensor]]:
+def _fallback_run(
+    eps: float, steps: int, form: str = "torch", weight_decay: float = 0.0
+) -> tuple[list[Tensor], list[Tensor], list[Tensor], list[Tensor]]:
     """The 'sumo' entry's fallback parameters (the biases and the head) after `steps` steps on float64 gradients of
-    size ~1e-4 (a fine-tuning scale); GaLore's AdamW transcribed beside them; the float64 rounding allowed between
-    the two (per step, 24 u |change| for two orders of about 12 roundings each, plus u |W| each side); the last
-    gradients."""
+    size ~1e-4 (a fine-tuning scale), with `adamw_form` `form`; GaLore's AdamW transcribed beside them; the float64
+    rounding allowed between the two (per step, 24 u |change| for two orders of about 12 roundings each, plus u |W|
+    each side); the last gradients."""
     torch.manual_seed(0)
     model = nn.Sequential(nn.Linear(8, 12), nn.ReLU(), nn.Linear(12, 3)).to(F64)
-    optimizer, routing = registry.build_with_routing("sumo", model, {"adamw_lr": LR, "adamw_eps": eps})
+    overrides = {"adamw_lr": LR, "adamw_eps": eps, "adamw_form": form, "adamw_weight_decay": weight_decay}
+    optimizer, routing = registry.build_with_routing("sumo", model, overrides)
     named = dict(model.named_parameters())
     fallback = [named[name] for name in routing.fallback]
     defaults = registry.get("sumo").defaults
     betas = (defaults["adamw_beta1"], defaults["adamw_beta2"])
     assert (betas, defaults["adamw_eps"], defaults["adamw_weight_decay"]) == ((0.9, 0.999), 1e-6, 0.0)  # adamw.py 41-44
+    assert defaults["adamw_form"] == "torch"
     galore = [p.detach().clone() for p in fallback]
     states = [AdamState.zeros_like(w) for w in galore]
     bounds = [torch.zeros_like(w) for w in galore]
@@ -107,7 +112,7 @@ def _fallback_run(eps: float, steps: int) -> tuple[list[Tensor], list[Tensor], l
         optimizer.step()
         for i, p in enumerate(fallback):
             previous = galore[i]
-            galore[i] = galore_adamw_step(previous, p.grad, states[i], LR, betas, eps, 0.0)
+            galore[i] = galore_adamw_step(previous, p.grad, states[i], LR, betas, eps, weight_decay)
             bounds[i] += 24 * U64 * (galore[i] - previous).abs() + 2 * U64 * galore[i].abs()
     return [p.detach() for p in fallback], galore, bounds, [p.grad for p in fallback]
 
@@ -132,3 +137,13 @@ def test_sumo_fallback_places_eps_as_torch_not_as_galores_code() -> None:
         slack = allowed + 8 * U64 * LR
         assert bool(((mine - theirs - predicted).abs() <= slack).all())
         assert float(predicted.abs().max()) > 0.1 * LR
+
+
+@pytest.mark.parametrize("weight_decay", [0.0, 0.1])
+def test_sumo_fallback_hf_form_is_galores_adamw(weight_decay: float) -> None:
+    """`adamw_form="hf"`: at GaLore's default eps 1e-6, where torch's placement differs by a large part of an update
+    (the test above), and with a weight decay (decay of the updated weights), 8 steps of the fallback parameters
+    agree with the transcription of galore_torch/adamw.py lines 111-146 to float64 rounding."""
+    ours, galore, bounds, _ = _fallback_run(eps=1e-6, steps=8, form="hf", weight_decay=weight_decay)
+    for mine, theirs, allowed in zip(ours, galore, bounds, strict=True):
+        assert bool(((mine - theirs).abs() <= allowed).all())

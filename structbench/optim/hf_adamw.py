@@ -1,0 +1,99 @@
+"""The transformers-style AdamW that GaLore's and SOAP's released code run on the parameters they do not project.
+
+Both files carry the same Adam, a modification of the HuggingFace transformers AdamW:
+- jiaweizzhao/GaLore `galore_torch/adamw.py`, commit 2cc66f88cce189e505affbb91042a8e77f5bf4e9, `AdamW.step` lines
+  105-146 with no projector: m <- b1 m + (1-b1) g (line 118), v <- b2 v + (1-b2) g^2 (119), eps added to the
+  *uncorrected* sqrt(v) (120), the bias corrections folded into the step size lr sqrt(1-b2^t) / (1-b1^t) (122-126),
+  W <- W - step_size m / (sqrt(v) + eps) (135), then W <- W - lr wd W on the *updated* W with the raw lr (145-146).
+- nikhilvyas/SOAP `soap.py`, commit a1e553530fde97d0e6b307d7c82ac6d38b072340, `SOAP.step` lines 121-210 for a 1-D
+  parameter (`precondition_1d=False`, its default: no statistic, `project` and `project_back` leave the tensor as it
+  is, lines 221-223, 250-259, 318-327): the same arithmetic (lines 163-204), except that a parameter's first step
+  only creates its state and leaves W unchanged (lines 139-153), so t counts the steps after it.
+
+Against torch.optim.AdamW: eps enters as eps / sqrt(1 - b2^t) in the bias-corrected form (32 eps at t = 1 with b2 =
+0.999), and weight decay comes after the update instead of before it. `skip_first_step` gives SOAP's first step.
+
+State per parameter, as in the code: `exp_avg` and `exp_avg_sq` in the parameter's dtype (the arithmetic too) and
+`step`, a Python int (no tensor bytes).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Iterable
+from typing import Any
+
+import torch
+from torch import Tensor
+
+
+class HFAdamW(torch.optim.Optimizer):
+    """GaLore's / SOAP's code AdamW (module doc): eps on the uncorrected sqrt(v), decay after the update."""
+
+    def __init__(
+        self,
+        params: Iterable[Tensor] | Iterable[dict[str, Any]],
+        lr: float = 1e-3,
+        betas: tuple[float, float] = (0.9, 0.999),
+        eps: float = 1e-6,
+        weight_decay: float = 0.0,
+        skip_first_step: bool = False,
+    ) -> None:
+        defaults = {
+            "lr": lr,
+            "betas": betas,
+            "eps": eps,
+            "weight_decay": weight_decay,
+            "skip_first_step": skip_first_step,
+        }
+        super().__init__(params, defaults)
+
+    @torch.no_grad()
+    def step(self, closure: Callable[[], Tensor] | None = None) -> Tensor | None:
+        """One step for every parameter with a gradient."""
+        loss = None
+        if closure is not None:
+            with torch.enable_grad():
+                loss = closure()
+        for group in self.param_groups:
+            for p in group["params"]:
+                if p.grad is None:
+                    continue
+                if p.grad.is_sparse:
+                    raise RuntimeError("HFAdamW does not support sparse gradients")
+                state = self.state[p]
+                if not state:
+                    _init_state(state, p)
+                    if group["skip_first_step"]:
+                        continue
+                _adam_step(p, state, group)
+        return loss
+
+
+def _init_state(state: dict[str, Any], p: Tensor) -> None:
+    """Zero moments like the parameter, step 0 (galore_torch/adamw.py lines 105-109, soap.py lines 129-137)."""
+    state["step"] = 0
+    state["exp_avg"] = torch.zeros_like(p, memory_format=torch.preserve_format)
+    state["exp_avg_sq"] = torch.zeros_like(p, memory_format=torch.preserve_format)
+
+
+def _adam_step(p: Tensor, state: dict[str, Any], group: dict[str, Any]) -> None:
+    """galore_torch/adamw.py lines 111-146 (= soap.py lines 160-204 for a 1-D parameter), in the parameter's dtype."""
+    beta1, beta2 = group["betas"]
+    exp_avg, exp_avg_sq = state["exp_avg"], state["exp_avg_sq"]
+    grad = p.grad
+    state["step"] += 1
+    t = state["step"]
+    exp_avg.mul_(beta1).add_(grad, alpha=1.0 - beta1)
+    exp_avg_sq.mul_(beta2).addcmul_(grad, grad, value=1.0 - beta2)
+    denom = exp_avg_sq.sqrt().add_(group["eps"])
+    step_size = group["lr"] * math.sqrt(1.0 - beta2**t) / (1.0 - beta1**t)
+    p.addcdiv_(exp_avg, denom, value=-step_size)
+    if group["weight_decay"] > 0.0:
+        p.add_(p, alpha=-group["lr"] * group["weight_decay"])
+
+
+def hf_adamw_state_bytes(shapes: list[tuple[int, ...]]) -> int:
+    """`HFAdamW`'s state for float32 parameters: exp_avg and exp_avg_sq, 4 bytes per element each (as
+    `hybrid.adamw_state_bytes`, less torch AdamW's float32 step scalar)."""
+    return sum(2 * 4 * math.prod(shape) for shape in shapes)
