@@ -20,6 +20,7 @@ State per parameter, as in the code: `exp_avg` and `exp_avg_sq` in the parameter
 from __future__ import annotations
 
 import math
+from collections import defaultdict
 from collections.abc import Callable, Iterable
 from typing import Any
 
@@ -50,12 +51,14 @@ class HFAdamW(torch.optim.Optimizer):
 
     @torch.no_grad()
     def step(self, closure: Callable[[], Tensor] | None = None) -> Tensor | None:
-        """One step for every parameter with a gradient."""
+        """One step for every parameter with a gradient: the parameters of a group at the same step count, dtype and
+        device take it together (`_adam_steps`, one foreach call per operation)."""
         loss = None
         if closure is not None:
             with torch.enable_grad():
                 loss = closure()
         for group in self.param_groups:
+            due: dict[tuple[int, torch.dtype, torch.device], list[Tensor]] = defaultdict(list)
             for p in group["params"]:
                 if p.grad is None:
                     continue
@@ -66,7 +69,10 @@ class HFAdamW(torch.optim.Optimizer):
                     _init_state(state, p)
                     if group["skip_first_step"]:
                         continue
-                _adam_step(p, state, group)
+                state["step"] += 1
+                due[(state["step"], p.dtype, p.device)].append(p)
+            for (t, _, _), params in due.items():
+                _adam_steps(params, [self.state[p] for p in params], group, t)
         return loss
 
 
@@ -77,20 +83,23 @@ def _init_state(state: dict[str, Any], p: Tensor) -> None:
     state["exp_avg_sq"] = torch.zeros_like(p, memory_format=torch.preserve_format)
 
 
-def _adam_step(p: Tensor, state: dict[str, Any], group: dict[str, Any]) -> None:
-    """galore_torch/adamw.py lines 111-146 (= soap.py lines 160-204 for a 1-D parameter), in the parameter's dtype."""
+def _adam_steps(params: list[Tensor], states: list[dict[str, Any]], group: dict[str, Any], t: int) -> None:
+    """Step t of galore_torch/adamw.py lines 111-146 (= soap.py lines 160-204 for a 1-D parameter) for `params`, in
+    their dtype: each operation one foreach call over the list, elementwise the code's own operation."""
     beta1, beta2 = group["betas"]
-    exp_avg, exp_avg_sq = state["exp_avg"], state["exp_avg_sq"]
-    grad = p.grad
-    state["step"] += 1
-    t = state["step"]
-    exp_avg.mul_(beta1).add_(grad, alpha=1.0 - beta1)
-    exp_avg_sq.mul_(beta2).addcmul_(grad, grad, value=1.0 - beta2)
-    denom = exp_avg_sq.sqrt().add_(group["eps"])
+    grads = [p.grad for p in params]
+    exp_avgs = [state["exp_avg"] for state in states]
+    exp_avg_sqs = [state["exp_avg_sq"] for state in states]
+    torch._foreach_mul_(exp_avgs, beta1)
+    torch._foreach_add_(exp_avgs, grads, alpha=1.0 - beta1)
+    torch._foreach_mul_(exp_avg_sqs, beta2)
+    torch._foreach_addcmul_(exp_avg_sqs, grads, grads, value=1.0 - beta2)
+    denoms = torch._foreach_sqrt(exp_avg_sqs)
+    torch._foreach_add_(denoms, group["eps"])
     step_size = group["lr"] * math.sqrt(1.0 - beta2**t) / (1.0 - beta1**t)
-    p.addcdiv_(exp_avg, denom, value=-step_size)
+    torch._foreach_addcdiv_(params, exp_avgs, denoms, value=-step_size)
     if group["weight_decay"] > 0.0:
-        p.add_(p, alpha=-group["lr"] * group["weight_decay"])
+        torch._foreach_add_(params, params, alpha=-group["lr"] * group["weight_decay"])
 
 
 def hf_adamw_state_bytes(shapes: list[tuple[int, ...]]) -> int:

@@ -11,6 +11,7 @@ from torch import nn
 from structbench import measure
 from structbench.errors import UsageError
 from structbench.optim import registry
+from structbench.optim.cost_profile import count as count_cost
 from structbench.optim.hf_adamw import HFAdamW
 
 
@@ -78,3 +79,24 @@ def test_measured_state_bytes_equal_the_formula_for_each_form(name: str, form: s
 def test_an_unknown_form_is_a_usage_error() -> None:
     with pytest.raises(UsageError, match="adamw_form"):
         registry.resolve_hparams("sumo", {"adamw_form": "adam"})
+
+
+@pytest.mark.parametrize("weight_decay", [0.0, 0.1])
+def test_a_step_launches_as_many_kernels_for_thirty_vectors_as_for_three(weight_decay: float) -> None:
+    """The parameters at one step count go through one foreach call per operation: a GPU launches the same few
+    kernels however many vectors (LayerNorm weights, biases) a model has, as torch AdamW's foreach path does: the
+    code's seven operations (two EMAs of two operations each, sqrt, + eps, addcdiv), one more for weight decay, and
+    the two profiler records torch.optim.Optimizer.step wraps every step in (counted as operators)."""
+
+    def launches(count: int) -> int:
+        gen = torch.Generator().manual_seed(0)
+        params = [nn.Parameter(torch.randn(5 + i, generator=gen)) for i in range(count)]
+        optimizer = HFAdamW(params, weight_decay=weight_decay)
+        for _ in range(2):
+            for p in params:
+                p.grad = torch.randn(p.shape, generator=gen)
+            if _ == 0:
+                optimizer.step()
+        return count_cost(optimizer.step, optimizer).launches
+
+    assert launches(30) == launches(3) == 7 + (weight_decay > 0) + 2
