@@ -53,7 +53,7 @@ itself, then U[:, :r] or Vh[:r]), so the singular vectors' signs are the referen
 `reproject_moments=False` the moments are carried unchanged across a refresh, and a basis vector of the opposite
 sign would add that direction's old momentum with the opposite sign (decomposing a wide gradient through G^T, as
 this module once did, put the weights 0.24 to 0.79 of the update's size away from the reference's within 12 steps:
-issue 36, tests/optim/test_galore_authors_code.py). Only with `reproject_moments=True`,
+tests/optim/test_galore_authors_code.py). Only with `reproject_moments=True`,
 where the update does not depend on the signs, is a wide gradient decomposed through its transpose (same subspaces,
 faster in LAPACK on CPU). A failed SVD keeps
 the previous projection and counts the event in `solver_failures`; the SVD is retried at the next step and the
