@@ -159,8 +159,10 @@ def _write_index(path: Path, table: pa.Table, schema: pa.Schema) -> None:
 
 
 def read_store_file(path: Path, schema: pa.Schema, required: Collection[str], validate: Validate | None) -> pa.Table:
-    """The file's `schema` columns (absent optional ones as nulls), cast to their schema types; ValueError when
-    `validate` rejects them."""
+    """The file's `schema` columns (absent optional ones as nulls), cast to their schema types, fully validated
+    (`Table.validate(full=True)`: offsets and UTF-8 of text values, so that a flipped byte inside a text value is
+    this file's error here and not a failure of a later conversion of every file's rows); ValueError when `validate`
+    rejects them."""
     parquet = pq.ParquetFile(path)
     present = set(parquet.schema_arrow.names)
     missing = [name for name in required if name not in present]
@@ -172,6 +174,7 @@ def read_store_file(path: Path, schema: pa.Schema, required: Collection[str], va
             table.column(f.name).cast(f.type) if f.name in present else pa.nulls(table.num_rows, f.type) for f in schema
         ]
         table = pa.Table.from_arrays(arrays, schema=schema)
+    table.validate(full=True)
     reason = validate(table) if validate is not None else None
     if reason is not None:
         raise ValueError(reason)

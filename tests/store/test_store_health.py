@@ -118,6 +118,25 @@ def test_doctor_reports_and_repairs_what_the_readers_skip(cli, indexed_store):
     assert report.exit_code == 0 and report.stderr == ""
 
 
+def test_a_text_value_that_is_not_utf8_is_unreadable_damage_not_a_traceback(cli, tmp_path):
+    """A flipped byte inside a run's spec text: Parquet reads it without complaint, and it used to fail only when the
+    report turned every file's rows into Python strings (a traceback in report and export, CI's damaged-store fuzz).
+    Read in full validation, it is that one file's damage: doctor, report and export name it."""
+    out = adamw_and_muon_store(tmp_path / "store")
+    victim = sorted((out / "runs").glob("*.parquet"))[0]
+    table = pq.read_table(victim)
+    spec = table.column("spec").to_pylist()[0].encode().replace(b'"budget"', b'"\xe5udget"')
+    flipped = pa.array([spec], pa.binary()).cast(pa.string(), safe=False)  # Arrow does not check UTF-8 here
+    pq.write_table(table.set_column(table.schema.get_field_index("spec"), "spec", flipped), victim)
+    for command in ("doctor", "report", ("export", str(tmp_path / "export"), "--to", "csv")):
+        words = (command,) if isinstance(command, str) else command
+        result = cli(*words, "--out", out)
+        assert "Traceback" not in result.output
+        assert result.exception is None or isinstance(result.exception, SystemExit), result.exception
+        assert result.exit_code in (0, 1)
+        assert str(victim) in result.stdout + result.stderr, words
+
+
 def test_a_column_name_that_is_not_utf8_is_unreadable_damage_not_a_traceback(cli, tmp_path):
     """A flipped byte in a Parquet footer's column name makes pyarrow raise UnicodeDecodeError (a ValueError, not an
     ArrowException) while it reads the metadata: doctor and the report name the file like any damaged one."""
