@@ -76,6 +76,7 @@ from torch import Tensor, nn
 from structbench.errors import SolverError
 from structbench.optim import linalg, memory
 from structbench.optim.base import StructuredOptimizer
+from structbench.optim.hf_adamw import advance_moments
 from structbench.optim.hparams import Declaration, code, decade_around, flag, integer, lin, option, ours, paper, real
 from structbench.optim.hybrid import adamw_fallback, adamw_state_bytes, hybrid_builder
 from structbench.optim.partition import head_switch, matrix_shape, matrix_view, route_with_head_switch
@@ -259,12 +260,7 @@ class GaLore(StructuredOptimizer):
         beta1, beta2 = group["beta1"], group["beta2"]
         exp_avgs = [st["exp_avg"] for st in states]
         exp_avg_sqs = [st["exp_avg_sq"] for st in states]
-        torch._foreach_mul_(exp_avgs, beta1)
-        torch._foreach_add_(exp_avgs, sigmas, alpha=1.0 - beta1)
-        torch._foreach_mul_(exp_avg_sqs, beta2)
-        torch._foreach_addcmul_(exp_avg_sqs, sigmas, sigmas, value=1.0 - beta2)
-        denoms = torch._foreach_sqrt(exp_avg_sqs)
-        torch._foreach_add_(denoms, group["eps"])
+        denoms = advance_moments(exp_avgs, exp_avg_sqs, sigmas, beta1, beta2, group["eps"])
         normalized = torch._foreach_div(exp_avgs, denoms)
         stacks, start = [], 0
         for params in members:

@@ -83,19 +83,28 @@ def _init_state(state: dict[str, Any], p: Tensor) -> None:
     state["exp_avg_sq"] = torch.zeros_like(p, memory_format=torch.preserve_format)
 
 
-def _adam_steps(params: list[Tensor], states: list[dict[str, Any]], group: dict[str, Any], t: int) -> None:
-    """Step t of galore_torch/adamw.py lines 111-146 (= soap.py lines 160-204 for a 1-D parameter) for `params`, in
-    their dtype: each operation one foreach call over the list, elementwise the code's own operation."""
-    beta1, beta2 = group["betas"]
-    grads = [p.grad for p in params]
-    exp_avgs = [state["exp_avg"] for state in states]
-    exp_avg_sqs = [state["exp_avg_sq"] for state in states]
+def advance_moments(
+    exp_avgs: list[Tensor], exp_avg_sqs: list[Tensor], grads: list[Tensor], beta1: float, beta2: float, eps: float
+) -> list[Tensor]:
+    """m <- b1 m + (1 - b1) g and v <- b2 v + (1 - b2) g^2 in place (one foreach call per operation), and the
+    denominators sqrt(v) + eps with eps on the uncorrected sqrt(v) (galore_torch/adamw.py lines 118-120; also the
+    projected Adam of structbench.optim.galore)."""
     torch._foreach_mul_(exp_avgs, beta1)
     torch._foreach_add_(exp_avgs, grads, alpha=1.0 - beta1)
     torch._foreach_mul_(exp_avg_sqs, beta2)
     torch._foreach_addcmul_(exp_avg_sqs, grads, grads, value=1.0 - beta2)
     denoms = torch._foreach_sqrt(exp_avg_sqs)
-    torch._foreach_add_(denoms, group["eps"])
+    torch._foreach_add_(denoms, eps)
+    return denoms
+
+
+def _adam_steps(params: list[Tensor], states: list[dict[str, Any]], group: dict[str, Any], t: int) -> None:
+    """Step t of galore_torch/adamw.py lines 111-146 (= soap.py lines 160-204 for a 1-D parameter) for `params`, in
+    their dtype: each operation one foreach call over the list, elementwise the code's own operation."""
+    beta1, beta2 = group["betas"]
+    exp_avgs = [state["exp_avg"] for state in states]
+    exp_avg_sqs = [state["exp_avg_sq"] for state in states]
+    denoms = advance_moments(exp_avgs, exp_avg_sqs, [p.grad for p in params], beta1, beta2, group["eps"])
     step_size = group["lr"] * math.sqrt(1.0 - beta2**t) / (1.0 - beta1**t)
     torch._foreach_addcdiv_(params, exp_avgs, denoms, value=-step_size)
     if group["weight_decay"] > 0.0:
