@@ -55,6 +55,7 @@ from torch import Tensor, nn
 
 from structbench.optim import linalg, registry
 from structbench.optim.asgo import ASGO, DASGO
+from tests.support.rounding_noise import Noise
 
 ASGO_COMMIT = "d3ef14beb8b3e5489e1ed9eb0a2a59565ac362ca"
 F64 = torch.float64
@@ -80,30 +81,6 @@ ASGO_CODE = {"lr": 1e-2, "momentum": 0.9, "weight_decay": 0.1, "beta2": 0.8, "ep
 DASGO_CODE = {"lr": 1e-3, "momentum": 0.9, "weight_decay": 0.1, "beta2": 0.95, "eps": 1e-8}
 """dasgo.py lines 17-21."""
 SHAPES = {"wide": (4, 10), "tall": (10, 4), "square": (6, 6), "conv": (4, 2, 3, 3)}
-
-
-@dataclass
-class Noise:
-    """Perturbations standing in for float32 rounding: statistics before their root, gradients on entry."""
-
-    seed: int
-    generator: torch.Generator = field(init=False)
-
-    def __post_init__(self) -> None:
-        self.generator = torch.Generator().manual_seed(self.seed)
-
-    def statistic(self, v: Tensor) -> Tensor:
-        """v + a random symmetric matrix of spectral norm k u ||v||_2 (a float32 eigh's backward error)."""
-        k = v.size(0)
-        e = torch.randn(k, k, generator=self.generator, dtype=F64)
-        e = e + e.T
-        scale = k * U32 * float(torch.linalg.matrix_norm(v, ord=2)) / float(torch.linalg.matrix_norm(e, ord=2))
-        return v + scale * e
-
-    def gradient(self, g: Tensor) -> Tensor:
-        """g with each entry moved by d u |g| in a random direction, d the larger side."""
-        signs = torch.randint(0, 2, g.shape, generator=self.generator, dtype=F64) * 2 - 1
-        return g * (1 + max(g.shape) * U32 * signs)
 
 
 class GradedNoise(Noise):

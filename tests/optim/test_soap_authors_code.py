@@ -40,13 +40,14 @@ over t steps. Nothing in it comes from our optimizer's observed gap.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import pytest
 import torch
 from torch import Tensor, nn
 
 from structbench.optim.soap import SOAP
+from tests.support.rounding_noise import Noise
 
 SOAP_COMMIT = "a1e553530fde97d0e6b307d7c82ac6d38b072340"
 F64 = torch.float64
@@ -66,30 +67,6 @@ SHAPES = {
 }
 """Parameter shape and, for the conv filter, the max_precond_dim with which the code's merge_dims=True gives (8, 16)
 (matrices run with the code's defaults, merge_dims False and max_precond_dim 10000: both sides rotated)."""
-
-
-@dataclass
-class Noise:
-    """Perturbations standing in for float32 rounding: statistics before a decomposition, gradients on entry."""
-
-    seed: int
-    generator: torch.Generator = field(init=False)
-
-    def __post_init__(self) -> None:
-        self.generator = torch.Generator().manual_seed(self.seed)
-
-    def statistic(self, gg: Tensor) -> Tensor:
-        """gg + a random symmetric matrix of spectral norm d u ||gg||_2 (eigh's and QR's backward error)."""
-        d = gg.size(0)
-        e = torch.randn(d, d, generator=self.generator, dtype=F64)
-        e = e + e.T
-        scale = d * U32 * float(torch.linalg.matrix_norm(gg, ord=2)) / float(torch.linalg.matrix_norm(e, ord=2))
-        return gg + scale * e
-
-    def gradient(self, g: Tensor) -> Tensor:
-        """g with each entry moved by k u |g| in a random direction, k the larger side (a rotation's rounding)."""
-        signs = torch.randint(0, 2, g.shape, generator=self.generator, dtype=F64) * 2 - 1
-        return g * (1 + max(g.shape) * U32 * signs)
 
 
 def code_merged_shape(shape: tuple[int, ...], max_precond_dim: int) -> tuple[int, ...]:
